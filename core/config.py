@@ -1,0 +1,172 @@
+"""One typed settings object, loaded from ``config/ovstream.toml`` and ``OVSTREAM_*``.
+
+Keys may be written in the seed's camelCase (``baseUrl``) or in snake_case
+(``base_url``). Environment variables win over the file; the file wins over
+the defaults in ``core.defaults``. Bad values fail at start with the key named.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator
+from typing import Annotated
+
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
+
+from core import defaults as d
+
+DEFAULT_CONFIG_PATH = Path("config/ovstream.toml")
+CONFIG_PATH_ENV = "OVSTREAM_CONFIG"
+
+
+class ConfigError(ValueError):
+    """A setting is missing or malformed; the message names the key."""
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.capitalize() for p in rest)
+
+
+class Settings(BaseSettings):
+    """Everything ovstream can be told. Pass one instance in; never read globals."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="OVSTREAM_",
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        alias_generator=_camel,
+    )
+
+    # the seed's table
+    base_url: str = Field(d.BASE_URL)
+    agent_prefix: str = Field(d.AGENT_PREFIX)
+    auto_capture: bool = Field(d.AUTO_CAPTURE)
+    auto_recall: bool = Field(d.AUTO_RECALL)
+    commit_token_threshold: int = Field(d.COMMIT_TOKEN_THRESHOLD, ge=1)
+    commit_keep_recent_count: int = Field(d.COMMIT_KEEP_RECENT_COUNT, ge=0)
+    recall_limit: int = Field(d.RECALL_LIMIT, ge=1, le=100)
+    recall_score_threshold: float = Field(d.RECALL_SCORE_THRESHOLD, ge=0.0, le=1.0)
+    recall_max_injected_chars: int = Field(d.RECALL_MAX_INJECTED_CHARS, ge=1)
+    recall_prefer_abstract: bool = Field(d.RECALL_PREFER_ABSTRACT)
+    recall_resources: bool = Field(d.RECALL_RESOURCES)
+    bypass_session_patterns: Annotated[tuple[str, ...], NoDecode] = Field(d.BYPASS_SESSION_PATTERNS)
+
+    # identity and auth
+    api_key: str | None = Field(None)
+    account: str = Field(d.OV_ACCOUNT, min_length=1)
+    user: str = Field(d.OV_USER, min_length=1)
+    user_api_keys: dict[str, str] = Field({})
+    """Tenant label -> OV user key, for capture workers acting for several users."""
+
+    # redis and streams
+    redis_url: str = Field(d.REDIS_URL)
+    key_prefix: str = Field(d.KEY_PREFIX, min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    shards: int = Field(d.SHARDS, ge=1, le=1024)
+    consumer_group: str = Field(d.CONSUMER_GROUP, min_length=1)
+    capture_batch: int = Field(d.CAPTURE_BATCH, ge=50, le=10_000)
+    capture_block_ms: int = Field(d.CAPTURE_BLOCK_MS, ge=1)
+    claim_idle_ms: int = Field(d.CLAIM_IDLE_MS, ge=1)
+    max_deliveries: int = Field(d.MAX_DELIVERIES, ge=1)
+    ov_batch_max: int = Field(d.OV_BATCH_MAX, ge=1, le=100)
+    stream_maxlen: int = Field(d.STREAM_MAXLEN, ge=1)
+
+    # commits and phase 2
+    commit_queue: str = Field(d.COMMIT_QUEUE, min_length=1)
+    phase2_poll_interval_s: float = Field(d.PHASE2_POLL_INTERVAL_S, gt=0)
+    phase2_deadline_s: float = Field(d.PHASE2_DEADLINE_S, gt=0)
+    phase2_read_retries: int = Field(d.PHASE2_READ_RETRIES, ge=0)
+    compact_wait_s: float = Field(d.COMPACT_WAIT_S, gt=0)
+
+    # OV client
+    ov_timeout_s: float = Field(d.OV_TIMEOUT_S, gt=0)
+    ov_retries: int = Field(d.OV_RETRIES, ge=0, le=10)
+    ov_backoff_s: float = Field(d.OV_BACKOFF_S, ge=0)
+    recall_timeout_s: float = Field(d.RECALL_TIMEOUT_S, gt=0)
+
+    # snapshots
+    snapshot_token_budget: int = Field(d.SNAPSHOT_TOKEN_BUDGET, ge=1)
+    snapshot_ttl_s: int = Field(d.SNAPSHOT_TTL_S, ge=1)
+
+    # rpc
+    rpc_host: str = Field(d.RPC_HOST)
+    rpc_port: int = Field(d.RPC_PORT, ge=1, le=65535)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return v.rstrip("/")
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, v: str) -> str:
+        if not v.startswith(("redis://", "rediss://", "unix://", "fakeredis://")):
+            raise ValueError("must be a redis://, rediss://, unix:// or fakeredis:// URL")
+        return v
+
+    @field_validator("bypass_session_patterns", mode="before")
+    @classmethod
+    def _patterns(cls, v: Any) -> Any:
+        if isinstance(v, str):  # env var: comma separated
+            return tuple(p.strip() for p in v.split(",") if p.strip())
+        return v
+
+    @property
+    def embedded_redis(self) -> bool:
+        return self.redis_url.startswith("fakeredis://")
+
+
+def _format_errors(err: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration ({source}):"]
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "<root>"
+        lines.append(f"  {key}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
+    """Read the TOML file (if any), then the environment, then ``overrides``.
+
+    The file is ``path``, else ``$OVSTREAM_CONFIG``, else ``config/ovstream.toml``
+    when it exists. A missing explicit path, unreadable TOML or a bad value
+    raises ``ConfigError`` naming the key.
+    """
+    explicit = path or os.environ.get(CONFIG_PATH_ENV)
+    file_path = Path(explicit) if explicit else DEFAULT_CONFIG_PATH
+    file_values: dict[str, Any] = {}
+    if file_path.exists():
+        try:
+            raw = tomllib.loads(file_path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read {file_path}: {exc}") from exc
+        file_values = raw.get("ovstream", raw)
+    elif explicit:
+        raise ConfigError(f"config file not found: {file_path}")
+    # Environment beats the file: drop file keys that the environment sets.
+    env_set = {k[len("OVSTREAM_"):].lower() for k in os.environ if k.startswith("OVSTREAM_")}
+    merged = {k: v for k, v in file_values.items() if _snake(k) not in env_set}
+    merged.update(overrides)
+    try:
+        return Settings(**merged)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, str(file_path) if file_values else "environment")) from exc
+    except SettingsError as exc:  # an OVSTREAM_* value that is not valid JSON for a dict field
+        raise ConfigError(f"invalid configuration (environment): {exc}") from exc
+
+
+def _snake(name: str) -> str:
+    out = []
+    for ch in name:
+        if ch.isupper():
+            out.append("_" + ch.lower())
+        else:
+            out.append(ch)
+    return "".join(out)

@@ -1,0 +1,157 @@
+"""Every default constant of ovstream, in one place.
+
+The seed design's config table supplies the first block; the rest are ours
+(Redis, queues, timeouts). ``core.config.Settings`` takes its defaults from
+here, so a default is changed in exactly one spot.
+"""
+
+# --- the seed's config table -------------------------------------------------
+
+BASE_URL = "http://127.0.0.1:1933"
+"""Where the OpenViking server listens."""
+
+AGENT_PREFIX = ""
+"""Prefix joined to every resolved agent id as ``<prefix>_<agent>``; empty: none."""
+
+AUTO_CAPTURE = True
+"""afterTurn writes each turn to the OV session."""
+
+AUTO_RECALL = True
+"""assemble's transform-context call injects recalled memories."""
+
+COMMIT_TOKEN_THRESHOLD = 20_000
+"""pending_tokens at or above which capture enqueues a background commit."""
+
+COMMIT_KEEP_RECENT_COUNT = 10
+"""Messages the server keeps active after a capture-triggered commit."""
+
+RECALL_LIMIT = 6
+"""Most memories auto-recall injects."""
+
+RECALL_SCORE_THRESHOLD = 0.15
+"""Memories scoring below this are not recalled."""
+
+RECALL_MAX_INJECTED_CHARS = 4000
+"""Most characters auto-recall injects in total."""
+
+RECALL_PREFER_ABSTRACT = False
+"""Inject a memory's abstract instead of reading its full text."""
+
+RECALL_RESOURCES = False
+"""memory_recall also searches viking://resources."""
+
+BYPASS_SESSION_PATTERNS: tuple[str, ...] = ()
+"""Globs on the sessionKey (else sessionId) that skip OV entirely."""
+
+# --- identity ------------------------------------------------------------------
+
+DEFAULT_AGENT_ID = "main"
+"""Agent id when neither the sessionKey nor the runtime context names one."""
+
+OV_ACCOUNT = "default"
+"""X-OpenViking-Account in dev mode (no API key)."""
+
+OV_USER = "default"
+"""X-OpenViking-User in dev mode (no API key)."""
+
+# --- token budget ----------------------------------------------------------------
+
+DEFAULT_TOKEN_BUDGET = 128_000
+"""Budget assumed when a request gives none or a non-positive one."""
+
+RESERVED_RATIO = 0.15
+"""Share of the budget reserved for the model's output."""
+
+RESERVED_MIN_TOKENS = 20_000
+"""The reserve is at least this (never more than the budget)."""
+
+ARCHIVE_RATIO = 0.15
+"""Share of what remains after the reserve given to the archive summary."""
+
+ARCHIVE_MAX_TOKENS = 8_000
+"""The archive summary never gets more than this."""
+
+RECALL_QUERY_MAX_CHARS = 4000
+"""prepareRecallQuery cuts the query to this many characters."""
+
+RECALL_QUERY_MIN_CHARS = 5
+"""A prepared query shorter than this is not searched."""
+
+# --- Redis and streams -----------------------------------------------------------
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+"""Redis holding streams, queues and snapshots; ``fakeredis://`` embeds one in-process."""
+
+KEY_PREFIX = "ovstream"
+"""Every Redis key ovstream writes starts with this."""
+
+SHARDS = 4
+"""Number of turn streams; a session always lands on the same one."""
+
+CONSUMER_GROUP = "capture"
+"""Consumer group the capture workers read in."""
+
+CAPTURE_BATCH = 100
+"""Entries one XREADGROUP asks for."""
+
+CAPTURE_BLOCK_MS = 1000
+"""XREADGROUP block time; kept below the socket timeout."""
+
+CLAIM_IDLE_MS = 60_000
+"""A pending entry idle this long belongs to a dead consumer and is reclaimed."""
+
+MAX_DELIVERIES = 5
+"""An entry failing more often than this goes to the dead-letter stream."""
+
+OV_BATCH_MAX = 100
+"""Most messages one call to the OV batch route carries."""
+
+STREAM_MAXLEN = 100_000
+"""Approximate cap on each turn stream's length."""
+
+# --- commits and phase 2 -----------------------------------------------------------
+
+COMMIT_QUEUE = "ovstream-commits"
+"""RQ queue for commit and poll jobs."""
+
+PHASE2_POLL_INTERVAL_S = 0.8
+"""Seconds between phase-2 task reads."""
+
+PHASE2_DEADLINE_S = 300.0
+"""A phase-2 task not finished after this is recorded as a timeout."""
+
+PHASE2_READ_RETRIES = 5
+"""Consecutive failed task reads tolerated before the poller gives up."""
+
+COMPACT_WAIT_S = 330.0
+"""How long compact waits for a commit's outcome."""
+
+# --- OV client -----------------------------------------------------------------------
+
+OV_TIMEOUT_S = 30.0
+"""Per-request timeout for OV calls."""
+
+OV_RETRIES = 3
+"""Retries for idempotent OV calls on 5xx and connection errors."""
+
+OV_BACKOFF_S = 0.2
+"""First retry delay; doubles each retry."""
+
+RECALL_TIMEOUT_S = 5.0
+"""A recall search slower than this makes assemble pass through."""
+
+# --- snapshots -------------------------------------------------------------------------
+
+SNAPSHOT_TOKEN_BUDGET = 128_000
+"""token_budget asked of OV /context when a snapshot is refreshed."""
+
+SNAPSHOT_TTL_S = 7 * 24 * 3600
+"""Snapshots of idle sessions expire after this."""
+
+# --- RPC ---------------------------------------------------------------------------------
+
+RPC_HOST = "127.0.0.1"
+"""Where ``ovstream rpc`` listens."""
+
+RPC_PORT = 8787
+"""Port of ``ovstream rpc``."""

@@ -1,0 +1,127 @@
+"""What crosses Redis, as versioned msgspec structs (JSON on the wire).
+
+The TypeScript plugin writes TurnEvent as JSON with the same field names, in
+the stream entry field ``e``. ``decode_*`` raises ``EventDecodeError`` for
+anything that is not a valid event of a known version.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeVar
+
+import msgspec
+
+EVENT_VERSION = 1
+"""The one version this code writes and reads."""
+
+STREAM_FIELD = "e"
+"""The stream entry field holding the encoded event."""
+
+
+class EventDecodeError(ValueError):
+    """Bytes that are not a valid event: garbage, wrong version, missing fields."""
+
+
+class TurnEvent(msgspec.Struct, kw_only=True):
+    """One afterTurn (or commitTurn) call of OpenClaw."""
+
+    v: int = EVENT_VERSION
+    event_id: str
+    session_id: str
+    """OpenClaw's sessionId, raw; the worker maps it to the OV id (core.ids)."""
+    session_key: str | None = None
+    agent_id: str | None = None
+    """runtimeContext.agentId as OpenClaw gave it, raw; resolution is core.ids'."""
+    messages: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    """The whole transcript as OpenClaw holds it (AgentMessage JSON)."""
+    pre_prompt_message_count: int = 0
+    is_heartbeat: bool = False
+    token_budget: int | None = None
+    published_at: float
+    """Unix seconds when the publisher wrote it."""
+    advancement_key: str | None = None
+    """commitTurn's key (OpenClaw >= 2026.8.1); capture dedupes on it."""
+    user: str | None = None
+    """Tenant label selecting the OV user key (Settings.user_api_keys); None: the default."""
+
+
+class CommitRequest(msgspec.Struct, kw_only=True):
+    """A commit asked for by capture (threshold), compact or memory_store."""
+
+    v: int = EVENT_VERSION
+    commit_id: str
+    """RQ job id too: only [A-Za-z0-9_-]."""
+    ov_session_id: str
+    agent_id: str
+    user: str | None = None
+    reason: Literal["threshold", "compact", "memory_store", "manual"] = "threshold"
+    keep_recent_count: int
+    generation: int
+    requested_at: float
+
+
+CommitStatus = Literal["pending", "running", "completed", "failed", "timeout", "skipped"]
+
+
+class CommitOutcome(msgspec.Struct, kw_only=True):
+    """What became of one commit; kept in Redis as the record of truth."""
+
+    v: int = EVENT_VERSION
+    commit_id: str
+    ov_session_id: str
+    agent_id: str
+    user: str | None = None
+    reason: str = "threshold"
+    status: CommitStatus
+    task_id: str | None = None
+    archive_uri: str | None = None
+    archived: bool = False
+    memories_extracted: int | None = None
+    error: str | None = None
+    requested_at: float = 0.0
+    finished_at: float | None = None
+
+
+class ContextSnapshot(msgspec.Struct, kw_only=True):
+    """The session's OV /context, cached in Redis for assemble."""
+
+    v: int = EVENT_VERSION
+    ov_session_id: str
+    agent_id: str
+    user: str | None = None
+    latest_archive_overview: str = ""
+    pre_archive_abstracts: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    messages: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    """OV message records: {id, role, parts, created_at}."""
+    estimated_tokens: int = 0
+    total_archives: int = 0
+    failed_archives: int = 0
+    applied_stream_id: str = "0-0"
+    """Last stream entry reflected in this snapshot."""
+    captured_through: int = 0
+    """len(messages) of the last applied TurnEvent: OpenClaw messages [0, n) are in OV."""
+    refreshed_at: float = 0.0
+
+
+_T = TypeVar("_T")
+_encoder = msgspec.json.Encoder()
+_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+
+
+def encode(obj: msgspec.Struct) -> bytes:
+    return _encoder.encode(obj)
+
+
+def decode(data: bytes | str, kind: type[_T]) -> _T:
+    """Decode one event of ``kind``; any failure is an EventDecodeError."""
+    dec = _decoders.get(kind)
+    if dec is None:
+        dec = _decoders[kind] = msgspec.json.Decoder(kind)
+    try:
+        obj = dec.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
+        raise EventDecodeError(f"invalid {kind.__name__}: {exc}") from exc
+    version = getattr(obj, "v", None)
+    if version != EVENT_VERSION:
+        raise EventDecodeError(f"invalid {kind.__name__}: unknown version {version!r}")
+    return obj

@@ -1,0 +1,63 @@
+"""Redis key names, defined once.
+
+Every key a session touches carries the session's shard as a Redis Cluster
+hash tag (``{s3}``), so one session's stream entry, applied offset, snapshot
+and commit records live in one slot and can be changed in one MULTI or script.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+
+def shard_of(ov_session_id: str, shards: int) -> int:
+    """Stable shard for an OV session id: first 4 bytes of sha256, big-endian, mod N.
+
+    The TypeScript plugin computes the same, so both sides agree.
+    """
+    digest = hashlib.sha256(ov_session_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:4], "big") % shards
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Key builder bound to one prefix (``Settings.key_prefix``)."""
+
+    prefix: str = "ovstream"
+
+    def stream(self, shard: int) -> str:
+        """Turn events of one shard (a Redis stream)."""
+        return f"{self.prefix}:{{s{shard}}}:turns"
+
+    def dead_letters(self) -> str:
+        """Dead-letter stream: entries that could not be handled, with the reason."""
+        return f"{self.prefix}:dlq"
+
+    def commit_outcomes(self) -> str:
+        """Stream of every commit outcome (completed / failed / timeout / skipped)."""
+        return f"{self.prefix}:commit-outcomes"
+
+    def _session(self, kind: str, shard: int, scope: str, ov_session_id: str) -> str:
+        return f"{self.prefix}:{{s{shard}}}:{kind}:{scope}:{ov_session_id}"
+
+    def applied(self, shard: int, scope: str, ov_session_id: str) -> str:
+        """Hash: the last stream id applied to OV for this session, and bookkeeping."""
+        return self._session("applied", shard, scope, ov_session_id)
+
+    def snapshot(self, shard: int, scope: str, ov_session_id: str) -> str:
+        """The session's ContextSnapshot (msgspec JSON)."""
+        return self._session("snapshot", shard, scope, ov_session_id)
+
+    def commits(self, shard: int, scope: str, ov_session_id: str) -> str:
+        """Hash: commit_id -> CommitOutcome JSON, the record of truth for that session."""
+        return self._session("commits", shard, scope, ov_session_id)
+
+    def commit_generation(self, shard: int, scope: str, ov_session_id: str) -> str:
+        """Counter naming the session's current commit generation."""
+        return self._session("commit-gen", shard, scope, ov_session_id)
+
+
+def scope_of(user: str | None, agent_id: str) -> str:
+    """Per-tenant, per-agent scope so two agents (or users) never share a snapshot."""
+    return f"{user or '-'}.{agent_id}"

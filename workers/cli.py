@@ -1,0 +1,84 @@
+"""The ``ovstream`` console script.
+
+Each subcommand lives in the module of its concern; this file only wires
+argparse to them (imported lazily so ``ovstream --help`` stays fast and a
+broken optional piece cannot take the others down).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from core.config import ConfigError, Settings, load_settings
+
+# subcommand -> ("module:function", help). The function takes (settings, args) -> int | None.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "capture": ("workers.capture:cli_capture", "run a capture worker (Redis Streams consumer)"),
+    "worker": ("workers.jobs:cli_worker", "run an RQ worker with scheduler for commit/poll jobs"),
+    "rpc": ("workers.rpc:cli_rpc", "serve assemble/compact/tools over HTTP"),
+    "up": ("workers.up:cli_up", "run capture, worker and rpc in one process"),
+    "commits": ("workers.jobs:cli_commits", "show the commit outcomes of a session"),
+    "dlq": ("workers.capture:cli_dlq", "list or replay dead-lettered turn events"),
+    "demo": ("workers.demo:cli_demo", "replay the sample conversation and print assemble's answer"),
+    "model-server": ("workers.model_server:cli_model_server", "run the deterministic OpenAI-compatible model server"),
+}
+
+# Extra arguments per subcommand, added by the owning module's ``add_arguments(parser)``
+# when it defines one (looked up lazily too).
+
+
+def _resolve(target: str) -> Callable[..., int | None]:
+    module_name, func_name = target.split(":")
+    return getattr(importlib.import_module(module_name), func_name)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ovstream", description="OpenViking context engine for OpenClaw")
+    parser.add_argument("--config", help="TOML config file (default: $OVSTREAM_CONFIG or config/ovstream.toml)")
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (target, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        module_name = target.split(":")[0]
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        add_args = getattr(module, f"add_{name.replace('-', '_')}_arguments", None)
+        if add_args is not None:
+            add_args(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings: Settings = load_settings(args.config)
+    except ConfigError as exc:
+        print(f"ovstream: {exc}", file=sys.stderr)
+        return 2
+    try:
+        func = _resolve(COMMANDS[args.command][0])
+    except (ImportError, AttributeError) as exc:
+        print(f"ovstream {args.command}: not available: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return int(func(settings, args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
