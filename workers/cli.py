@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dlq": ("workers.capture:cli_dlq", "list or replay dead-lettered turn events"),
     "demo": ("workers.demo:cli_demo", "replay the sample conversation and print assemble's answer"),
     "model-server": ("workers.model_server:cli_model_server", "run the deterministic OpenAI-compatible model server"),
+    "fake-ov": ("workers.fake_ov_server:cli_fake_ov", "serve the in-memory OpenViking fake over HTTP (tests, demos)"),
 }
 
 # Extra arguments per subcommand, added by the owning module's ``add_arguments(parser)``

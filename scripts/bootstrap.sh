@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Idempotent setup shared by ./run, ./test and .ci/run: a Debian redis-server,
+# the project venv (.venv) with its deps, openviking==0.5.2 in its own cached
+# venv, and the OpenClaw plugin's node modules. Each step is skipped when done.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OV_VERSION="0.5.2"
+OV_VENV="${OVSTREAM_OV_VENV:-$HOME/.cache/ovstream/ov-venv}"
+PYTHON="${PYTHON:-python3}"
+
+log() { printf '[bootstrap] %s\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else return 1; fi
+}
+
+ensure_redis() {
+  command -v redis-server >/dev/null && return 0
+  log "installing Debian redis-server"
+  if ! { as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }; then
+    log "could not install redis-server (not root?); ./run falls back to embedded fakeredis, tests need it"
+    return 1
+  fi
+  # Debian starts a system redis on 6379; ovstream's tests start their own on free ports.
+}
+
+ensure_venv() {
+  local stamp="$ROOT/.venv/.ovstream-deps"
+  local want
+  want="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+  if [ -x "$ROOT/.venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then return 0; fi
+  log "creating .venv and installing ovstream[test]"
+  [ -x "$ROOT/.venv/bin/python" ] || "$PYTHON" -m venv "$ROOT/.venv"
+  "$ROOT/.venv/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+  "$ROOT/.venv/bin/python" -m pip install -q -e "$ROOT[test]" 2>&1 | grep -v '^WARNING: Location' || true
+  "$ROOT/.venv/bin/python" -c "import core, workers, redis, rq, httpx, msgspec, fastapi" 
+  echo "$want" > "$stamp"
+}
+
+ensure_openviking() {
+  if [ -x "$OV_VENV/bin/openviking-server" ] && \
+     [ "$("$OV_VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("openviking"))' 2>/dev/null)" = "$OV_VERSION" ]; then
+    return 0
+  fi
+  log "installing openviking==$OV_VERSION into $OV_VENV (about 3 minutes, 1.3 GB)"
+  "$PYTHON" -m venv "$OV_VENV"
+  "$OV_VENV/bin/python" -m pip install -q "openviking==$OV_VERSION" 2>&1 | grep -v '^WARNING: Location' || true
+  [ -x "$OV_VENV/bin/openviking-server" ]
+}
+
+ensure_node() {
+  local dir="$ROOT/clients/openclaw"
+  [ -f "$dir/package.json" ] || return 0
+  command -v npm >/dev/null || { log "npm not found; skipping the OpenClaw plugin"; return 1; }
+  if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules" ]; then
+    log "installing the OpenClaw plugin's node modules"
+    (cd "$dir" && if [ -f package-lock.json ]; then npm ci --silent --no-audit --no-fund; else npm install --silent --no-audit --no-fund; fi)
+    touch "$dir/node_modules"
+  fi
+}
+
+export OVSTREAM_OV_SERVER="${OVSTREAM_OV_SERVER:-$OV_VENV/bin/openviking-server}"
+
+for step in "$@"; do
+  "ensure_$step"
+done

@@ -1,0 +1,98 @@
+import pytest
+
+from core import defaults as d
+from core.config import ConfigError, Settings, load_settings
+
+SEED_DEFAULTS = [
+    ("base_url", "http://127.0.0.1:1933"),
+    ("agent_prefix", ""),
+    ("auto_capture", True),
+    ("auto_recall", True),
+    ("commit_token_threshold", 20000),
+    ("commit_keep_recent_count", 10),
+    ("recall_limit", 6),
+    ("recall_score_threshold", 0.15),
+    ("recall_max_injected_chars", 4000),
+    ("recall_prefer_abstract", False),
+    ("bypass_session_patterns", ()),
+]
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch, tmp_path):
+    for key in list(__import__("os").environ):
+        if key.startswith("OVSTREAM_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)  # no config/ovstream.toml here
+
+
+@pytest.mark.parametrize(("key", "value"), SEED_DEFAULTS)
+def test_seed_defaults(key, value):
+    assert getattr(load_settings(), key) == value
+
+
+def test_toml_accepts_camel_and_snake(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text('[ovstream]\nbaseUrl = "http://ov:1933/"\ncommit_token_threshold = 500\nbypassSessionPatterns = ["cron:**"]\n')
+    s = load_settings(f)
+    assert s.base_url == "http://ov:1933"
+    assert s.commit_token_threshold == 500
+    assert s.bypass_session_patterns == ("cron:**",)
+
+
+def test_environment_beats_file(tmp_path, monkeypatch):
+    f = tmp_path / "c.toml"
+    f.write_text("[ovstream]\nrecallLimit = 3\nshards = 2\n")
+    monkeypatch.setenv("OVSTREAM_RECALL_LIMIT", "9")
+    monkeypatch.setenv("OVSTREAM_BYPASS_SESSION_PATTERNS", "a:*, b")
+    s = load_settings(f)
+    assert (s.recall_limit, s.shards) == (9, 2)
+    assert s.bypass_session_patterns == ("a:*", "b")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"recallLimit": 0}, "recallLimit"),
+        ({"base_url": "ftp://x"}, "base_url"),
+        ({"redis_url": "http://x"}, "redis_url"),
+        ({"recall_score_threshold": 2}, "recall_score_threshold"),
+        ({"capture_batch": 10}, "capture_batch"),
+        ({"unknownKey": 1}, "unknownKey"),
+    ],
+)
+def test_bad_values_name_the_key(overrides, named):
+    with pytest.raises(ConfigError) as err:
+        load_settings(**overrides)
+    assert named in str(err.value)
+
+
+def test_bad_env_value_names_the_key(monkeypatch):
+    monkeypatch.setenv("OVSTREAM_SHARDS", "many")
+    with pytest.raises(ConfigError, match="shards"):
+        load_settings()
+
+
+def test_missing_explicit_file(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(tmp_path / "nope.toml")
+
+
+def test_broken_toml(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("[ovstream\n")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(f)
+
+
+def test_settings_are_frozen_and_embedded_flag():
+    s = Settings(redis_url="fakeredis://")
+    assert s.embedded_redis
+    assert not Settings().embedded_redis
+    with pytest.raises(Exception):
+        s.shards = 3  # type: ignore[misc]
+
+
+def test_defaults_module_feeds_settings():
+    assert Settings().claim_idle_ms == d.CLAIM_IDLE_MS
+    assert Settings().commit_queue == d.COMMIT_QUEUE
