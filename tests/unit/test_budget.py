@@ -1,0 +1,99 @@
+"""core.budget: the reserve / archive / session split."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from core.budget import ContextBudget, allocate_context_budget
+from core.defaults import ARCHIVE_MAX_TOKENS, DEFAULT_TOKEN_BUDGET
+
+
+@pytest.mark.parametrize(
+    ("total", "instruction_tokens", "expected"),
+    [
+        # missing or non-positive: the default 128k
+        (None, 0, (128_000, 20_000, 8_000, 100_000)),
+        (0, 0, (128_000, 20_000, 8_000, 100_000)),
+        (-5, 0, (128_000, 20_000, 8_000, 100_000)),
+        (float("nan"), 0, (128_000, 20_000, 8_000, 100_000)),
+        (float("inf"), 0, (128_000, 20_000, 8_000, 100_000)),
+        # tiny budgets: 15%, rounded up
+        (1, 0, (1, 1, 0, 0)),
+        (7, 0, (7, 2, 0, 5)),
+        (100, 0, (100, 15, 12, 73)),  # exactly 15, not 16 from float noise
+        (1_000, 0, (1_000, 150, 127, 723)),
+        # below 40k the 20k floor does not apply
+        (20_000, 0, (20_000, 3_000, 2_550, 14_450)),
+        (39_999, 0, (39_999, 6_000, 5_099, 28_900)),
+        # from 40k the reserve is at least 20k
+        (40_000, 0, (40_000, 20_000, 3_000, 17_000)),
+        (50_000, 0, (50_000, 20_000, 4_500, 25_500)),
+        (128_000, 0, (128_000, 20_000, 8_000, 100_000)),
+        # above 133,334 the 15% passes the floor
+        (200_000, 0, (200_000, 30_000, 8_000, 162_000)),
+        (1_000_000, 0, (1_000_000, 150_000, 8_000, 842_000)),
+        # instruction tokens come out of the usable part
+        (128_000, 5_000, (128_000, 20_000, 8_000, 95_000)),
+        (50_000, 10_000, (50_000, 20_000, 3_000, 17_000)),
+        (1_000, 5_000, (1_000, 150, 0, 0)),
+        (128_000, -50, (128_000, 20_000, 8_000, 100_000)),  # negative treated as none
+        # a float budget is floored
+        (1_000.9, 0, (1_000, 150, 127, 723)),
+    ],
+)
+def test_allocate_context_budget(
+    total: float | None, instruction_tokens: int, expected: tuple[int, int, int, int]
+) -> None:
+    budget = allocate_context_budget(total, instruction_tokens)  # type: ignore[arg-type]
+    assert (budget.total, budget.reserved, budget.archive, budget.session) == expected
+    assert all(type(v) is int for v in dataclasses.astuple(budget))
+
+
+def test_instruction_tokens_default_to_zero() -> None:
+    assert allocate_context_budget(50_000) == allocate_context_budget(50_000, 0)
+
+
+def test_budget_is_frozen() -> None:
+    budget = allocate_context_budget(None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        budget.session = 1  # type: ignore[misc]
+    assert isinstance(budget, ContextBudget)
+
+
+totals = st.one_of(st.none(), st.integers(min_value=-1_000, max_value=10_000_000))
+instructions = st.integers(min_value=0, max_value=2_000_000)
+
+
+@given(totals, instructions)
+def test_no_part_is_negative_and_parts_fit(total: int | None, instruction_tokens: int) -> None:
+    b = allocate_context_budget(total, instruction_tokens)
+    assert b.total > 0
+    assert min(b.reserved, b.archive, b.session) >= 0
+    assert b.reserved + b.archive + b.session <= b.total
+    assert b.reserved + b.archive + b.session + instruction_tokens >= b.total or (
+        b.archive == 0 and b.session == 0
+    )
+    assert b.archive <= ARCHIVE_MAX_TOKENS
+    assert b.archive <= b.session or b.archive == b.session == 0
+
+
+@given(st.integers(min_value=-1_000, max_value=0))
+def test_non_positive_means_default(total: int) -> None:
+    assert allocate_context_budget(total).total == DEFAULT_TOKEN_BUDGET
+
+
+@given(st.integers(min_value=1, max_value=10_000_000))
+def test_reserve_is_at_least_fifteen_percent(total: int) -> None:
+    b = allocate_context_budget(total)
+    assert b.reserved * 100 >= total * 15
+    if total >= 40_000:
+        assert b.reserved >= 20_000
+
+
+@given(st.integers(min_value=1, max_value=10_000_000), st.integers(min_value=0, max_value=100_000))
+def test_more_instructions_never_grow_the_session(total: int, extra: int) -> None:
+    assert allocate_context_budget(total, extra).session <= allocate_context_budget(total, 0).session

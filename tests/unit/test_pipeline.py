@@ -1,0 +1,361 @@
+"""The five post-processing steps: cases ported from the reference plugin's tests
+(session-transcript-repair, merge-consecutive), plus properties over generated
+transcripts."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.messages import (
+    AgentMessage,
+    AssistantMessage,
+    TextBlock,
+    ThinkingBlock,
+    ToolCallBlock,
+    ToolResultMessage,
+    UserMessage,
+    dump_messages,
+)
+from core.pipeline import (
+    MISSING_TOOL_RESULT_TEXT,
+    NO_CONTENT_TEXT,
+    canonicalize_agent_messages,
+    ensure_alternation,
+    merge_consecutive_users,
+    normalize_assistant_content,
+    run_pipeline,
+    sanitize_tool_use_result_pairing,
+)
+
+
+def U(content: Any = "u") -> UserMessage:
+    return UserMessage(content=content)
+
+
+def A(*calls: str, text: str | None = None, stop: str | None = None, names: dict[str, str] | None = None) -> AssistantMessage:
+    blocks: list[Any] = [TextBlock(text=text)] if text is not None else []
+    blocks += [ToolCallBlock(id=c, name=(names or {}).get(c, "bash")) for c in calls]
+    return AssistantMessage(content=blocks, stopReason=stop)
+
+
+def R(call_id: str, out: str = "ok", name: str = "bash") -> ToolResultMessage:
+    return ToolResultMessage(toolCallId=call_id, toolName=name, content=[TextBlock(text=out)])
+
+
+def synthetic(call_id: str, name: str = "bash") -> ToolResultMessage:
+    return ToolResultMessage(
+        toolCallId=call_id, toolName=name, content=[TextBlock(text=MISSING_TOOL_RESULT_TEXT)], isError=True
+    )
+
+
+# --- 1 and 2: raw dicts ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ([{"role": "assistant", "content": "hi"}], [{"role": "assistant", "content": [{"type": "text", "text": "hi"}]}]),
+        ([{"role": "user", "content": "hi"}], [{"role": "user", "content": "hi"}]),
+        ([{"role": "assistant", "content": [{"type": "text", "text": "x"}]}], [{"role": "assistant", "content": [{"type": "text", "text": "x"}]}]),
+        (["not a dict", {"role": "assistant", "content": ""}], ["not a dict", {"role": "assistant", "content": [{"type": "text", "text": ""}]}]),
+    ],
+    ids=["assistant-string", "user-untouched", "assistant-blocks-untouched", "odd-items-pass"],
+)
+def test_normalize_assistant_content(raw: list[Any], expected: list[Any]) -> None:
+    assert normalize_assistant_content(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (
+            {"role": "assistant", "content": [{"type": "toolUse", "id": "a", "name": "n", "input": {"x": 1}}]},
+            [{"role": "assistant", "content": [{"type": "toolCall", "id": "a", "name": "n", "arguments": {"x": 1}}]}],
+        ),
+        (
+            {"role": "assistant", "content": [{"type": "toolCall", "id": "a", "name": "n", "toolInput": {"x": 1}, "thoughtSignature": "s"}]},
+            [{"role": "assistant", "content": [{"type": "toolCall", "id": "a", "name": "n", "toolInput": {"x": 1}, "thoughtSignature": "s", "arguments": {"x": 1}}]}],
+        ),
+        (
+            {"role": "assistant", "content": [{"type": "functionCall", "toolCallId": "b", "name": "n"}]},
+            [{"role": "assistant", "content": [{"type": "toolCall", "id": "b", "name": "n", "arguments": {}}]}],
+        ),
+        (
+            {"role": "tool_result", "tool_use_id": "c", "content": "r"},
+            [{"role": "toolResult", "tool_use_id": "c", "toolCallId": "c", "content": [{"type": "text", "text": "r"}]}],
+        ),
+        (
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "d", "content": [{"type": "text", "text": "r"}]}]},
+            [{"role": "toolResult", "toolCallId": "d", "content": [{"type": "text", "text": "r"}], "isError": False}],
+        ),
+    ],
+    ids=["toolUse", "toolCall-toolInput", "functionCall-no-args", "tool_result-role", "user-only-tool-results"],
+)
+def test_canonicalize_agent_messages(raw: dict[str, Any], expected: list[Any]) -> None:
+    snapshot = repr(raw)
+    assert canonicalize_agent_messages([raw]) == expected
+    assert repr(raw) == snapshot  # pure: the input dict is not touched
+
+
+# --- 3: pairing (reference: session-transcript-repair.test.ts) -------------------------------
+
+PAIRING_CASES: list[tuple[str, list[AgentMessage], list[AgentMessage]]] = [
+    ("paired call and result untouched", [A("tc1", text="Let me search"), R("tc1")], [A("tc1", text="Let me search"), R("tc1")]),
+    (
+        "a call without result gets a synthetic error result before the next user",
+        [A("tc_orphan"), U("continue")],
+        [A("tc_orphan"), synthetic("tc_orphan"), U("continue")],
+    ),
+    ("results of several calls in call order", [A("a", "b"), R("b"), R("a")], [A("a", "b"), R("a"), R("b")]),
+    ("orphan result without any call dropped", [U("hi"), R("orphan_id"), U("continue")], [U("hi"), U("continue")]),
+    (
+        "stale duplicate of an earlier span dropped, each id once",
+        [A("tc_x"), R("tc_x", "result 1"), A("tc_y"), R("tc_x", "stale"), R("tc_y", "content a")],
+        [A("tc_x"), R("tc_x", "result 1"), A("tc_y"), R("tc_y", "content a")],
+    ),
+    ("errored assistant gets no synthetic result", [A("err_tc", stop="error"), U("try again")], [A("err_tc", stop="error"), U("try again")]),
+    (
+        "aborted assistant loses its results but keeps the users after it",
+        [A("ab", stop="aborted"), R("ab"), U("next")],
+        [A("ab", stop="aborted"), U("next")],
+    ),
+    (
+        "synthetic result of a nameless call is named unknown",
+        [A("tc_without_name", names={"tc_without_name": ""})],
+        [A("tc_without_name", names={"tc_without_name": ""}), synthetic("tc_without_name", "unknown")],
+    ),
+    ("result displaced after a user moves up", [A("x"), U("meanwhile"), R("x")], [A("x"), R("x"), U("meanwhile")]),
+    (
+        "a result after the next assistant is an orphan; the call gets a synthetic one",
+        [A("x"), A(text="later"), R("x")],
+        [A("x"), synthetic("x"), A(text="later")],
+    ),
+    ("a second result for the same id in one span dropped", [A("x"), R("x", "first"), R("x", "second")], [A("x"), R("x", "first")]),
+    ("a blank result name takes the call's name", [A("x", names={"x": "grep"}), R("x", name=" ")], [A("x", names={"x": "grep"}), R("x", name="grep")]),
+    ("a repeated id in one assistant gets one result", [A("x", "x"), R("x")], [A("x", "x"), R("x")]),
+    ("assistant without calls drops following results", [A(text="t"), R("x"), U()], [A(text="t"), U()]),
+]
+
+
+@pytest.mark.parametrize(("msgs", "expected"), [c[1:] for c in PAIRING_CASES], ids=[c[0] for c in PAIRING_CASES])
+def test_sanitize_tool_use_result_pairing(msgs: list[AgentMessage], expected: list[AgentMessage]) -> None:
+    assert sanitize_tool_use_result_pairing(msgs) == expected
+
+
+def test_synthetic_result_wording_and_timestamp() -> None:
+    assistant = AssistantMessage(content=[ToolCallBlock(id="t", name="bash")], timestamp=1234)
+    [_, result] = sanitize_tool_use_result_pairing([assistant])
+    assert isinstance(result, ToolResultMessage)
+    assert "missing tool result" in result.content[0].text
+    assert (result.isError, result.toolName, result.timestamp) == (True, "bash", 1234)
+
+
+# --- 4: merge users (reference: context-engine-merge-consecutive.test.ts) -----------------------
+
+MERGE_CASES: list[tuple[str, list[AgentMessage], list[AgentMessage]]] = [
+    (
+        "two users merge, strings become text blocks",
+        [U("[Session History Summary]\nold archive"), U("Hello, what's up?"), A(text="Hi!")],
+        [U([TextBlock(text="[Session History Summary]\nold archive"), TextBlock(text="Hello, what's up?")]), A(text="Hi!")],
+    ),
+    (
+        "four users collapse into one",
+        [U("a"), U("b"), U("c"), U("d"), A(text="ok")],
+        [U([TextBlock(text=t) for t in "abcd"]), A(text="ok")],
+    ),
+    ("alternation untouched", [U("Q1"), A(text="A1"), U("Q2"), A(text="A2")], [U("Q1"), A(text="A1"), U("Q2"), A(text="A2")]),
+    (
+        "block contents concatenate in order",
+        [U([TextBlock(text="part 1")]), U([TextBlock(text="part 2")])],
+        [U([TextBlock(text="part 1"), TextBlock(text="part 2")])],
+    ),
+    (
+        "string then blocks",
+        [U("first message as string"), U([TextBlock(text="second as array")])],
+        [U([TextBlock(text="first message as string"), TextBlock(text="second as array")])],
+    ),
+    ("empty input", [], []),
+    ("single message stays a string", [U("alone")], [U("alone")]),
+    ("a toolResult between users keeps them apart", [U("a"), R("x"), U("b")], [U("a"), R("x"), U("b")]),
+]
+
+
+@pytest.mark.parametrize(("msgs", "expected"), [c[1:] for c in MERGE_CASES], ids=[c[0] for c in MERGE_CASES])
+def test_merge_consecutive_users(msgs: list[AgentMessage], expected: list[AgentMessage]) -> None:
+    assert merge_consecutive_users(msgs) == expected
+
+
+def test_merge_keeps_first_timestamp_and_leaves_input_alone() -> None:
+    first, second = UserMessage(content="a", timestamp=1), UserMessage(content="b", timestamp=2)
+    msgs = [first, second]
+    assert merge_consecutive_users(msgs)[0].timestamp == 1
+    assert msgs == [first, second] and first.content == "a"
+
+
+def test_anthropic_tool_results_end_up_ahead_of_user_text() -> None:
+    # The reference hoists tool_result blocks to the front when merging users;
+    # here they become toolResult messages right after their call.
+    raw = [
+        {"role": "assistant", "content": [{"type": "toolUse", "id": "tu_a", "name": "n", "input": {}},
+                                          {"type": "toolUse", "id": "tu_b", "name": "n", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu_a", "content": "a"}, {"type": "text", "text": "between"}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu_b", "content": "b"}]},
+    ]
+    out = dump_messages(run_pipeline(raw))
+    assert [(m["role"], m.get("toolCallId")) for m in out] == [
+        ("assistant", None), ("toolResult", "tu_a"), ("toolResult", "tu_b"), ("user", None)
+    ]
+    assert out[3]["content"] == [{"type": "text", "text": "between"}]
+
+
+# --- 5: alternation -------------------------------------------------------------------------
+
+PLACEHOLDER = UserMessage(content=NO_CONTENT_TEXT)
+
+
+@pytest.mark.parametrize(
+    ("msgs", "expected"),
+    [
+        ([U("Q1"), A(text="A1"), U("Q2"), A(text="A2")], [U("Q1"), A(text="A1"), U("Q2"), A(text="A2")]),
+        ([U("Q"), A(text="A1"), A(text="A2")], [U("Q"), A(text="A1"), PLACEHOLDER, A(text="A2")]),
+        ([U("U1"), U("U2"), A(text="A")], [U("U1"), U("U2"), A(text="A")]),
+        ([], []),
+        ([A(text="alone")], [A(text="alone")]),
+        (
+            [U("Q"), A(text="1"), A(text="2"), A(text="3")],
+            [U("Q"), A(text="1"), PLACEHOLDER, A(text="2"), PLACEHOLDER, A(text="3")],
+        ),
+        ([A("x"), R("x"), A(text="after")], [A("x"), R("x"), A(text="after")]),
+    ],
+    ids=["alternating", "two-assistants", "users-not-touched", "empty", "single", "three-assistants", "tool-result-separates"],
+)
+def test_ensure_alternation(msgs: list[AgentMessage], expected: list[AgentMessage]) -> None:
+    assert ensure_alternation(msgs) == expected
+
+
+def test_issue_1724_stack_collapses_to_nine_alternating_turns() -> None:
+    assembled = [
+        U("[Session History Summary]\n# Working Memory\n..."),
+        A(text="previous response"), U("got it"), A(text="anything else?"),
+        U("write iterative version"), A(text="ok working on it..."),
+        U("[sessions_yield interrupt]"), U("Turn yielded. [Context: previous turn ...]"),
+        A(text="I have resumed, continuing..."), U("good"),
+        U("[Audio] User text: [Telegram User] wrap it in a class"), U("also add comments"),
+    ]
+    final = run_pipeline(assembled)
+    assert len(final) == 9
+    assert all(type(a) is not type(b) for a, b in zip(final, final[1:]))
+    assert isinstance(final[0], UserMessage) and isinstance(final[-1], UserMessage)
+
+
+def test_compact_path_summary_and_new_user_become_one() -> None:
+    final = run_pipeline([U("[Session History Summary]\n..."), U("what was the last thing we did?")])
+    assert len(final) == 1 and isinstance(final[0], UserMessage)
+
+
+def test_run_pipeline_accepts_raw_dicts() -> None:
+    raw = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "tool_call", "id": "c", "name": "ls", "arguments": "{}"}]},
+        {"role": "assistant", "content": "done"},
+    ]
+    assert run_pipeline(raw) == [U("q"), A("c", names={"c": "ls"}), synthetic("c", "ls"), A(text="done")]
+
+
+# --- properties -------------------------------------------------------------------------------
+
+_texts = st.text(alphabet="ab (", max_size=4)
+
+
+@st.composite
+def transcripts(draw: st.DrawFn) -> list[AgentMessage]:
+    """Messages in any order; call ids unique per assistant position, results pointing
+    at past, future, or no calls; some assistants errored."""
+    msgs: list[AgentMessage] = []
+    for i in range(draw(st.integers(0, 12))):
+        kind = draw(st.sampled_from(["user", "assistant", "toolResult"]))
+        if kind == "user":
+            content = draw(_texts | st.lists(_texts.map(lambda t: TextBlock(text=t)), max_size=2))
+            msgs.append(UserMessage(content=content))
+        elif kind == "assistant":
+            blocks: list[Any] = [TextBlock(text=t) for t in draw(st.lists(_texts, max_size=1))]
+            blocks += [ThinkingBlock(thinking="t")] * draw(st.integers(0, 1))
+            names = draw(st.lists(st.sampled_from(["", "bash", "read"]), max_size=3))
+            blocks += [ToolCallBlock(id=f"c{i}_{j}", name=n) for j, n in enumerate(names)]
+            stop = draw(st.sampled_from([None, "stop", "toolUse", "error", "aborted"]))
+            msgs.append(AssistantMessage(content=blocks, stopReason=stop))
+        else:
+            call_id = draw(st.sampled_from(["ghost"]) | st.builds("c{}_{}".format, st.integers(0, 12), st.integers(0, 2)))
+            msgs.append(ToolResultMessage(toolCallId=call_id, toolName=draw(st.sampled_from(["", "bash"])),
+                                          content=[TextBlock(text=draw(_texts))]))
+    return msgs
+
+
+def _errored(msg: AgentMessage) -> bool:
+    return isinstance(msg, AssistantMessage) and msg.stopReason in ("error", "aborted")
+
+
+def _call_ids(msg: AgentMessage) -> list[str]:
+    if not isinstance(msg, AssistantMessage):
+        return []
+    return [b.id for b in msg.content if isinstance(b, ToolCallBlock)]
+
+
+def _user_texts(msgs: list[AgentMessage]) -> Counter[str]:
+    texts: Counter[str] = Counter()
+    for msg in msgs:
+        if isinstance(msg, UserMessage):
+            if isinstance(msg.content, str):
+                texts[msg.content] += 1
+            else:
+                texts.update(b.text for b in msg.content if isinstance(b, TextBlock))
+    return texts
+
+
+@settings(max_examples=400, deadline=None)
+@given(transcripts())
+def test_pipeline_invariants(msgs: list[AgentMessage]) -> None:
+    out = run_pipeline(msgs)
+    for prev, cur in zip(out, out[1:]):
+        # Roles alternate: never two assistants, never two users, in a row.
+        assert not (isinstance(prev, AssistantMessage) and isinstance(cur, AssistantMessage))
+        assert not (isinstance(prev, UserMessage) and isinstance(cur, UserMessage))
+    owner: AgentMessage | None = None  # the assistant whose results may follow
+    for i, msg in enumerate(out):
+        if isinstance(msg, ToolResultMessage):
+            # A result only right after its own (non-errored) assistant call, or another result.
+            assert i > 0 and isinstance(out[i - 1], (AssistantMessage, ToolResultMessage))
+            assert owner is not None and not _errored(owner)
+            assert msg.toolCallId in _call_ids(owner)
+        elif isinstance(msg, AssistantMessage):
+            owner = msg
+            if not _errored(msg):
+                run = []
+                for nxt in out[i + 1:]:
+                    if not isinstance(nxt, ToolResultMessage):
+                        break
+                    run.append(nxt.toolCallId)
+                # Every call answered exactly once, in call order.
+                assert run == list(dict.fromkeys(_call_ids(msg)))
+        else:
+            owner = None
+    assert not _user_texts(msgs) - _user_texts(out)  # no user text lost
+
+
+@settings(max_examples=300, deadline=None)
+@given(transcripts())
+def test_pipeline_is_idempotent(msgs: list[AgentMessage]) -> None:
+    once = run_pipeline(msgs)
+    assert run_pipeline(once) == once
+
+
+@settings(max_examples=200, deadline=None)
+@given(transcripts())
+def test_raw_and_typed_input_agree(msgs: list[AgentMessage]) -> None:
+    assert run_pipeline(dump_messages(msgs)) == run_pipeline(msgs)
