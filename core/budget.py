@@ -1,11 +1,11 @@
 """Split of a model's token budget between output reserve, archive summary and
 active session messages (assemble's full-context path).
 
-Decision on the reserve floor: the seed reads "reserved = max(15%, 20k)", but
-taken literally that leaves a 20k budget nothing and a 30k budget a third of
-itself. We follow the reference plugin: the 20k floor applies only when the
-budget is at least twice the floor (40k); below that the reserve is a plain
-15%. Either way the reserve never exceeds the budget.
+The reserve follows the seed as drawn: max(15%, 20k), never more than the
+budget. (The reference plugin applies the 20k floor only from a 40k budget
+on; below 40k that leaves more room for messages but less for the answer. The
+seed's rule is the one our issue asks for, so a budget under ~23.5k is all
+reserve and assemble sends only what the caller already holds.)
 
 Rounding: the reserve rounds up (output headroom is what a too-long prompt
 costs), the archive share rounds down, and the session gets the exact rest, so
@@ -57,13 +57,12 @@ def _effective_total(total: int | float | None) -> int:
 def allocate_context_budget(total: int | None, instruction_tokens: int = 0) -> ContextBudget:
     """Split ``total`` (missing or non-positive: ``DEFAULT_TOKEN_BUDGET``).
 
-    reserved = min(total, max(ceil(15% total), 20k if total >= 40k else 0));
+    reserved = min(total, max(ceil(15% total), 20k));
     usable = max(total - reserved - instruction_tokens, 0);
     archive = min(floor(15% usable), 8000); session = usable - archive.
     """
     budget = _effective_total(total)
-    floor = RESERVED_MIN_TOKENS if budget >= 2 * RESERVED_MIN_TOKENS else 0
-    reserved = min(budget, max(math.ceil(budget * _RESERVED_SHARE), floor))
+    reserved = min(budget, max(math.ceil(budget * _RESERVED_SHARE), RESERVED_MIN_TOKENS))
     usable = max(budget - reserved - max(int(instruction_tokens or 0), 0), 0)
     archive = min(math.floor(usable * _ARCHIVE_SHARE), ARCHIVE_MAX_TOKENS)
     return ContextBudget(total=budget, reserved=reserved, archive=archive, session=usable - archive)

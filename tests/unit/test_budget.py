@@ -21,15 +21,12 @@ from core.defaults import ARCHIVE_MAX_TOKENS, DEFAULT_TOKEN_BUDGET
         (-5, 0, (128_000, 20_000, 8_000, 100_000)),
         (float("nan"), 0, (128_000, 20_000, 8_000, 100_000)),
         (float("inf"), 0, (128_000, 20_000, 8_000, 100_000)),
-        # tiny budgets: 15%, rounded up
+        # under 20k the whole budget is reserve: never more than the budget
         (1, 0, (1, 1, 0, 0)),
-        (7, 0, (7, 2, 0, 5)),
-        (100, 0, (100, 15, 12, 73)),  # exactly 15, not 16 from float noise
-        (1_000, 0, (1_000, 150, 127, 723)),
-        # below 40k the 20k floor does not apply
-        (20_000, 0, (20_000, 3_000, 2_550, 14_450)),
-        (39_999, 0, (39_999, 6_000, 5_099, 28_900)),
-        # from 40k the reserve is at least 20k
+        (100, 0, (100, 100, 0, 0)),
+        (20_000, 0, (20_000, 20_000, 0, 0)),
+        # from 20k the reserve is the 20k floor until 15% passes it
+        (30_000, 0, (30_000, 20_000, 1_500, 8_500)),
         (40_000, 0, (40_000, 20_000, 3_000, 17_000)),
         (50_000, 0, (50_000, 20_000, 4_500, 25_500)),
         (128_000, 0, (128_000, 20_000, 8_000, 100_000)),
@@ -39,10 +36,12 @@ from core.defaults import ARCHIVE_MAX_TOKENS, DEFAULT_TOKEN_BUDGET
         # instruction tokens come out of the usable part
         (128_000, 5_000, (128_000, 20_000, 8_000, 95_000)),
         (50_000, 10_000, (50_000, 20_000, 3_000, 17_000)),
-        (1_000, 5_000, (1_000, 150, 0, 0)),
+        (1_000, 5_000, (1_000, 1_000, 0, 0)),
         (128_000, -50, (128_000, 20_000, 8_000, 100_000)),  # negative treated as none
         # a float budget is floored
-        (1_000.9, 0, (1_000, 150, 127, 723)),
+        (30_000.9, 0, (30_000, 20_000, 1_500, 8_500)),
+        # 15% of 200k rounds exactly (no float noise): 30,000 not 30,001
+        (200_000, 1, (200_000, 30_000, 8_000, 161_999)),
     ],
 )
 def test_allocate_context_budget(
@@ -90,8 +89,7 @@ def test_non_positive_means_default(total: int) -> None:
 def test_reserve_is_at_least_fifteen_percent(total: int) -> None:
     b = allocate_context_budget(total)
     assert b.reserved * 100 >= total * 15
-    if total >= 40_000:
-        assert b.reserved >= 20_000
+    assert b.reserved == min(total, max(b.reserved, 20_000))
 
 
 @given(st.integers(min_value=1, max_value=10_000_000), st.integers(min_value=0, max_value=100_000))
