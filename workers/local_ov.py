@@ -22,7 +22,7 @@ import httpx
 OV_SERVER_ENV = "OVSTREAM_OV_SERVER"
 OV_VENV_BINARY = Path("/root/.cache/ovstream/ov-venv/bin/openviking-server")
 INSTALL_HINT = (
-    "openviking-server 0.5.2 not found. Install it into its own venv:\n"
+    "openviking-server 0.5.2 not found. Install it with `scripts/bootstrap.sh openviking`, or by hand:\n"
     "  python3.11 -m venv ~/.cache/ovstream/ov-venv && "
     "~/.cache/ovstream/ov-venv/bin/pip install openviking==0.5.2\n"
     f"or point ${OV_SERVER_ENV} at an openviking-server binary."

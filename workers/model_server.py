@@ -28,6 +28,7 @@ import json
 import logging
 import math
 import re
+import signal
 import struct
 import threading
 import time
@@ -274,6 +275,11 @@ def cli_model_server(settings: Any, args: argparse.Namespace) -> int:
     host, port = httpd.server_address[:2]
     print(f"model server on http://{host}:{port}/v1 (mode {args.mode}, dimension {args.dimension})",
           flush=True)
+
+    def _terminate(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         httpd.serve_forever()
     except KeyboardInterrupt:

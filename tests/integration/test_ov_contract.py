@@ -1,0 +1,380 @@
+"""The OpenViking 0.5.2 facts ovstream relies on, checked against the real server.
+
+Plain httpx on purpose: these tests pin the wire contract (docs/OV-NOTES.md), so
+they must not depend on our own client's interpretation of it.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+
+from core.tokens import estimate_tokens
+
+BUDGET = {"token_budget": 128_000}
+
+
+def sid(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def ok(r: httpx.Response) -> Any:
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["status"] == "ok" and body.get("error") is None, body
+    return body["result"]
+
+
+def err(r: httpx.Response, status: int, code: str) -> dict:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["status"] == "error", body
+    assert body["error"]["code"] == code, body
+    assert body.get("result") is None
+    return body["error"]
+
+
+def text_msg(role: str, text: str, **extra: Any) -> dict:
+    return {"role": role, "parts": [{"type": "text", "text": text}], **extra}
+
+
+def commit_and_wait(http: httpx.Client, wait_task, session_id: str, **body: Any) -> tuple[dict, dict]:
+    accepted = ok(http.post(f"/api/v1/sessions/{session_id}/commit", json=body))
+    assert accepted["status"] == "accepted", accepted
+    return accepted, wait_task(http, accepted["task_id"])
+
+
+# --- health, envelope, errors -----------------------------------------------------------
+
+def test_health_reports_version_and_dev_mode(ov_http: httpx.Client) -> None:
+    body = ov_http.get("/health").json()
+    assert body["status"] == "ok"
+    assert body["version"] == "0.5.2"
+    assert body["auth_mode"] == "dev"
+
+
+def test_missing_session_is_404_not_found(ov_http: httpx.Client) -> None:
+    error = err(ov_http.get(f"/api/v1/sessions/{sid('missing')}"), 404, "NOT_FOUND")
+    assert "not found" in error["message"]
+    err(ov_http.get(f"/api/v1/sessions/{sid('missing')}/archives/archive_001"), 404, "NOT_FOUND")
+    err(ov_http.get("/api/v1/tasks/no-such-task"), 404, "NOT_FOUND")
+    err(ov_http.delete(f"/api/v1/sessions/{sid('missing')}"), 404, "NOT_FOUND")
+
+
+def test_old_user_memories_uri_finds_nothing_in_dev_mode(ov_http: httpx.Client) -> None:
+    # dev mode answers 200 and searches a user literally called "memories";
+    # API-key mode rejects it (test_api_key_mode_rejects_old_user_memories_uri)
+    r = ov_http.post("/api/v1/search/find",
+                     json={"query": "coffee", "target_uri": "viking://user/memories", "limit": 5})
+    assert ok(r)["memories"] == []
+
+
+def test_find_rejects_unknown_fields(ov_http: httpx.Client) -> None:
+    r = ov_http.post("/api/v1/search/find", json={"query": "x", "target_uri": "viking://~/memories",
+                                                  "limit": 3, "bogus": 1})
+    error = err(r, 400, "INVALID_ARGUMENT")
+    assert error["details"]["validation_errors"][0]["loc"] == ["body", "bogus"]
+
+
+# --- sessions and messages --------------------------------------------------------------
+
+def test_create_session_then_duplicate_is_409(ov_http: httpx.Client) -> None:
+    s = sid("create")
+    created = ok(ov_http.post("/api/v1/sessions", json={"session_id": s}))
+    assert created["session_id"] == s
+    assert created["uri"] == f"viking://user/default/sessions/{s}"
+    err(ov_http.post("/api/v1/sessions", json={"session_id": s}), 409, "ALREADY_EXISTS")
+    state = ok(ov_http.get(f"/api/v1/sessions/{s}"))
+    assert (state["message_count"], state["commit_count"], state["pending_tokens"]) == (0, 0, 0)
+
+
+def test_add_message_autocreates_and_echoes_fields(ov_http: httpx.Client) -> None:
+    s = sid("add")
+    added = ok(ov_http.post(f"/api/v1/sessions/{s}/messages",
+                            json=text_msg("assistant", "hello there", peer_id="agent_a",
+                                          created_at="2026-01-01T00:00:00Z", turn_id="turn-1")))
+    assert added == {"session_id": s, "message_count": 1, "pending_tokens": estimate_tokens("hello there")}
+    ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json={"role": "user", "content": "plain content"}))
+    ctx = ok(ov_http.get(f"/api/v1/sessions/{s}/context", params=BUDGET))
+    first, second = ctx["messages"]
+    assert first["role"] == "assistant" and first["peer_id"] == "agent_a"
+    assert first["turn_id"] == "turn-1" and first["created_at"] == "2026-01-01T00:00:00Z"
+    assert first["id"].startswith("msg_")
+    assert second["parts"] == [{"type": "text", "text": "plain content"}]
+
+
+def test_batch_route_adds_up_to_100_and_rejects_101(ov_http: httpx.Client) -> None:
+    s = sid("batch")
+    msgs = [text_msg("user" if i % 2 == 0 else "assistant", f"message number {i}") for i in range(101)]
+    err(ov_http.post(f"/api/v1/sessions/{s}/messages/batch", json={"messages": msgs}), 400, "INVALID_ARGUMENT")
+    result = ok(ov_http.post(f"/api/v1/sessions/{s}/messages/batch", json={"messages": msgs[:100]}))
+    assert result["added"] == 100 and result["message_count"] == 100
+    expected = sum(estimate_tokens(f"message number {i}") for i in range(100))
+    assert result["pending_tokens"] == expected
+    state = ok(ov_http.get(f"/api/v1/sessions/{s}"))
+    assert state["message_count"] == 100 and state["total_message_count"] == 100
+
+
+@pytest.mark.parametrize("text", [
+    "I prefer dark roast coffee in the morning.",
+    "你好世界，今天天气很好。",
+    "emoji 😀 and 🎉 mixed",
+    "mixed 日本語 かな 한국어 text 😀",
+    "x",
+])
+def test_pending_tokens_matches_local_estimate(ov_http: httpx.Client, text: str) -> None:
+    s = sid("tokens")
+    first = ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json=text_msg("user", text)))
+    assert first["pending_tokens"] == estimate_tokens(text)
+    # rounding is per message, not over the session's concatenated text
+    second = ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json=text_msg("assistant", text)))
+    assert second["pending_tokens"] == 2 * estimate_tokens(text)
+    assert ok(ov_http.get(f"/api/v1/sessions/{s}"))["pending_tokens"] == 2 * estimate_tokens(text)
+
+
+def test_pending_tokens_of_tool_and_context_parts(ov_http: httpx.Client) -> None:
+    s = sid("toolparts")
+    tool = {"type": "tool", "tool_id": "call_1", "tool_name": "read", "tool_input": {"path": "/x", "n": 2},
+            "tool_output": "hello world", "tool_status": "completed"}
+    r = ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json={"role": "assistant", "parts": [tool]}))
+    # tool_id + tool_name + json.dumps(input) (Python's default separators) + output
+    assert r["pending_tokens"] == estimate_tokens('call_1read{"path": "/x", "n": 2}hello world')
+    ctx_part = {"type": "context", "uri": "viking://user/default/memories/x.md",
+                "context_type": "memory", "abstract": "an abstract"}
+    r2 = ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json={"role": "user", "parts": [ctx_part]}))
+    assert r2["pending_tokens"] - r["pending_tokens"] == estimate_tokens("an abstract")
+
+
+def test_delete_session(ov_http: httpx.Client) -> None:
+    s = sid("delete")
+    ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json=text_msg("user", "bye")))
+    assert ok(ov_http.delete(f"/api/v1/sessions/{s}")) == {"session_id": s}
+    err(ov_http.get(f"/api/v1/sessions/{s}"), 404, "NOT_FOUND")
+
+
+def test_fs_delete_of_missing_uri_is_ok_with_zero(ov_http: httpx.Client) -> None:
+    r = ok(ov_http.delete("/api/v1/fs", params={"uri": "viking://user/default/memories/nope.md",
+                                                "recursive": "false"}))
+    assert r["estimated_deleted_count"] == 0
+
+
+# --- commit and phase 2 -------------------------------------------------------------------
+
+def test_commit_of_empty_session_is_skipped(ov_http: httpx.Client) -> None:
+    s = sid("empty")
+    ok(ov_http.post("/api/v1/sessions", json={"session_id": s}))
+    r = ok(ov_http.post(f"/api/v1/sessions/{s}/commit", json={}))
+    assert r["status"] == "skipped" and r["task_id"] is None and r["archived"] is False
+    assert r["reason"] == "no_messages"
+
+
+def test_commit_with_working_memory_extracts_preference(ov_http: httpx.Client, wait_task) -> None:
+    s = sid("phase2")
+    ok(ov_http.post(f"/api/v1/sessions/{s}/messages/batch", json={"messages": [
+        text_msg("user", "I prefer green tea with jasmine flowers."),
+        text_msg("assistant", "Noted: jasmine green tea."),
+    ]}))
+    accepted, task = commit_and_wait(ov_http, wait_task, s, enable_working_memory=True)
+    assert accepted["archive_uri"] == f"viking://user/default/sessions/{s}/history/archive_001"
+    assert accepted["archived"] is True and accepted["effective_enable_working_memory"] is True
+    assert task["status"] == "completed", task
+    assert task["task_type"] == "session_commit" and task["resource_id"] == s
+    result = task["result"]
+    assert result["archive_uri"] == accepted["archive_uri"]
+    assert result["memories_extracted"] == {"memory_write": 1}
+
+    ctx = ok(ov_http.get(f"/api/v1/sessions/{s}/context", params=BUDGET))
+    assert ctx["latest_archive_overview"].startswith("# Working Memory")
+    assert "green tea" in ctx["latest_archive_overview"]
+    assert ctx["messages"] == []
+    assert ctx["stats"]["totalArchives"] == 1 and ctx["stats"]["failedArchives"] == 0
+    assert ctx["estimatedTokens"] == ctx["stats"]["activeTokens"] + ctx["stats"]["archiveTokens"]
+
+    archive = ok(ov_http.get(f"/api/v1/sessions/{s}/archives/archive_001"))
+    assert archive["archive_id"] == "archive_001"
+    assert archive["overview"] == ctx["latest_archive_overview"]
+    assert [m["parts"][0]["text"] for m in archive["messages"]] == [
+        "I prefer green tea with jasmine flowers.", "Noted: jasmine green tea."]
+
+    state = ok(ov_http.get(f"/api/v1/sessions/{s}"))
+    assert (state["message_count"], state["commit_count"], state["pending_tokens"]) == (0, 1, 0)
+
+    expected_uri = "viking://user/default/memories/preferences/default/green_tea_jasmine.md"
+    for target in ("viking://user/default/memories", "viking://~/memories"):
+        found = ok(ov_http.post("/api/v1/search/find",
+                                json={"query": "green tea jasmine", "target_uri": target, "limit": 10}))
+        leaves = [h for h in found["memories"] if h["level"] == 2]
+        assert [h["uri"] for h in leaves][:1] == [expected_uri], found
+        assert "green tea" in leaves[0]["abstract"] and leaves[0]["context_type"] == "memory"
+    body = ok(ov_http.get("/api/v1/content/read", params={"uri": expected_uri}))
+    assert "I prefer green tea with jasmine flowers." in body
+
+
+def test_second_commit_updates_working_memory_and_existing_preference(ov_http: httpx.Client,
+                                                                      wait_task) -> None:
+    s = sid("phase2b")
+    ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json=text_msg("user", "I like mountain biking trails.")))
+    _, first = commit_and_wait(ov_http, wait_task, s, enable_working_memory=True)
+    assert first["status"] == "completed", first
+    ok(ov_http.post(f"/api/v1/sessions/{s}/messages",
+                    json=text_msg("user", "I like mountain biking trails at dawn. I love sourdough bread.")))
+    accepted, second = commit_and_wait(ov_http, wait_task, s, enable_working_memory=True)
+    assert accepted["archive_uri"].endswith("/history/archive_002")
+    assert second["status"] == "completed", second
+    # the biking topic already existed -> an edit; sourdough is new -> a write
+    assert second["result"]["memories_extracted"] == {"memory_write": 1, "memory_edit": 1}
+    ctx = ok(ov_http.get(f"/api/v1/sessions/{s}/context", params=BUDGET))
+    overview = ctx["latest_archive_overview"]
+    assert "mountain biking" in overview and "sourdough" in overview
+    assert ctx["stats"]["totalArchives"] == 2
+    state = ok(ov_http.get(f"/api/v1/sessions/{s}"))
+    assert state["commit_count"] == 2 and state["memories_extracted"]["total"] == 3
+
+
+def test_commit_without_working_memory_has_no_overview(ov_http: httpx.Client, wait_task) -> None:
+    s = sid("nowm")
+    ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json=text_msg("user", "Nothing memorable here.")))
+    accepted, task = commit_and_wait(ov_http, wait_task, s)
+    assert accepted["effective_enable_working_memory"] is False
+    assert task["status"] == "completed", task
+    assert task["result"]["memories_extracted"] == {}
+    ctx = ok(ov_http.get(f"/api/v1/sessions/{s}/context", params=BUDGET))
+    assert ctx["latest_archive_overview"] == ""
+    assert ctx["stats"]["totalArchives"] == 1
+
+
+def test_keep_recent_count_keeps_the_tail_active(ov_http: httpx.Client, wait_task) -> None:
+    s = sid("keep")
+    texts = [f"turn {i} says something" for i in range(5)]
+    ok(ov_http.post(f"/api/v1/sessions/{s}/messages/batch",
+                    json={"messages": [text_msg("user", t) for t in texts]}))
+    accepted = ok(ov_http.post(f"/api/v1/sessions/{s}/commit", json={"keep_recent_count": 2}))
+    # phase 1 (archiving) is done when commit answers. pending_tokens counts only the
+    # messages OUTSIDE the last commit's keep_recent_count window (what the next
+    # commit would archive), so the kept tail counts 0
+    state = ok(ov_http.get(f"/api/v1/sessions/{s}"))
+    assert state["message_count"] == 2 and state["keep_recent_count"] == 2
+    assert state["pending_tokens"] == 0
+    assert wait_task(ov_http, accepted["task_id"])["status"] == "completed"
+    later = ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json=text_msg("user", "one more turn")))
+    assert later["message_count"] == 3
+    assert later["pending_tokens"] == estimate_tokens(texts[3])  # the one now outside the window
+    again = ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json=text_msg("user", "and another")))
+    assert again["pending_tokens"] == estimate_tokens(texts[3]) + estimate_tokens(texts[4])
+    ctx = ok(ov_http.get(f"/api/v1/sessions/{s}/context", params=BUDGET))
+    active = [*texts[-2:], "one more turn", "and another"]
+    assert [m["parts"][0]["text"] for m in ctx["messages"]] == active
+    assert ctx["stats"]["activeTokens"] == sum(estimate_tokens(t) for t in active)
+
+
+def test_phase2_failure_is_counted_and_later_commits_work(ov_http: httpx.Client, wait_task,
+                                                          model_mode, model_server) -> None:
+    s = sid("fail")
+    ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json=text_msg("user", "I prefer loud heavy metal.")))
+    model_mode("garbage")
+    before = model_server.counts().get("garbage", 0)
+    _, task = commit_and_wait(ov_http, wait_task, s, enable_working_memory=True)
+    assert model_server.counts().get("garbage", 0) > before
+    assert task["status"] == "failed", task
+    assert task["result"] is None and "could not be parsed" in task["error"]
+    ctx = ok(ov_http.get(f"/api/v1/sessions/{s}/context", params=BUDGET))
+    assert ctx["stats"]["failedArchives"] == 1 and ctx["stats"]["totalArchives"] == 1
+    assert ctx["messages"] == [] and ctx["latest_archive_overview"] == ""
+
+    model_mode("normal")
+    ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json=text_msg("user", "I prefer quiet jazz.")))
+    accepted, again = commit_and_wait(ov_http, wait_task, s, enable_working_memory=True)
+    assert accepted["archive_uri"].endswith("/history/archive_002")
+    assert again["status"] == "completed", again
+    # failedArchives is 0/1 ("the newest finished archive failed"), so a later success
+    # resets it; the failed archive's messages are not re-processed: they are lost
+    assert again["result"]["memories_extracted"] == {"memory_write": 1}
+    ctx = ok(ov_http.get(f"/api/v1/sessions/{s}/context", params=BUDGET))
+    assert ctx["stats"]["failedArchives"] == 0 and ctx["stats"]["totalArchives"] == 2
+    assert "quiet jazz" in ctx["latest_archive_overview"]
+    assert "heavy metal" not in ctx["latest_archive_overview"]
+    found = ok(ov_http.post("/api/v1/search/find", json={
+        "query": "loud heavy metal", "target_uri": "viking://~/memories", "limit": 10}))
+    assert not [h for h in found["memories"] if h["uri"].endswith("/loud_heavy_metal.md")]
+
+
+def test_grep_finds_archived_text(ov_http: httpx.Client, wait_task) -> None:
+    s = sid("grep")
+    ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json=text_msg("user", "The Zanzibar protocol.")))
+    _, task = commit_and_wait(ov_http, wait_task, s)
+    assert task["status"] == "completed"
+    found = ok(ov_http.post("/api/v1/search/grep", json={
+        "uri": f"viking://~/sessions/{s}/history", "pattern": "zanzibar", "case_insensitive": True}))
+    assert found["count"] == 1
+    assert found["matches"][0]["uri"] == f"viking://user/default/sessions/{s}/history/archive_001/messages.jsonl"
+    assert "Zanzibar" in found["matches"][0]["content"]
+
+
+# --- API-key mode -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def keyed(ov_keyed_server) -> dict[str, Any]:
+    """Root client plus two users of one fresh account on the API-key server."""
+    client = httpx.Client(base_url=ov_keyed_server.url, timeout=60.0, trust_env=False)
+    account = sid("acct")
+    root = {"X-API-Key": ov_keyed_server.root_api_key}
+    alice = ok(client.post("/api/v1/admin/accounts", headers=root,
+                           json={"account_id": account, "admin_user_id": "alice"}))
+    bob = ok(client.post(f"/api/v1/admin/accounts/{account}/users", headers=root,
+                         json={"user_id": "bob", "role": "user"}))
+    try:
+        yield {"client": client, "account": account, "alice": alice, "bob": bob, "root": root}
+    finally:
+        client.close()
+
+
+def test_api_key_mode_auth_errors(keyed: dict[str, Any]) -> None:
+    c = keyed["client"]
+    assert c.get("/health").json()["auth_mode"] == "api_key"
+    err(c.post("/api/v1/sessions", json={}), 401, "UNAUTHENTICATED")
+    err(c.post("/api/v1/sessions", json={}, headers={"X-API-Key": "wrong"}), 401, "UNAUTHENTICATED")
+    root = keyed["root"]
+    err(c.post("/api/v1/sessions", json={}, headers=root), 403, "PERMISSION_DENIED")
+    err(c.post("/api/v1/search/find", headers=root,
+               json={"query": "x", "target_uri": "viking://~/memories", "limit": 3}), 403, "PERMISSION_DENIED")
+
+
+def test_api_key_mode_rejects_old_user_memories_uri(keyed: dict[str, Any]) -> None:
+    r = keyed["client"].post("/api/v1/search/find", headers={"X-API-Key": keyed["alice"]["user_key"]},
+                             json={"query": "coffee", "target_uri": "viking://user/memories", "limit": 5})
+    error = err(r, 400, "INVALID_URI")
+    assert error["details"]["uri"] == "viking://user/memories"
+    assert "viking://~/memories" in error["message"]
+
+
+def test_api_key_users_are_isolated(keyed: dict[str, Any]) -> None:
+    c, account = keyed["client"], keyed["account"]
+    alice = {"X-API-Key": keyed["alice"]["user_key"]}
+    bob = {"Authorization": f"Bearer {keyed['bob']['user_key']}"}
+    assert keyed["alice"]["account_id"] == account and keyed["bob"]["user_id"] == "bob"
+    a = ok(c.post("/api/v1/sessions", json={"session_id": "shared"}, headers=alice))
+    assert a["uri"] == "viking://user/alice/sessions/shared"
+    assert a["user"] == {"account_id": account, "user_id": "alice"}
+    ok(c.post("/api/v1/sessions/shared/messages", json=text_msg("user", "alice only"), headers=alice))
+    err(c.get("/api/v1/sessions/shared", headers=bob), 404, "NOT_FOUND")
+    b = ok(c.post("/api/v1/sessions", json={"session_id": "shared"}, headers=bob))
+    assert b["uri"] == "viking://user/bob/sessions/shared"
+    assert ok(c.get("/api/v1/sessions/shared", headers=bob))["message_count"] == 0
+    assert ok(c.get("/api/v1/sessions/shared", headers=alice))["message_count"] == 1
+    err(c.post("/api/v1/search/find", headers=bob, json={
+        "query": "alice", "target_uri": "viking://user/alice/memories", "limit": 3}), 403, "PERMISSION_DENIED")
+    own = ok(c.post("/api/v1/search/find", headers=bob, json={
+        "query": "alice", "target_uri": "viking://~/memories", "limit": 3}))
+    assert all("/user/bob/" in h["uri"] for h in own["memories"])
+
+
+def test_estimate_helper_is_the_weighted_ceiling() -> None:
+    # guards the arithmetic the tier's token assertions lean on
+    assert estimate_tokens("abcd") == 1 and estimate_tokens("abcde") == 2
+    assert estimate_tokens("你") == 2 and estimate_tokens("😀") == 2
+    assert estimate_tokens("😀😀a") == math.ceil(4.25)
+
