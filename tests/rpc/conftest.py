@@ -1,0 +1,58 @@
+"""Fixtures of the RPC tests: the app over a real redis-server and the FakeOV.
+
+``rpc`` (an ``rpc_helpers.Rpc``) bundles what a test needs: the httpx client
+talking to the app in process, the FakeOV behind it, the Redis client and the
+settings; ``make_rpc`` builds more with other settings. Tests that commit
+(compact, memory_store) also take ``commit_worker``, an embedded RQ worker
+thread running the jobs against the same FakeOV.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from core.config import Settings
+from core.fake_ov import FakeOV
+from rpc_helpers import TEST_SETTINGS, Rpc, running_worker
+from workers.rpc import create_app
+
+
+@pytest.fixture
+def fake() -> FakeOV:
+    return FakeOV()
+
+
+@pytest.fixture
+async def make_rpc(redis_url: str) -> AsyncIterator[Callable[..., Any]]:
+    """Factory: ``await make_rpc(fake, **settings)`` -> Rpc (closed at teardown)."""
+    opened: list[tuple[httpx.AsyncClient, Any, redis.Redis]] = []
+
+    async def make(fake: FakeOV, **overrides: Any) -> Rpc:
+        settings = Settings(redis_url=redis_url, **{**TEST_SETTINGS, **overrides})
+        rds = redis.Redis.from_url(redis_url)
+        app = create_app(settings, redis=rds, ov_transport=fake.transport())
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://rpc")
+        opened.append((client, app, rds))
+        return Rpc(client, fake, rds, settings, app)
+
+    yield make
+    for client, app, rds in opened:
+        await client.aclose()
+        await app.state.services.ov.aclose()
+        rds.close()
+
+
+@pytest.fixture
+async def rpc(make_rpc: Callable[..., Any], fake: FakeOV) -> Rpc:
+    return await make_rpc(fake)
+
+
+@pytest.fixture
+def commit_worker(rpc: Rpc) -> Iterator[None]:
+    with running_worker(rpc):
+        yield

@@ -1,0 +1,135 @@
+"""The HTTP surface: input errors, health, metrics, the OpenAPI spec, the CLI wiring."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import pytest
+import redis
+
+from core.config import Settings
+from core.events import CommitOutcome, encode
+from core.keys import Keys
+from workers.cli import build_parser
+from workers.rpc import add_rpc_arguments, create_app, fail_fast
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code", "field"),
+    [
+        (b"{not json", 400, "invalid_json", None),
+        (b"[1, 2]", 400, "invalid_body", None),
+        (b'{"messages": []}', 422, "invalid_request", "sessionId"),
+        (b'{"sessionId": ""}', 422, "invalid_request", "sessionId"),
+        (b'{"sessionId": 7}', 422, "invalid_request", "sessionId"),
+        (b'{"sessionId": "s", "messages": "hi"}', 422, "invalid_request", "messages"),
+        (b'{"sessionId": "s", "messages": [1]}', 422, "invalid_request", "messages[0]"),
+        (b'{"sessionId": "s", "tokenBudget": "big"}', 422, "invalid_request", "tokenBudget"),
+        (b'{"sessionId": "   "}', 400, "invalid_session", "sessionId"),
+    ],
+    ids=["malformed", "array", "no-session", "empty-session", "int-session", "messages-string",
+         "message-not-object", "budget-string", "blank-session"],
+)
+async def test_bad_assemble_input_names_the_field(rpc: Any, body: bytes, status: int, code: str,
+                                                  field: str | None) -> None:
+    r = await rpc.client.post("/v1/assemble", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == status
+    error = r.json()["error"]
+    assert error["code"] == code and error.get("field") == field
+    assert error["message"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/compact", {}, "sessionId"),
+        ("/v1/compact", {"sessionId": "s", "currentTokenCount": "many"}, "currentTokenCount"),
+        ("/v1/tools/memory_recall", {"params": []}, "params"),
+    ],
+)
+async def test_bad_compact_and_tool_input_is_422(rpc: Any, path: str, body: Any, field: str) -> None:
+    r = await rpc.client.post(path, json=body)
+    assert r.status_code == 422
+    assert r.json()["error"]["field"] == field
+
+
+async def test_unknown_route_and_method_are_json_errors(rpc: Any) -> None:
+    r = await rpc.client.get("/v1/nothing")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    r = await rpc.client.get("/v1/assemble")
+    assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
+
+
+async def test_extra_fields_from_openclaw_are_ignored(rpc: Any) -> None:
+    r = await rpc.assemble({"sessionId": "s", "messages": [], "sessionFile": "/x", "prompt": "p"})
+    assert r.status_code == 200
+
+
+async def test_healthz_ok_then_degraded_when_ov_is_down(rpc: Any) -> None:
+    r = await rpc.client.get("/healthz")
+    assert r.status_code == 200 and r.json() == {"status": "ok", "redis": "ok", "ov": "ok"}
+    rpc.fake.down = True
+    r = await rpc.client.get("/healthz")
+    assert r.status_code == 200
+    assert r.json()["status"] == "degraded" and r.json()["ov"].startswith("unreachable")
+
+
+async def test_healthz_without_redis_is_down(fake: Any, redis_url: str) -> None:
+    import httpx
+
+    dead = fail_fast(redis.Redis(host="127.0.0.1", port=1))  # as the app sets up its own client
+    app = create_app(Settings(redis_url=redis_url), redis=dead, ov_transport=fake.transport())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://rpc") as client:
+        r = await client.get("/healthz")
+        assert r.status_code == 503 and r.json()["status"] == "down"
+        # Assemble still answers: it passes the messages through.
+        r = await client.post("/v1/assemble", json={"sessionId": "s", "messages": [], "prompt": "p"})
+        assert r.status_code == 200
+    await app.state.services.ov.aclose()
+
+
+async def test_metrics_report_stream_lag_and_commit_outcomes(rpc: Any) -> None:
+    keys = Keys(rpc.settings.key_prefix)
+    stream = keys.stream(0)
+    rpc.redis.xgroup_create(stream, rpc.settings.consumer_group, id="0", mkstream=True)
+    for i in range(3):
+        rpc.redis.xadd(stream, {"e": b"{}"})
+    rpc.redis.xreadgroup(rpc.settings.consumer_group, "c1", {stream: ">"}, count=1)
+    for status in ("completed", "completed", "failed"):
+        outcome = CommitOutcome(commit_id="c", ov_session_id="s", agent_id="main", status=status)
+        rpc.redis.xadd(keys.commit_outcomes(), {"o": encode(outcome)})
+    await rpc.assemble({"sessionId": "s", "messages": [], "prompt": "p"})
+
+    text = (await rpc.client.get("/metrics")).text
+    assert rpc.metric(text, 'ovstream_stream_lag{shard="0"}') == 2.0
+    assert rpc.metric(text, 'ovstream_stream_pending{shard="0"}') == 1.0
+    assert rpc.metric(text, 'ovstream_commit_outcomes_total{status="completed"}') == 2.0
+    assert rpc.metric(text, 'ovstream_commit_outcomes_total{status="failed"}') == 1.0
+    assert rpc.metric(text, 'ovstream_assemble_seconds_count{path="full"}') == 1.0
+    # Outcomes are read incrementally: a later scrape adds only the new ones.
+    rpc.redis.xadd(keys.commit_outcomes(), {"o": encode(CommitOutcome(
+        commit_id="d", ov_session_id="s", agent_id="main", status="timeout"))})
+    text = (await rpc.client.get("/metrics")).text
+    assert rpc.metric(text, 'ovstream_commit_outcomes_total{status="completed"}') == 2.0
+    assert rpc.metric(text, 'ovstream_commit_outcomes_total{status="timeout"}') == 1.0
+
+
+async def test_openapi_spec_documents_the_endpoints(rpc: Any) -> None:
+    spec = (await rpc.client.get("/openapi.json")).json()
+    paths = spec["paths"]
+    for path in ("/v1/assemble", "/v1/compact", "/v1/tools/{name}", "/v1/tools", "/healthz", "/metrics"):
+        assert path in paths
+    assemble_body = paths["/v1/assemble"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert assemble_body["required"] == ["sessionId"]
+    assert {"messages", "prompt", "availableTools", "tokenBudget"} <= set(assemble_body["properties"])
+
+
+def test_cli_rpc_has_host_and_port() -> None:
+    args = build_parser().parse_args(["rpc", "--host", "0.0.0.0", "--port", "9001"])
+    assert (args.host, args.port) == ("0.0.0.0", 9001)
+    parser = argparse.ArgumentParser()
+    add_rpc_arguments(parser)
+    assert parser.parse_args([]).port is None
