@@ -1,0 +1,235 @@
+/**
+ * Plugin configuration: `plugins.entries.ovstream.config` in openclaw.json.
+ *
+ * The seed's keys are accepted with the seed's defaults. The plugin itself
+ * applies `autoCapture`, `bypassSessionPatterns` and (for the per-LLM-call
+ * recall assemble) `autoRecall` locally to save a round trip; the other seed
+ * keys (commit threshold, recall tuning, agent_prefix, baseUrl) are enforced
+ * by the ovstream service from its own config (config/ovstream.toml or
+ * OVSTREAM_* variables) — setting them here only documents intent, and the
+ * plugin says so in its log when they differ from the defaults.
+ */
+
+export interface PluginConfig {
+  // --- the seed's table ---
+  baseUrl: string;
+  agent_prefix: string;
+  autoCapture: boolean;
+  autoRecall: boolean;
+  commitTokenThreshold: number;
+  commitKeepRecentCount: number;
+  recallLimit: number;
+  recallScoreThreshold: number;
+  recallMaxInjectedChars: number;
+  recallPreferAbstract: boolean;
+  bypassSessionPatterns: string[];
+  // --- ovstream ---
+  redisUrl: string;
+  rpcUrl: string;
+  shards: number;
+  keyPrefix: string;
+  rpcTimeoutMs: number;
+  compactTimeoutMs: number;
+  toolTimeoutMs: number;
+  streamMaxLen: number;
+  bufferMaxEvents: number;
+  bufferMaxBytes: number;
+  apiKey?: string;
+  user?: string;
+}
+
+export const DEFAULTS: Readonly<PluginConfig> = Object.freeze({
+  baseUrl: "http://127.0.0.1:1933",
+  agent_prefix: "",
+  autoCapture: true,
+  autoRecall: true,
+  commitTokenThreshold: 20_000,
+  commitKeepRecentCount: 10,
+  recallLimit: 6,
+  recallScoreThreshold: 0.15,
+  recallMaxInjectedChars: 4000,
+  recallPreferAbstract: false,
+  bypassSessionPatterns: [] as string[],
+  redisUrl: "redis://127.0.0.1:6379/0",
+  rpcUrl: "http://127.0.0.1:8787",
+  shards: 4,
+  keyPrefix: "ovstream",
+  rpcTimeoutMs: 8000,
+  compactTimeoutMs: 340_000,
+  toolTimeoutMs: 120_000,
+  streamMaxLen: 100_000,
+  bufferMaxEvents: 1000,
+  bufferMaxBytes: 64 * 1024 * 1024,
+});
+
+/** Seed keys the service applies from its own config, not the plugin. */
+export const SERVICE_SIDE_KEYS = [
+  "baseUrl",
+  "agent_prefix",
+  "commitTokenThreshold",
+  "commitKeepRecentCount",
+  "recallLimit",
+  "recallScoreThreshold",
+  "recallMaxInjectedChars",
+  "recallPreferAbstract",
+] as const;
+
+export class ConfigError extends Error {
+  override name = "ConfigError";
+}
+
+type Kind = "string" | "boolean" | "int" | "number" | "patterns";
+
+interface KeySpec {
+  kind: Kind;
+  min?: number;
+  max?: number;
+  pattern?: RegExp;
+  patternHelp?: string;
+  optional?: boolean;
+  description: string;
+}
+
+const HTTP_URL = /^https?:\/\/[^\s]+$/;
+
+export const KEY_SPECS: Record<keyof PluginConfig, KeySpec> = {
+  baseUrl: { kind: "string", pattern: HTTP_URL, patternHelp: "an http(s) URL", description: "OpenViking server URL (used by the ovstream service; informational here)" },
+  agent_prefix: { kind: "string", description: "Agent id prefix (applied by the ovstream service)" },
+  autoCapture: { kind: "boolean", description: "Publish every turn for capture into the OV session" },
+  autoRecall: { kind: "boolean", description: "Let the per-LLM-call assemble inject recalled memories" },
+  commitTokenThreshold: { kind: "int", min: 1, description: "pending_tokens that trigger a background commit (applied by the service)" },
+  commitKeepRecentCount: { kind: "int", min: 0, max: 1000, description: "Messages kept active after a capture commit (applied by the service)" },
+  recallLimit: { kind: "int", min: 1, max: 100, description: "Most memories auto-recall injects (applied by the service)" },
+  recallScoreThreshold: { kind: "number", min: 0, max: 1, description: "Recall score floor (applied by the service)" },
+  recallMaxInjectedChars: { kind: "int", min: 1, description: "Most characters auto-recall injects (applied by the service)" },
+  recallPreferAbstract: { kind: "boolean", description: "Inject abstracts instead of full memory text (applied by the service)" },
+  bypassSessionPatterns: { kind: "patterns", description: "Globs on the sessionKey (else sessionId) that skip ovstream entirely; * stays in one ':' segment, ** spans anything" },
+  redisUrl: { kind: "string", pattern: /^rediss?:\/\/[^\s]+$/, patternHelp: "a redis:// or rediss:// URL", description: "Redis holding the turn streams" },
+  rpcUrl: { kind: "string", pattern: HTTP_URL, patternHelp: "an http(s) URL", description: "Where the ovstream RPC listens" },
+  shards: { kind: "int", min: 1, max: 1024, description: "Number of turn streams; must equal the service's shards" },
+  keyPrefix: { kind: "string", pattern: /^[A-Za-z0-9_.-]+$/, patternHelp: "letters, digits, _ . -", description: "Prefix of every Redis key; must equal the service's keyPrefix" },
+  rpcTimeoutMs: { kind: "int", min: 1, description: "Timeout of an assemble call; on timeout the messages pass through" },
+  compactTimeoutMs: { kind: "int", min: 1, description: "Timeout of a compact call (the service waits for the commit)" },
+  toolTimeoutMs: { kind: "int", min: 1, description: "Timeout of a tool call" },
+  streamMaxLen: { kind: "int", min: 1, description: "Approximate cap (XADD MAXLEN ~) of each turn stream" },
+  bufferMaxEvents: { kind: "int", min: 1, description: "Turn events kept in memory while Redis is unreachable; the oldest are dropped beyond" },
+  bufferMaxBytes: { kind: "int", min: 1024, description: "Bytes of turn events kept in memory while Redis is unreachable" },
+  apiKey: { kind: "string", optional: true, description: "OV user key sent to the RPC as X-OpenViking-API-Key (the tenant of assemble/compact/tools)" },
+  user: { kind: "string", optional: true, description: "Tenant label put on turn events (selects the service's user_api_keys entry)" },
+};
+
+function describe(value: unknown): string {
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "an array";
+  return typeof value === "string" ? JSON.stringify(value) : `${typeof value} ${String(value)}`;
+}
+
+function checkValue(key: string, spec: KeySpec, value: unknown): unknown {
+  const fail = (what: string): never => {
+    throw new ConfigError(`ovstream config: ${key} must be ${what}, got ${describe(value)}`);
+  };
+  switch (spec.kind) {
+    case "boolean":
+      if (typeof value !== "boolean") fail("true or false");
+      return value;
+    case "string": {
+      if (typeof value !== "string") fail("a string");
+      const text = (value as string).trim();
+      if (spec.pattern && !spec.pattern.test(text)) fail(spec.patternHelp ?? `matching ${spec.pattern}`);
+      return text;
+    }
+    case "int":
+    case "number": {
+      let n = value;
+      if (typeof n === "string" && n.trim() !== "" && Number.isFinite(Number(n))) n = Number(n);
+      if (typeof n !== "number" || !Number.isFinite(n)) fail("a number");
+      const num = n as number;
+      if (spec.kind === "int" && !Number.isInteger(num)) fail("a whole number");
+      if (spec.min !== undefined && num < spec.min) fail(`at least ${spec.min}`);
+      if (spec.max !== undefined && num > spec.max) fail(`at most ${spec.max}`);
+      return num;
+    }
+    case "patterns": {
+      if (typeof value === "string") {
+        return value.split(",").map((p) => p.trim()).filter((p) => p.length > 0);
+      }
+      if (!Array.isArray(value) || value.some((p) => typeof p !== "string")) fail("a list of strings");
+      return (value as string[]).map((p) => p.trim()).filter((p) => p.length > 0);
+    }
+  }
+}
+
+export interface ParsedConfig {
+  config: PluginConfig;
+  /** Keys given that the plugin does not know (ignored). */
+  unknownKeys: string[];
+  /** Seed keys set to a non-default value that only the service applies. */
+  serviceSideKeysSet: string[];
+}
+
+/** Validate raw plugin config over the defaults; a bad value throws ConfigError naming the key. */
+export function parseConfigDetailed(raw: unknown): ParsedConfig {
+  if (raw !== undefined && raw !== null && (typeof raw !== "object" || Array.isArray(raw))) {
+    throw new ConfigError(`ovstream config must be an object, got ${describe(raw)}`);
+  }
+  const input = (raw ?? {}) as Record<string, unknown>;
+  const out: Record<string, unknown> = { ...DEFAULTS, bypassSessionPatterns: [...DEFAULTS.bypassSessionPatterns] };
+  const unknownKeys: string[] = [];
+  for (const [key, value] of Object.entries(input)) {
+    const spec = (KEY_SPECS as Record<string, KeySpec | undefined>)[key];
+    if (spec === undefined) {
+      unknownKeys.push(key);
+      continue;
+    }
+    if (value === undefined || (value === null && spec.optional)) {
+      continue;
+    }
+    const checked = checkValue(key, spec, value);
+    if (spec.optional && checked === "") {
+      continue;
+    }
+    out[key] = checked;
+  }
+  const config = out as unknown as PluginConfig;
+  const serviceSideKeysSet = SERVICE_SIDE_KEYS.filter(
+    (k) => k in input && JSON.stringify(config[k]) !== JSON.stringify(DEFAULTS[k]),
+  );
+  return { config, unknownKeys, serviceSideKeysSet };
+}
+
+export function parseConfig(raw: unknown): PluginConfig {
+  return parseConfigDetailed(raw).config;
+}
+
+/** JSON Schema of the config (the same one openclaw.plugin.json declares). */
+export function configJsonSchema(): Record<string, unknown> {
+  const properties: Record<string, unknown> = {};
+  for (const [key, spec] of Object.entries(KEY_SPECS) as [keyof PluginConfig, KeySpec][]) {
+    const prop: Record<string, unknown> = { description: spec.description };
+    switch (spec.kind) {
+      case "boolean":
+        prop.type = "boolean";
+        break;
+      case "string":
+        prop.type = "string";
+        if (spec.pattern) prop.pattern = spec.pattern.source;
+        break;
+      case "int":
+        prop.type = "integer";
+        break;
+      case "number":
+        prop.type = "number";
+        break;
+      case "patterns":
+        prop.type = "array";
+        prop.items = { type: "string" };
+        break;
+    }
+    if (spec.min !== undefined) prop.minimum = spec.min;
+    if (spec.max !== undefined) prop.maximum = spec.max;
+    const def = DEFAULTS[key];
+    if (def !== undefined) prop.default = def;
+    properties[key] = prop;
+  }
+  return { type: "object", additionalProperties: false, properties };
+}

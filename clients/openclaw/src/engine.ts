@@ -1,0 +1,257 @@
+/**
+ * The context engine OpenClaw calls.
+ *
+ * - afterTurn / commitTurn: build a TurnEvent and hand it to the publisher
+ *   (Redis stream of the session's shard); they return once it is buffered.
+ * - assemble: POST /v1/assemble; any failure or timeout passes the messages
+ *   through unchanged with a local token estimate, so the agent keeps going.
+ * - compact: POST /v1/compact; a failure reports ok:false.
+ * Bypassed sessions never leave the process.
+ */
+
+import { isBypassed, resolveSessionKey } from "./ids.js";
+import { RpcError } from "./rpc.js";
+import { turnFingerprint, type PluginRuntime } from "./runtime.js";
+import { estimateMessageTokens } from "./tokens.js";
+import type {
+  AfterTurnParams,
+  AgentMessage,
+  AssembleParams,
+  AssembleResult,
+  CommitTurnParams,
+  CommitTurnResult,
+  CompactParams,
+  CompactResult,
+  ContextEngine,
+  RuntimeContext,
+} from "./types.js";
+
+export const ENGINE_ID = "ovstream";
+export const ENGINE_NAME = "ovstream (OpenViking context engine)";
+export const ENGINE_VERSION = "0.1.0";
+
+/** runtimeContext reduced to JSON primitives: it also carries functions (llm, rewriteTranscriptEntries). */
+export function plainRuntimeContext(ctx: RuntimeContext | undefined): Record<string, string | number | boolean | null> | undefined {
+  if (!ctx || typeof ctx !== "object") {
+    return undefined;
+  }
+  const out: Record<string, string | number | boolean | null> = {};
+  for (const [k, v] of Object.entries(ctx)) {
+    if (v === null || typeof v === "string" || typeof v === "boolean" || (typeof v === "number" && Number.isFinite(v))) {
+      out[k] = v;
+    }
+  }
+  return Object.keys(out).length > 0 ? out : undefined;
+}
+
+function has(obj: object, key: string): boolean {
+  return Object.prototype.hasOwnProperty.call(obj, key);
+}
+
+function passthrough(messages: AgentMessage[]): AssembleResult {
+  return { messages, estimatedTokens: estimateMessageTokens(messages) };
+}
+
+function finitePositive(value: unknown): number | undefined {
+  return typeof value === "number" && Number.isFinite(value) && value > 0 ? value : undefined;
+}
+
+function agentIdOf(...candidates: unknown[]): string | undefined {
+  for (const c of candidates) {
+    if (typeof c === "string" && c.trim()) {
+      return c;
+    }
+  }
+  return undefined;
+}
+
+function describeError(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+export function createEngine(rt: PluginRuntime): ContextEngine {
+  const cfg = rt.config;
+  const bypassed = (sessionId: string | undefined, sessionKey: string | undefined) =>
+    isBypassed(cfg.bypassSessionPatterns, sessionId, sessionKey);
+
+  return {
+    info: {
+      id: ENGINE_ID,
+      name: ENGINE_NAME,
+      version: ENGINE_VERSION,
+      ownsCompaction: true,
+      // Assemble builds on the messages OpenClaw hands it (the transcript
+      // before the current turn) and commitTurn is idempotent per
+      // advancementKey, which newer hosts require of a non-legacy engine.
+      transcriptSemantics: {
+        currentTurnFence: "before-current-turn-entry-v1",
+        turnAdvancementIdempotency: "atomic-idempotent-v1",
+      },
+    },
+
+    async ingest() {
+      return { ingested: false };
+    },
+
+    async ingestBatch() {
+      return { ingestedCount: 0 };
+    },
+
+    async afterTurn(params: AfterTurnParams): Promise<void> {
+      try {
+        if (!cfg.autoCapture) return;
+        const sessionKey = resolveSessionKey(params);
+        if (bypassed(params.sessionId, sessionKey)) return;
+        if (rt.durableTurns) {
+          // This host advances turns through commitTurn; capturing here too
+          // would write every turn twice.
+          return;
+        }
+        const messages = Array.isArray(params.messages) ? params.messages : [];
+        const pre = typeof params.prePromptMessageCount === "number" && params.prePromptMessageCount > 0
+          ? Math.floor(params.prePromptMessageCount)
+          : 0;
+        const published = rt.publishTurn({
+          sessionId: params.sessionId,
+          sessionKey,
+          agentId: agentIdOf(params.runtimeContext?.agentId),
+          messages,
+          prePromptMessageCount: pre,
+          isHeartbeat: params.isHeartbeat === true,
+          tokenBudget: params.tokenBudget ?? params.runtimeContext?.tokenBudget,
+        });
+        if (published) {
+          rt.turnFingerprints.add(turnFingerprint(params.sessionId, messages.slice(pre)));
+        }
+      } catch (err) {
+        // afterTurn must never fail the host's turn.
+        rt.logger.warn(`ovstream: afterTurn: ${describeError(err)}`);
+      }
+    },
+
+    async commitTurn(params: CommitTurnParams): Promise<CommitTurnResult> {
+      rt.durableTurns = true;
+      try {
+        if (!cfg.autoCapture) return { status: "committed" };
+        const sessionKey = resolveSessionKey({
+          sessionKey: params.sessionKey ?? params.admission?.sessionKey,
+          runtimeContext: params.runtimeContext,
+        });
+        if (bypassed(params.sessionId, sessionKey)) return { status: "committed" };
+        const key = params.advancementKey;
+        if (typeof key === "string" && key && rt.advancementKeys.has(key)) {
+          return { status: "duplicate" };
+        }
+        const messages = Array.isArray(params.messages) ? params.messages : [];
+        if (rt.turnFingerprints.has(turnFingerprint(params.sessionId, messages))) {
+          // afterTurn already published this very turn (a host calling both).
+          if (key) rt.advancementKeys.add(key);
+          return { status: "committed" };
+        }
+        const published = rt.publishTurn({
+          sessionId: params.sessionId,
+          sessionKey,
+          agentId: agentIdOf(params.admission?.agentId, params.runtimeContext?.agentId),
+          messages,
+          prePromptMessageCount: 0,
+          isHeartbeat: params.isHeartbeat === true,
+          tokenBudget: params.runtimeContext?.tokenBudget,
+          advancementKey: key,
+        });
+        if (published && key) rt.advancementKeys.add(key);
+        return { status: "committed" };
+      } catch (err) {
+        rt.logger.warn(`ovstream: commitTurn: ${describeError(err)}`);
+        return { status: "committed" };
+      }
+    },
+
+    async assemble(params: AssembleParams): Promise<AssembleResult> {
+      const messages = Array.isArray(params.messages) ? params.messages : [];
+      const sessionKey = resolveSessionKey(params);
+      if (bypassed(params.sessionId, sessionKey)) {
+        return passthrough(messages);
+      }
+      // OpenClaw's main assemble carries prompt / availableTools /
+      // citationsMode; its per-LLM-call transform-context call has none of
+      // them and only does auto-recall.
+      const isMain = has(params, "prompt") || has(params, "availableTools") || has(params, "citationsMode");
+      if (!isMain && !cfg.autoRecall) {
+        return passthrough(messages);
+      }
+      const body: Record<string, unknown> = {
+        sessionId: params.sessionId,
+        messages,
+      };
+      if (sessionKey) body.sessionKey = sessionKey;
+      const tokenBudget = finitePositive(params.tokenBudget);
+      if (tokenBudget !== undefined) body.tokenBudget = tokenBudget;
+      const runtimeContext = plainRuntimeContext(params.runtimeContext);
+      if (runtimeContext) body.runtimeContext = runtimeContext;
+      if (typeof params.model === "string") body.model = params.model;
+      // Keys are forwarded whenever present (even undefined: null), since
+      // their presence is what marks the main call.
+      if (has(params, "prompt")) body.prompt = typeof params.prompt === "string" ? params.prompt : null;
+      if (has(params, "availableTools")) {
+        const tools = params.availableTools;
+        body.availableTools = tools instanceof Set ? [...tools] : Array.isArray(tools) ? tools : null;
+      }
+      if (has(params, "citationsMode")) body.citationsMode = params.citationsMode ?? null;
+      try {
+        const res = await rt.rpc.post<Partial<AssembleResult>>("/v1/assemble", body, { timeoutMs: cfg.rpcTimeoutMs });
+        if (!res || !Array.isArray(res.messages) || typeof res.estimatedTokens !== "number") {
+          throw new RpcError("invalid", "assemble answer lacks messages/estimatedTokens");
+        }
+        rt.assembleLog.ok();
+        const out: AssembleResult = { messages: res.messages, estimatedTokens: res.estimatedTokens };
+        if (typeof res.systemPromptAddition === "string" && res.systemPromptAddition) {
+          out.systemPromptAddition = res.systemPromptAddition;
+        }
+        return out;
+      } catch (err) {
+        rt.assembleLog.failed(describeError(err));
+        return passthrough(messages);
+      }
+    },
+
+    async compact(params: CompactParams): Promise<CompactResult> {
+      const sessionKey = resolveSessionKey(params);
+      if (bypassed(params.sessionId, sessionKey)) {
+        return { ok: true, compacted: false, reason: "session_bypassed" };
+      }
+      const body: Record<string, unknown> = { sessionId: params.sessionId };
+      if (sessionKey) body.sessionKey = sessionKey;
+      const tokenBudget = finitePositive(params.tokenBudget);
+      if (tokenBudget !== undefined) body.tokenBudget = tokenBudget;
+      const current = params.currentTokenCount;
+      if (typeof current === "number" && Number.isFinite(current) && current >= 0) body.currentTokenCount = current;
+      if (typeof params.force === "boolean") body.force = params.force;
+      const runtimeContext = plainRuntimeContext(params.runtimeContext);
+      if (runtimeContext) body.runtimeContext = runtimeContext;
+      try {
+        const res = await rt.rpc.post<CompactResult>("/v1/compact", body, {
+          timeoutMs: cfg.compactTimeoutMs,
+          signal: params.abortSignal,
+        });
+        if (!res || typeof res.ok !== "boolean" || typeof res.compacted !== "boolean") {
+          throw new RpcError("invalid", "compact answer lacks ok/compacted");
+        }
+        rt.compactLog.ok();
+        return res;
+      } catch (err) {
+        if (err instanceof RpcError && err.kind === "aborted") {
+          // The host aborted (run abort or its own safety timeout): reject promptly.
+          throw err;
+        }
+        rt.compactLog.failed(describeError(err));
+        const reason = err instanceof RpcError && err.kind === "timeout" ? "rpc_timeout" : "rpc_error";
+        return { ok: false, compacted: false, reason };
+      }
+    },
+
+    async dispose(): Promise<void> {
+      // Shared resources (the turn buffer above all) belong to the plugin and
+      // are closed by its service's stop(), not per engine instance.
+    },
+  };
+}

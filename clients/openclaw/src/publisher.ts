@@ -1,0 +1,411 @@
+/**
+ * Turn events into Redis streams, off the hot path.
+ *
+ * `enqueue()` only appends to an in-memory FIFO and wakes the sender; it never
+ * waits for Redis. One sender loop at a time drains the FIFO head-first with
+ * pipelined `XADD <key> MAXLEN ~ N * e <json>`, so a session's events reach
+ * its stream in the order they were published. When Redis cannot be reached
+ * the events stay buffered (bounded by count and bytes; the oldest are
+ * dropped beyond the cap, and how many is logged) and the sender retries with
+ * exponential backoff. An event is removed from the buffer only once Redis
+ * acknowledged it; if the connection breaks after Redis applied an XADD but
+ * before its reply arrived, that event is sent again on reconnect (same
+ * event_id), so the stream can, rarely, hold one event twice. An event Redis
+ * refuses with an error reply (say WRONGTYPE on the key) is dropped and
+ * logged, so it cannot block the events behind it.
+ */
+
+import { createClient, ErrorReply } from "redis";
+
+import type { PluginLogger } from "./types.js";
+
+export interface PublisherOptions {
+  redisUrl: string;
+  logger: PluginLogger;
+  /** XADD MAXLEN ~ this. */
+  maxLen: number;
+  /** Buffer caps; the oldest events go first when either is exceeded. */
+  maxEvents: number;
+  maxBytes: number;
+  /** First retry delay after a failure; doubles up to maxBackoffMs. */
+  initialBackoffMs?: number;
+  maxBackoffMs?: number;
+  /** Events per pipelined batch. */
+  batchSize?: number;
+  connectTimeoutMs?: number;
+  /** A batch not answered within this is treated as a broken connection. */
+  commandTimeoutMs?: number;
+}
+
+interface Pending {
+  key: string;
+  payload: string;
+  bytes: number;
+}
+
+type Client = ReturnType<typeof createClient>;
+
+export interface PublisherStats {
+  pending: number;
+  pendingBytes: number;
+  delivered: number;
+  dropped: number;
+  failures: number;
+  connected: boolean;
+}
+
+function errorText(err: unknown): string {
+  if (err instanceof AggregateError && err.errors.length > 0) {
+    return errorText(err.errors[0]);
+  }
+  if (err instanceof Error) {
+    const code = (err as NodeJS.ErrnoException).code;
+    return code && !err.message.includes(code) ? `${code}: ${err.message}` : err.message || err.name;
+  }
+  return String(err);
+}
+
+/** destroy() throws on a client that is not open; here that is never an error. */
+function safeDestroy(client: Client): void {
+  try {
+    client.destroy();
+  } catch {
+    // already closed
+  }
+}
+
+export class TurnPublisher {
+  private readonly opts: Required<PublisherOptions>;
+  private readonly queue: Pending[] = [];
+  private head = 0;
+  private queuedBytes = 0;
+  private client: Client | null = null;
+  private running = false;
+  private closed = false;
+  private retryTimer: NodeJS.Timeout | null = null;
+  private backoffMs: number;
+  private outage = false;
+  private droppedInOutage = 0;
+  private deliveredInOutage = 0;
+  private retriesInOutage = 0;
+  private drainWaiters: Array<() => void> = [];
+  private stats = { delivered: 0, dropped: 0, failures: 0 };
+
+  constructor(options: PublisherOptions) {
+    this.opts = {
+      initialBackoffMs: 100,
+      maxBackoffMs: 30_000,
+      batchSize: 100,
+      connectTimeoutMs: 3000,
+      commandTimeoutMs: 15_000,
+      ...options,
+    };
+    this.backoffMs = this.opts.initialBackoffMs;
+  }
+
+  /** Buffer one encoded event for `key` and wake the sender; returns at once. */
+  enqueue(key: string, payload: string): void {
+    if (this.closed) {
+      this.stats.dropped += 1;
+      this.opts.logger.warn(`ovstream: turn event for ${key} dropped: publisher is closed`);
+      return;
+    }
+    const bytes = Buffer.byteLength(payload, "utf8") + key.length;
+    this.queue.push({ key, payload, bytes });
+    this.queuedBytes += bytes;
+    this.enforceCaps();
+    this.kick();
+  }
+
+  /** Retry now (resetting the backoff) instead of waiting for the timer. */
+  flush(): void {
+    if (this.retryTimer) {
+      clearTimeout(this.retryTimer);
+      this.retryTimer = null;
+    }
+    this.backoffMs = this.opts.initialBackoffMs;
+    this.kick();
+  }
+
+  /** Resolves once every buffered event has been delivered. */
+  drained(): Promise<void> {
+    if (this.pendingCount() === 0 && !this.running) {
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => this.drainWaiters.push(resolve));
+  }
+
+  getStats(): PublisherStats {
+    return {
+      pending: this.pendingCount(),
+      pendingBytes: this.queuedBytes,
+      delivered: this.stats.delivered,
+      dropped: this.stats.dropped,
+      failures: this.stats.failures,
+      connected: this.client?.isReady === true,
+    };
+  }
+
+  /**
+   * Stop: try to deliver what is buffered within `timeoutMs`, then close the
+   * connection. Whatever is still buffered then is lost (and logged).
+   */
+  async close(timeoutMs = 2000): Promise<void> {
+    if (this.retryTimer) {
+      clearTimeout(this.retryTimer);
+      this.retryTimer = null;
+    }
+    if (this.pendingCount() > 0 && !this.closed) {
+      this.flush();
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        this.drained(),
+        new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, timeoutMs);
+          timer.unref();
+        }),
+      ]);
+      clearTimeout(timer);
+    }
+    this.closed = true;
+    if (this.retryTimer) {
+      clearTimeout(this.retryTimer);
+      this.retryTimer = null;
+    }
+    const lost = this.pendingCount();
+    if (lost > 0) {
+      this.stats.dropped += lost;
+      this.opts.logger.warn(`ovstream: ${lost} turn event(s) not delivered to Redis at shutdown`);
+      this.queue.length = 0;
+      this.head = 0;
+      this.queuedBytes = 0;
+    }
+    const client = this.client;
+    this.client = null;
+    if (client) {
+      try {
+        if (client.isReady) {
+          await client.close();
+        } else {
+          safeDestroy(client);
+        }
+      } catch {
+        safeDestroy(client);
+      }
+    }
+    this.resolveDrainWaiters();
+  }
+
+  private pendingCount(): number {
+    return this.queue.length - this.head;
+  }
+
+  private enforceCaps(): void {
+    let dropped = 0;
+    while (
+      this.pendingCount() > 1 &&
+      (this.pendingCount() > this.opts.maxEvents || this.queuedBytes > this.opts.maxBytes)
+    ) {
+      const old = this.queue[this.head];
+      this.head += 1;
+      if (old) {
+        this.queuedBytes -= old.bytes;
+      }
+      dropped += 1;
+    }
+    this.compact();
+    if (dropped > 0) {
+      const firstInOutage = this.droppedInOutage === 0;
+      this.stats.dropped += dropped;
+      this.droppedInOutage += dropped;
+      if (firstInOutage) {
+        this.opts.logger.warn(
+          `ovstream: turn buffer full (${this.opts.maxEvents} events / ${this.opts.maxBytes} bytes); ` +
+            `dropping the oldest buffered turn events (${this.droppedInOutage} dropped so far)`,
+        );
+      } else {
+        this.opts.logger.debug?.(`ovstream: dropped ${dropped} more turn event(s) (${this.droppedInOutage} in this outage)`);
+      }
+    }
+  }
+
+  private compact(): void {
+    if (this.head > 1024 && this.head * 2 > this.queue.length) {
+      this.queue.splice(0, this.head);
+      this.head = 0;
+    }
+  }
+
+  private kick(): void {
+    if (this.running || this.closed || this.retryTimer !== null || this.pendingCount() === 0) {
+      if (this.pendingCount() === 0 && !this.running) {
+        this.resolveDrainWaiters();
+      }
+      return;
+    }
+    this.running = true;
+    void this.run().finally(() => {
+      this.running = false;
+      if (this.pendingCount() === 0) {
+        this.resolveDrainWaiters();
+      } else if (!this.closed && this.retryTimer === null) {
+        // Events arrived after the last batch while we were finishing.
+        this.kick();
+      }
+    });
+  }
+
+  private resolveDrainWaiters(): void {
+    const waiters = this.drainWaiters;
+    this.drainWaiters = [];
+    for (const w of waiters) w();
+  }
+
+  private async run(): Promise<void> {
+    while (this.pendingCount() > 0 && !this.closed) {
+      try {
+        const client = await this.connected();
+        await this.sendBatch(client);
+      } catch (err) {
+        this.onFailure(err);
+        return;
+      }
+      this.onSuccess();
+    }
+  }
+
+  private async connected(): Promise<Client> {
+    if (this.client?.isReady) {
+      return this.client;
+    }
+    this.dropClient();
+    const client = createClient({
+      url: this.opts.redisUrl,
+      disableOfflineQueue: true,
+      socket: { reconnectStrategy: false, connectTimeout: this.opts.connectTimeoutMs },
+    });
+    // Without a listener an 'error' event would crash the host process.
+    client.on("error", (err: unknown) => {
+      this.opts.logger.debug?.(`ovstream: redis client error: ${errorText(err)}`);
+    });
+    this.client = client;
+    try {
+      await client.connect();
+    } catch (err) {
+      if (this.client === client) this.client = null;
+      safeDestroy(client);
+      throw err;
+    }
+    if (this.closed || this.client !== client) {
+      // close() ran while we were connecting: this connection must not linger.
+      safeDestroy(client);
+      throw new Error("publisher closed");
+    }
+    return client;
+  }
+
+  private dropClient(): void {
+    const client = this.client;
+    this.client = null;
+    if (client) {
+      safeDestroy(client);
+    }
+  }
+
+  private async sendBatch(client: Client): Promise<void> {
+    const end = Math.min(this.queue.length, this.head + this.opts.batchSize);
+    const batch = this.queue.slice(this.head, end);
+    const maxLen = String(this.opts.maxLen);
+    // Commands issued in one tick go out as one pipeline.
+    const replies = batch.map((item) =>
+      client.sendCommand(["XADD", item.key, "MAXLEN", "~", maxLen, "*", "e", item.payload]),
+    );
+    const timer = setTimeout(() => safeDestroy(client), this.opts.commandTimeoutMs);
+    timer.unref();
+    let results: PromiseSettledResult<unknown>[];
+    try {
+      results = await Promise.allSettled(replies);
+    } finally {
+      clearTimeout(timer);
+    }
+    let failure: unknown = undefined;
+    for (const [i, result] of results.entries()) {
+      const item = batch[i];
+      if (result.status === "rejected" && !(result.reason instanceof ErrorReply)) {
+        // The connection failed: this and the rest stay buffered, in order.
+        failure = result.reason;
+        break;
+      }
+      // The head may have moved if enforceCaps dropped entries meanwhile.
+      if (item && this.queue[this.head] === item) {
+        this.head += 1;
+        this.queuedBytes -= item.bytes;
+      }
+      if (result.status === "fulfilled") {
+        this.stats.delivered += 1;
+        this.deliveredInOutage += 1;
+      } else {
+        this.stats.dropped += 1;
+        this.opts.logger.error(
+          `ovstream: Redis refused a turn event for ${item?.key ?? "?"} (${errorText(result.reason)}); event dropped`,
+        );
+      }
+    }
+    this.compact();
+    if (failure !== undefined) {
+      throw failure;
+    }
+  }
+
+  private onSuccess(): void {
+    if (this.outage && this.pendingCount() === 0) {
+      this.opts.logger.info(
+        `ovstream: Redis reachable again; delivered ${this.deliveredInOutage} buffered turn event(s)` +
+          (this.droppedInOutage > 0 ? `, ${this.droppedInOutage} were dropped while it was down` : ""),
+      );
+      this.outage = false;
+      this.droppedInOutage = 0;
+      this.retriesInOutage = 0;
+    }
+    if (!this.outage) {
+      this.deliveredInOutage = 0;
+    }
+    this.backoffMs = this.opts.initialBackoffMs;
+  }
+
+  private onFailure(err: unknown): void {
+    this.dropClient();
+    if (this.closed) {
+      return;
+    }
+    this.stats.failures += 1;
+    const delay = this.backoffMs;
+    this.backoffMs = Math.min(this.backoffMs * 2, this.opts.maxBackoffMs);
+    if (!this.outage) {
+      this.outage = true;
+      this.deliveredInOutage = 0;
+      this.opts.logger.warn(
+        `ovstream: cannot publish turn events to Redis (${errorText(err)}); ` +
+          `buffering ${this.pendingCount()} event(s) in memory` +
+          (this.droppedInOutage > 0 ? ` (${this.droppedInOutage} oldest dropped beyond the cap)` : "") +
+          `, retrying in ${delay} ms`,
+      );
+    } else {
+      this.retriesInOutage += 1;
+      const msg =
+        `ovstream: Redis still unreachable (${errorText(err)}); ${this.pendingCount()} turn event(s) buffered, ` +
+        `${this.droppedInOutage} dropped; next retry in ${delay} ms`;
+      if (this.retriesInOutage % 10 === 0) {
+        this.opts.logger.warn(msg);
+      } else {
+        this.opts.logger.debug?.(msg);
+      }
+    }
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = null;
+      this.kick();
+    }, delay);
+    // The buffer must not keep a host that is shutting down alive.
+    this.retryTimer.unref();
+  }
+}

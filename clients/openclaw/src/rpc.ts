@@ -1,0 +1,107 @@
+/**
+ * JSON-over-HTTP calls to the ovstream RPC (global fetch), each bounded by a
+ * timeout (AbortController) and optionally by the caller's AbortSignal.
+ */
+
+export type RpcErrorKind = "timeout" | "aborted" | "network" | "http" | "invalid";
+
+export class RpcError extends Error {
+  override name = "RpcError";
+  constructor(
+    readonly kind: RpcErrorKind,
+    message: string,
+    readonly status = 0,
+    readonly code?: string,
+  ) {
+    super(message);
+  }
+}
+
+export interface RpcClientOptions {
+  baseUrl: string;
+  apiKey?: string;
+  fetchImpl?: typeof fetch;
+}
+
+export interface CallOptions {
+  timeoutMs: number;
+  signal?: AbortSignal;
+}
+
+export class RpcClient {
+  private readonly baseUrl: string;
+  private readonly apiKey?: string;
+  private readonly fetchImpl: typeof fetch;
+
+  constructor(options: RpcClientOptions) {
+    this.baseUrl = options.baseUrl.replace(/\/+$/, "");
+    this.apiKey = options.apiKey;
+    this.fetchImpl = options.fetchImpl ?? globalThis.fetch.bind(globalThis);
+  }
+
+  async post<T>(path: string, body: unknown, options: CallOptions): Promise<T> {
+    if (options.signal?.aborted) {
+      throw new RpcError("aborted", "aborted by the caller");
+    }
+    const controller = new AbortController();
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      controller.abort();
+    }, options.timeoutMs);
+    const onAbort = () => controller.abort();
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+    const headers: Record<string, string> = {
+      "content-type": "application/json",
+      accept: "application/json",
+    };
+    if (this.apiKey) {
+      headers["x-openviking-api-key"] = this.apiKey;
+    }
+    const url = `${this.baseUrl}${path}`;
+    try {
+      let response: Response;
+      let text: string;
+      try {
+        response = await this.fetchImpl(url, {
+          method: "POST",
+          headers,
+          body: JSON.stringify(body),
+          signal: controller.signal,
+        });
+        text = await response.text();
+      } catch (err) {
+        if (timedOut) {
+          throw new RpcError("timeout", `POST ${path}: no answer within ${options.timeoutMs} ms`);
+        }
+        if (options.signal?.aborted) {
+          throw new RpcError("aborted", `POST ${path}: aborted by the caller`);
+        }
+        const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+        const detail = cause?.code ?? cause?.message ?? (err as Error).message;
+        throw new RpcError("network", `POST ${url}: ${detail}`);
+      }
+      let parsed: unknown = undefined;
+      if (text.length > 0) {
+        try {
+          parsed = JSON.parse(text);
+        } catch {
+          parsed = undefined;
+        }
+      }
+      if (!response.ok) {
+        const error = (parsed as { error?: { code?: string; message?: string; field?: string } } | undefined)?.error;
+        const detail = error?.message ?? (text.slice(0, 300) || response.statusText);
+        const field = error?.field ? ` (${error.field})` : "";
+        throw new RpcError("http", `POST ${path}: HTTP ${response.status}: ${detail}${field}`, response.status, error?.code);
+      }
+      if (parsed === undefined) {
+        throw new RpcError("invalid", `POST ${path}: the answer is not JSON`, response.status);
+      }
+      return parsed as T;
+    } finally {
+      clearTimeout(timer);
+      options.signal?.removeEventListener("abort", onAbort);
+    }
+  }
+}

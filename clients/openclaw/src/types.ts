@@ -1,0 +1,161 @@
+/**
+ * The slice of OpenClaw's plugin API this plugin touches, declared locally.
+ *
+ * Structurally compatible with OpenClaw's `src/context-engine/types.ts` and
+ * `src/plugins/plugin-api.types.ts` (2026.x) so the plugin builds without a
+ * dependency on a specific OpenClaw version. Only the fields we read or
+ * return are spelled out; everything else passes through untyped.
+ */
+
+/** One transcript entry as OpenClaw holds it (user / assistant / toolResult ...). */
+export type AgentMessage = Record<string, unknown>;
+
+export interface PluginLogger {
+  debug?: (message: string) => void;
+  info: (message: string) => void;
+  warn: (message: string) => void;
+  error: (message: string) => void;
+}
+
+export type RuntimeContext = Record<string, unknown>;
+
+export interface AssembleParams {
+  sessionId: string;
+  sessionKey?: string;
+  messages: AgentMessage[];
+  tokenBudget?: number;
+  /** Present on the main call only (with prompt / citationsMode). */
+  availableTools?: Set<string> | string[];
+  citationsMode?: unknown;
+  model?: string;
+  prompt?: string;
+  runtimeContext?: RuntimeContext;
+}
+
+export interface AssembleResult {
+  messages: AgentMessage[];
+  estimatedTokens: number;
+  systemPromptAddition?: string;
+}
+
+export interface AfterTurnParams {
+  sessionId: string;
+  sessionKey?: string;
+  sessionFile?: string;
+  messages: AgentMessage[];
+  prePromptMessageCount: number;
+  autoCompactionSummary?: string;
+  isHeartbeat?: boolean;
+  tokenBudget?: number;
+  runtimeContext?: RuntimeContext;
+}
+
+export interface CommitTurnParams {
+  advancementKey: string;
+  /** The accepted turn's own messages (not the whole transcript). */
+  messages: AgentMessage[];
+  sessionId: string;
+  sessionKey?: string;
+  admission?: { agentId?: string; sessionId?: string; sessionKey?: string; [k: string]: unknown };
+  terminal?: Record<string, unknown>;
+  runtimeContext?: RuntimeContext;
+  isHeartbeat?: boolean;
+}
+
+export interface CommitTurnResult {
+  status: "committed" | "duplicate";
+}
+
+export interface CompactParams {
+  sessionId: string;
+  sessionKey?: string;
+  sessionFile?: string;
+  tokenBudget?: number;
+  force?: boolean;
+  currentTokenCount?: number;
+  compactionTarget?: "budget" | "threshold";
+  customInstructions?: string;
+  runtimeContext?: RuntimeContext;
+  abortSignal?: AbortSignal;
+}
+
+export interface CompactResult {
+  ok: boolean;
+  compacted: boolean;
+  reason?: string;
+  result?: {
+    summary?: string;
+    firstKeptEntryId?: string;
+    tokensBefore: number;
+    tokensAfter?: number;
+    details?: unknown;
+  };
+}
+
+export interface ContextEngineInfo {
+  id: string;
+  name: string;
+  version?: string;
+  ownsCompaction?: boolean;
+  transcriptSemantics?: {
+    currentTurnFence?: "before-current-turn-entry-v1";
+    turnAdvancementIdempotency?: "atomic-idempotent-v1";
+  };
+}
+
+export interface ContextEngine {
+  readonly info: ContextEngineInfo;
+  ingest(params: { sessionId: string; sessionKey?: string; message: AgentMessage; isHeartbeat?: boolean }): Promise<{ ingested: boolean }>;
+  ingestBatch(params: { sessionId: string; sessionKey?: string; messages: AgentMessage[]; isHeartbeat?: boolean }): Promise<{ ingestedCount: number }>;
+  afterTurn(params: AfterTurnParams): Promise<void>;
+  commitTurn(params: CommitTurnParams): Promise<CommitTurnResult>;
+  assemble(params: AssembleParams): Promise<AssembleResult>;
+  compact(params: CompactParams): Promise<CompactResult>;
+  dispose(): Promise<void>;
+}
+
+export interface ToolContent {
+  type: "text";
+  text: string;
+}
+
+export interface ToolResult {
+  content: ToolContent[];
+  details: Record<string, unknown>;
+}
+
+/** What OpenClaw hands a tool factory (OpenClawPluginToolContext, the fields we read). */
+export interface ToolContext {
+  agentId?: string;
+  sessionKey?: string;
+  sessionId?: string;
+  [k: string]: unknown;
+}
+
+export interface AgentTool {
+  name: string;
+  label: string;
+  description: string;
+  /** JSON Schema (TypeBox schemas are JSON Schema too). */
+  parameters: Record<string, unknown>;
+  execute(toolCallId: string, params: Record<string, unknown>, signal?: AbortSignal): Promise<ToolResult>;
+}
+
+export type ToolFactory = (ctx: ToolContext) => AgentTool;
+
+export interface PluginService {
+  id: string;
+  start?: (ctx?: unknown) => void | Promise<void>;
+  stop?: (ctx?: unknown) => void | Promise<void>;
+}
+
+/** The members of OpenClawPluginApi this plugin uses. */
+export interface PluginApi {
+  id?: string;
+  name?: string;
+  pluginConfig?: Record<string, unknown>;
+  logger: PluginLogger;
+  registerTool?: (tool: AgentTool | ToolFactory, opts?: { name?: string; names?: string[]; optional?: boolean }) => void;
+  registerContextEngine?: (id: string, factory: (ctx?: unknown) => ContextEngine | Promise<ContextEngine>) => void;
+  registerService?: (service: PluginService) => void;
+}

@@ -1,0 +1,110 @@
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+
+import { ConfigError, configJsonSchema, DEFAULTS, parseConfig, parseConfigDetailed } from "../src/config.js";
+import { TOOL_NAMES } from "../src/tools.js";
+import { PACKAGE_ROOT, pythonHasModule, runPython } from "./helpers/proc.js";
+
+describe("parseConfig", () => {
+  it("gives the seed's and ovstream's defaults for an empty config", () => {
+    const cfg = parseConfig(undefined);
+    assert.equal(cfg.baseUrl, "http://127.0.0.1:1933");
+    assert.equal(cfg.agent_prefix, "");
+    assert.equal(cfg.autoCapture, true);
+    assert.equal(cfg.autoRecall, true);
+    assert.equal(cfg.commitTokenThreshold, 20000);
+    assert.equal(cfg.commitKeepRecentCount, 10);
+    assert.equal(cfg.recallLimit, 6);
+    assert.equal(cfg.recallScoreThreshold, 0.15);
+    assert.equal(cfg.recallMaxInjectedChars, 4000);
+    assert.equal(cfg.recallPreferAbstract, false);
+    assert.deepEqual(cfg.bypassSessionPatterns, []);
+    assert.equal(cfg.redisUrl, "redis://127.0.0.1:6379/0");
+    assert.equal(cfg.rpcUrl, "http://127.0.0.1:8787");
+    assert.equal(cfg.shards, 4);
+    assert.equal(cfg.keyPrefix, "ovstream");
+    assert.equal(cfg.streamMaxLen, 100000);
+    assert.equal(cfg.apiKey, undefined);
+  });
+
+  it("takes given values and comma-separated patterns", () => {
+    const cfg = parseConfig({ shards: 8, keyPrefix: "t1", autoCapture: false, bypassSessionPatterns: "agent:*:cron:**, x " });
+    assert.equal(cfg.shards, 8);
+    assert.equal(cfg.keyPrefix, "t1");
+    assert.equal(cfg.autoCapture, false);
+    assert.deepEqual(cfg.bypassSessionPatterns, ["agent:*:cron:**", "x"]);
+  });
+
+  it("names the key of a bad value", () => {
+    const bad: Array<[Record<string, unknown>, RegExp]> = [
+      [{ shards: 0 }, /shards must be at least 1/],
+      [{ shards: 2.5 }, /shards must be a whole number/],
+      [{ keyPrefix: "a b" }, /keyPrefix must be/],
+      [{ redisUrl: "http://x" }, /redisUrl must be a redis/],
+      [{ rpcUrl: "ftp://x" }, /rpcUrl must be an http/],
+      [{ autoCapture: "yes" }, /autoCapture must be true or false/],
+      [{ bypassSessionPatterns: [1] }, /bypassSessionPatterns must be a list of strings/],
+      [{ recallScoreThreshold: 2 }, /recallScoreThreshold must be at most 1/],
+    ];
+    for (const [raw, rx] of bad) {
+      assert.throws(() => parseConfig(raw), (err: unknown) => err instanceof ConfigError && rx.test(err.message), JSON.stringify(raw));
+    }
+    assert.throws(() => parseConfig([]), ConfigError);
+  });
+
+  it("reports unknown keys and service-side keys that were changed", () => {
+    const parsed = parseConfigDetailed({ nope: 1, recallLimit: 3, autoRecall: true, commitTokenThreshold: 20000 });
+    assert.deepEqual(parsed.unknownKeys, ["nope"]);
+    assert.deepEqual(parsed.serviceSideKeysSet, ["recallLimit"]);
+  });
+
+  it("does not let one parse change the defaults", () => {
+    const cfg = parseConfig({});
+    cfg.bypassSessionPatterns.push("x");
+    assert.deepEqual(DEFAULTS.bypassSessionPatterns, []);
+  });
+});
+
+describe("openclaw.plugin.json", () => {
+  const manifest = JSON.parse(readFileSync(join(PACKAGE_ROOT, "openclaw.plugin.json"), "utf8")) as Record<string, unknown>;
+
+  it("declares the config schema the code validates against", () => {
+    assert.deepEqual(manifest.configSchema, configJsonSchema());
+  });
+
+  it("is a context-engine plugin with id ovstream and the eight tools", () => {
+    assert.equal(manifest.id, "ovstream");
+    assert.equal(manifest.kind, "context-engine");
+    assert.deepEqual((manifest.contracts as { tools: string[] }).tools, [...TOOL_NAMES]);
+  });
+
+  it("package.json points OpenClaw at the compiled entry", () => {
+    const pkg = JSON.parse(readFileSync(join(PACKAGE_ROOT, "package.json"), "utf8")) as { openclaw: { extensions: string[] } };
+    assert.deepEqual(pkg.openclaw.extensions, ["./dist/src/index.js"]);
+  });
+});
+
+describe("defaults agree with core/defaults.py", () => {
+  const available = pythonHasModule("core.defaults");
+  it("shared keys have the same default on both sides", { skip: available ? false : "core/defaults.py not available" }, () => {
+    const code = `
+import json, sys
+from core import defaults as d
+json.dump({
+  "baseUrl": d.BASE_URL, "agent_prefix": d.AGENT_PREFIX, "autoCapture": d.AUTO_CAPTURE,
+  "autoRecall": d.AUTO_RECALL, "commitTokenThreshold": d.COMMIT_TOKEN_THRESHOLD,
+  "commitKeepRecentCount": d.COMMIT_KEEP_RECENT_COUNT, "recallLimit": d.RECALL_LIMIT,
+  "recallScoreThreshold": d.RECALL_SCORE_THRESHOLD, "recallMaxInjectedChars": d.RECALL_MAX_INJECTED_CHARS,
+  "recallPreferAbstract": d.RECALL_PREFER_ABSTRACT, "bypassSessionPatterns": list(d.BYPASS_SESSION_PATTERNS),
+  "redisUrl": d.REDIS_URL, "shards": d.SHARDS, "keyPrefix": d.KEY_PREFIX, "streamMaxLen": d.STREAM_MAXLEN,
+  "rpcUrl": "http://%s:%d" % (d.RPC_HOST, d.RPC_PORT),
+}, sys.stdout)
+`;
+    const py = runPython<Record<string, unknown>>(code, null);
+    const ours: Record<string, unknown> = {};
+    for (const k of Object.keys(py)) ours[k] = (DEFAULTS as unknown as Record<string, unknown>)[k];
+    assert.deepEqual(ours, py);
+  });
+});

@@ -1,0 +1,197 @@
+/**
+ * Processes and ports for the tests: free ports, a real redis-server, the
+ * Python side. Every child started here is tracked and killed when the test
+ * process exits, even if a test forgets to stop it.
+ */
+
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { createServer, Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+/** clients/openclaw (the package root), from dist/test/helpers/. */
+export const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+/** The ovstream repository root. */
+export const REPO_ROOT = resolve(PACKAGE_ROOT, "..", "..");
+
+/** Children started by the tests; `true` when the child leads its own process group. */
+const children = new Map<ChildProcess, boolean>();
+
+function killAll(): void {
+  for (const [child, group] of children) {
+    if (child.exitCode === null && child.signalCode === null) {
+      try {
+        if (group && child.pid !== undefined) process.kill(-child.pid, "SIGKILL");
+        else child.kill("SIGKILL");
+      } catch {
+        // gone
+      }
+    }
+  }
+}
+process.on("exit", killAll);
+
+/** Remember a child so it is killed when the test process exits, whatever happens. */
+export function track(child: ChildProcess, options: { group?: boolean } = {}): ChildProcess {
+  children.set(child, options.group === true);
+  child.once("exit", () => children.delete(child));
+  return child;
+}
+
+/** Stop a child: SIGTERM, then SIGKILL if it has not exited within graceMs. */
+export async function stopChild(child: ChildProcess, graceMs = 5000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) {
+    return;
+  }
+  const exited = new Promise<void>((res) => child.once("exit", () => res()));
+  child.kill("SIGTERM");
+  let timer: NodeJS.Timeout | undefined;
+  const killed = new Promise<void>((res) => {
+    timer = setTimeout(() => {
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+      res();
+    }, graceMs);
+  });
+  await Promise.race([exited, killed]);
+  clearTimeout(timer);
+  await exited;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((res, rej) => {
+    const srv = createServer();
+    srv.unref();
+    srv.on("error", rej);
+    srv.listen(0, "127.0.0.1", () => {
+      const addr = srv.address();
+      const port = typeof addr === "object" && addr ? addr.port : 0;
+      srv.close(() => res(port));
+    });
+  });
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((res) => setTimeout(res, ms));
+}
+
+/** Poll `probe` until it returns a truthy value; fail after deadlineMs. */
+export async function waitFor<T>(what: string, probe: () => Promise<T | undefined | false> | T | undefined | false, deadlineMs = 30_000, everyMs = 50): Promise<T> {
+  const until = Date.now() + deadlineMs;
+  let lastError: unknown;
+  for (;;) {
+    try {
+      const value = await probe();
+      if (value) return value as T;
+    } catch (err) {
+      lastError = err;
+    }
+    if (Date.now() > until) {
+      throw new Error(`timed out waiting for ${what}${lastError ? `: ${String(lastError)}` : ""}`);
+    }
+    await sleep(everyMs);
+  }
+}
+
+/** One inline Redis command over a raw socket (no client library involved). */
+export function redisPing(port: number): Promise<boolean> {
+  return new Promise((res) => {
+    const sock = new Socket();
+    let buf = "";
+    const done = (ok: boolean) => {
+      sock.destroy();
+      res(ok);
+    };
+    sock.setTimeout(1000, () => done(false));
+    sock.once("error", () => done(false));
+    sock.connect(port, "127.0.0.1", () => sock.write("PING\r\n"));
+    sock.on("data", (d) => {
+      buf += d.toString();
+      if (buf.includes("\r\n")) done(buf.startsWith("+PONG"));
+    });
+  });
+}
+
+export interface RedisServer {
+  port: number;
+  url: string;
+  stop(): Promise<void>;
+}
+
+export function redisServerPath(): string | undefined {
+  const found = spawnSync("sh", ["-c", "command -v redis-server"], { encoding: "utf8" });
+  const path = found.stdout.trim();
+  return found.status === 0 && path ? path : undefined;
+}
+
+/** Start `redis-server --port N --save "" --appendonly no` and wait for PONG. */
+export async function startRedis(port?: number): Promise<RedisServer> {
+  const exe = redisServerPath();
+  if (!exe) {
+    throw new Error("redis-server is not installed (apt-get install redis-server)");
+  }
+  const p = port ?? (await freePort());
+  const dir = mkdtempSync(join(tmpdir(), "ovstream-node-redis-"));
+  const child = track(
+    spawn(exe, ["--port", String(p), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, "--protected-mode", "no"], {
+      stdio: ["ignore", "ignore", "pipe"],
+    }),
+  );
+  let stderr = "";
+  child.stderr?.on("data", (d) => (stderr += d.toString()));
+  await waitFor(`redis-server on port ${p}`, async () => {
+    if (child.exitCode !== null) throw new Error(`redis-server exited ${child.exitCode}: ${stderr}`);
+    return redisPing(p);
+  }, 15_000, 25);
+  return {
+    port: p,
+    url: `redis://127.0.0.1:${p}/0`,
+    async stop() {
+      await stopChild(child);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** The venv python, from OVSTREAM_PYTHON or <repo>/.venv/bin/python. */
+export function pythonPath(): string | undefined {
+  const fromEnv = process.env.OVSTREAM_PYTHON;
+  if (fromEnv) return existsSync(fromEnv) ? fromEnv : undefined;
+  const venv = join(REPO_ROOT, ".venv", "bin", "python");
+  return existsSync(venv) ? venv : undefined;
+}
+
+/** Whether `import <module>` works in the repo's python (the Python side exists). */
+export function pythonHasModule(module: string): boolean {
+  const py = pythonPath();
+  if (!py) return false;
+  const r = spawnSync(py, ["-c", `import ${module}`], { cwd: REPO_ROOT, env: pythonEnv(), encoding: "utf8" });
+  return r.status === 0;
+}
+
+export function pythonEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env, ...extra };
+  env.PYTHONPATH = env.PYTHONPATH ? `${REPO_ROOT}:${env.PYTHONPATH}` : REPO_ROOT;
+  return env;
+}
+
+/**
+ * Run a Python snippet in the repo with `input` as JSON on stdin; the snippet
+ * prints one JSON document, which is returned.
+ */
+export function runPython<T = unknown>(code: string, input: unknown): T {
+  const py = pythonPath();
+  if (!py) throw new Error("no python found (set OVSTREAM_PYTHON)");
+  const r = spawnSync(py, ["-c", code], {
+    cwd: REPO_ROOT,
+    env: pythonEnv(),
+    input: JSON.stringify(input),
+    encoding: "utf8",
+    maxBuffer: 64 * 1024 * 1024,
+  });
+  if (r.status !== 0) {
+    throw new Error(`python failed (${r.status}): ${r.stderr}`);
+  }
+  return JSON.parse(r.stdout) as T;
+}

@@ -1,0 +1,66 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+
+import { shardOf, streamKey } from "../src/keys.js";
+import { pythonHasModule, runPython } from "./helpers/proc.js";
+
+// Pinned from core.keys.shard_of so a change on either side shows here.
+const PINNED: Array<[string, number, number]> = [
+  ["a1b2c3d4-e5f6-7890-abcd-ef1234567890", 4, 1],
+  ["plain-session", 4, 2],
+  ["plain-session", 7, 5],
+  ["x", 1, 0],
+  ["062d87cd30e068a70b1231273256767191ff73b54e35e3cda3ab11d4866d4467", 16, 10],
+  ["日本語", 4, 1],
+  ["", 3, 2],
+];
+
+describe("shardOf", () => {
+  for (const [id, shards, shard] of PINNED) {
+    it(`${JSON.stringify(id)} mod ${shards} -> ${shard}`, () => {
+      assert.equal(shardOf(id, shards), shard);
+    });
+  }
+
+  it("stays in range and spreads over the shards", () => {
+    const counts = new Array<number>(4).fill(0);
+    for (let i = 0; i < 400; i++) {
+      const s = shardOf(`session-${i}`, 4);
+      assert.ok(s >= 0 && s < 4);
+      counts[s] = (counts[s] ?? 0) + 1;
+    }
+    for (const c of counts) assert.ok(c > 50, `uneven spread: ${counts.join(",")}`);
+  });
+
+  it("rejects a shard count that is not a positive integer", () => {
+    assert.throws(() => shardOf("x", 0), RangeError);
+    assert.throws(() => shardOf("x", 1.5), RangeError);
+  });
+});
+
+describe("streamKey", () => {
+  it("is <prefix>:{s<shard>}:turns", () => {
+    assert.equal(streamKey("ovstream", 3), "ovstream:{s3}:turns");
+    assert.equal(streamKey("t.x-1", 0), "t.x-1:{s0}:turns");
+  });
+});
+
+describe("cross-check with core/keys.py", () => {
+  const available = pythonHasModule("core.keys");
+  it("shard_of and Keys.stream agree for many ids and shard counts", { skip: available ? false : "core/keys.py not available" }, () => {
+    const cases: Array<[string, number]> = [];
+    for (let i = 0; i < 300; i++) {
+      cases.push([`sess-${i}-${"é".repeat(i % 3)}${i % 5 === 0 ? "😀" : ""}`, 1 + (i % 17)]);
+    }
+    const code = `
+import json, sys
+from core.keys import Keys, shard_of
+cases = json.load(sys.stdin)
+json.dump({"shards": [shard_of(s, n) for s, n in cases],
+           "keys": [Keys("pfx").stream(shard_of(s, n)) for s, n in cases]}, sys.stdout)
+`;
+    const py = runPython<{ shards: number[]; keys: string[] }>(code, cases);
+    assert.deepEqual(py.shards, cases.map(([s, n]) => shardOf(s, n)));
+    assert.deepEqual(py.keys, cases.map(([s, n]) => streamKey("pfx", shardOf(s, n))));
+  });
+});

@@ -1,0 +1,168 @@
+import assert from "node:assert/strict";
+import { after, describe, it } from "node:test";
+
+import { createClient } from "redis";
+
+import { TurnPublisher } from "../src/publisher.js";
+import { MemoryLogger } from "./helpers/fakes.js";
+import { freePort, startRedis, waitFor, type RedisServer } from "./helpers/proc.js";
+
+const KEY = "t:{s0}:turns";
+
+async function readStream(url: string, key = KEY): Promise<string[]> {
+  const client = createClient({ url });
+  client.on("error", () => {});
+  await client.connect();
+  try {
+    const entries = await client.xRange(key, "-", "+");
+    return entries.map((e) => String(e.message.e));
+  } finally {
+    await client.close();
+  }
+}
+
+function publisher(url: string, logger: MemoryLogger, extra: Partial<ConstructorParameters<typeof TurnPublisher>[0]> = {}) {
+  return new TurnPublisher({
+    redisUrl: url,
+    logger,
+    maxLen: 100000,
+    maxEvents: 1000,
+    maxBytes: 1 << 20,
+    initialBackoffMs: 20,
+    maxBackoffMs: 200,
+    ...extra,
+  });
+}
+
+describe("TurnPublisher", () => {
+  const servers: RedisServer[] = [];
+  const publishers: TurnPublisher[] = [];
+  after(async () => {
+    for (const p of publishers) await p.close(100);
+    for (const s of servers) await s.stop();
+  });
+
+  it("buffers while Redis is down, drops the oldest beyond the cap, delivers in order once Redis is up", async () => {
+    const port = await freePort();
+    const url = `redis://127.0.0.1:${port}/0`;
+    const log = new MemoryLogger();
+    const pub = publisher(url, log, { maxEvents: 3 });
+    publishers.push(pub);
+
+    for (let i = 0; i < 5; i++) pub.enqueue(KEY, `event-${i}`);
+    // enqueue never waits for Redis: all five are accounted for at once.
+    assert.equal(pub.getStats().pending, 3);
+    assert.equal(pub.getStats().dropped, 2);
+
+    await waitFor("a failed delivery attempt", () => pub.getStats().failures >= 2);
+    assert.equal(pub.getStats().pending, 3);
+    assert.equal(pub.getStats().delivered, 0);
+    assert.ok(log.at("warn").some((m) => m.includes("cannot publish turn events to Redis")), log.at("warn").join("\n"));
+    assert.ok(log.at("warn").some((m) => m.includes("dropping the oldest")), log.at("warn").join("\n"));
+    assert.ok(log.at("warn").some((m) => m.includes("ECONNREFUSED") && m.includes("2 oldest dropped")), log.at("warn").join("\n"));
+
+    const redis = await startRedis(port);
+    servers.push(redis);
+    pub.flush();
+    await waitFor("the buffer to drain", async () => {
+      await pub.drained();
+      return true;
+    });
+    assert.deepEqual(await readStream(url), ["event-2", "event-3", "event-4"]);
+    assert.equal(pub.getStats().pending, 0);
+    assert.equal(pub.getStats().delivered, 3);
+    assert.ok(
+      log.at("info").some((m) => m.includes("Redis reachable again") && m.includes("delivered 3") && m.includes("2 were dropped")),
+      log.at("info").join("\n"),
+    );
+  });
+
+  it("keeps delivering across a Redis restart, in order, without losing buffered events", async () => {
+    const redis = await startRedis();
+    servers.push(redis);
+    const log = new MemoryLogger();
+    const pub = publisher(redis.url, log);
+    publishers.push(pub);
+
+    pub.enqueue(KEY, "a");
+    pub.enqueue(KEY, "b");
+    await pub.drained();
+    assert.deepEqual(await readStream(redis.url), ["a", "b"]);
+
+    await redis.stop();
+    pub.enqueue(KEY, "c");
+    pub.enqueue(KEY, "d");
+    await waitFor("a failed delivery", () => pub.getStats().failures >= 1);
+    assert.equal(pub.getStats().pending, 2);
+
+    const again = await startRedis(redis.port);
+    servers.push(again);
+    pub.flush();
+    await pub.drained();
+    // A fresh (empty, non-persistent) server: only what was buffered arrives.
+    assert.deepEqual(await readStream(again.url), ["c", "d"]);
+  });
+
+  it("caps the buffer by bytes too, always keeping the newest event", async () => {
+    const port = await freePort();
+    const log = new MemoryLogger();
+    // Each entry counts its payload plus its key (13 bytes here): 53 bytes.
+    const pub = publisher(`redis://127.0.0.1:${port}/0`, log, { maxBytes: 120 });
+    publishers.push(pub);
+    pub.enqueue(KEY, "x".repeat(40));
+    pub.enqueue(KEY, "y".repeat(40));
+    assert.equal(pub.getStats().pending, 2);
+    pub.enqueue(KEY, "z".repeat(40));
+    assert.equal(pub.getStats().pending, 2);
+    pub.enqueue(KEY, "w".repeat(500));
+    assert.equal(pub.getStats().pending, 1);
+    assert.equal(pub.getStats().dropped, 3);
+    await pub.close(50);
+  });
+
+  it("trims each stream approximately to maxLen (XADD MAXLEN ~)", async () => {
+    const redis = await startRedis();
+    servers.push(redis);
+    const pub = publisher(redis.url, new MemoryLogger(), { maxLen: 10 });
+    publishers.push(pub);
+    for (let i = 0; i < 450; i++) pub.enqueue(KEY, `n${i}`);
+    await pub.drained();
+    const entries = await readStream(redis.url);
+    assert.ok(entries.length < 450, `stream was not trimmed: ${entries.length}`);
+    assert.equal(entries.at(-1), "n449");
+    assert.equal(pub.getStats().delivered, 450);
+  });
+
+  it("drops (and logs) an event Redis refuses, without blocking the ones behind it", async () => {
+    const redis = await startRedis();
+    servers.push(redis);
+    const admin = createClient({ url: redis.url });
+    admin.on("error", () => {});
+    await admin.connect();
+    await admin.set("t:{s1}:turns", "not a stream");
+    await admin.close();
+    const log = new MemoryLogger();
+    const pub = publisher(redis.url, log);
+    publishers.push(pub);
+    pub.enqueue(KEY, "before");
+    pub.enqueue("t:{s1}:turns", "poison");
+    pub.enqueue(KEY, "after");
+    await pub.drained();
+    assert.deepEqual(await readStream(redis.url), ["before", "after"]);
+    assert.equal(pub.getStats().dropped, 1);
+    assert.ok(log.at("error").some((m) => m.includes("WRONGTYPE") && m.includes("t:{s1}:turns")), log.at("error").join("\n"));
+  });
+
+  it("close() delivers what is buffered when it can, then refuses new events", async () => {
+    const redis = await startRedis();
+    servers.push(redis);
+    const log = new MemoryLogger();
+    const pub = publisher(redis.url, log);
+    pub.enqueue(KEY, "last-words");
+    await pub.close(5000);
+    assert.deepEqual(await readStream(redis.url), ["last-words"]);
+    pub.enqueue(KEY, "too-late");
+    assert.equal(pub.getStats().pending, 0);
+    assert.ok(log.at("warn").some((m) => m.includes("publisher is closed")));
+  });
+});
