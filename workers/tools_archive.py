@@ -33,7 +33,9 @@ async def ov_archive_search(svc: Services, caller: Caller, p: ArchiveSearchParam
     try:
         result = await svc.ov_for(caller).grep(history_uri(ov_sid, p.archiveId), pattern,
                                                case_insensitive=True)
-        matches = result.matches
+        # OV also greps each archive's memory_diff.json (it quotes extracted memories);
+        # only messages.jsonl holds what was said.
+        matches = [m for m in result.matches if m.uri.endswith("/messages.jsonl")]
     except OVError as exc:
         if exc.code != "NOT_FOUND":
             raise

@@ -145,7 +145,6 @@ def test_archive_search_finds_a_word_of_the_archived_turns(e2e_service: Service,
     assert missing["details"]["matchCount"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason="ov_archive_search also counts memory_diff.json lines (see report)")
 def test_archive_search_counts_only_archived_messages(e2e_service: Service, archived: Archived) -> None:
     # "jasmine" is in one archived user message and one assistant message, and also in the
     # extracted preference that the archive's memory_diff.json quotes: only messages count.

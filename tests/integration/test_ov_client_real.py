@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import pytest
@@ -85,8 +86,14 @@ async def test_find_read_and_grep_shapes(ov_server) -> None:
         await ov.add_message(s, text_msg("user", "I prefer vinyl records over streaming."))
         task = await finished(ov, (await ov.commit(s)).task_id)
         assert task.status == "completed", task
-        found = await ov.find("vinyl records", target_uri="viking://~/memories", limit=10)
-        leaves = [h for h in found.memories if h.level == 2]
+        # OV indexes a new memory shortly after its task reports completed: poll for it.
+        deadline = time.monotonic() + 30
+        while True:
+            found = await ov.find("vinyl records", target_uri="viking://~/memories", limit=10)
+            leaves = [h for h in found.memories if h.level == 2]
+            if leaves or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.25)
         assert leaves and leaves[0].uri.endswith("/preferences/default/vinyl_records_streaming.md")
         assert "memory_type=preferences" in leaves[0].tags
         assert "vinyl" in await ov.read(leaves[0].uri)
