@@ -93,6 +93,7 @@ class OVClient:
         self._owns_http = _http is None
         self._http = _http or httpx.AsyncClient(
             base_url=self.base_url, transport=transport, timeout=httpx.Timeout(timeout),
+            trust_env=False,  # OV is usually on loopback: never route it through an HTTP(S)_PROXY
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
         self.headers = self._identity_headers()
 

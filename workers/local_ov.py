@@ -162,6 +162,24 @@ def _kill_group(proc: subprocess.Popen, timeout_s: float) -> None:
     proc.wait(timeout=5)
 
 
+def _wait_healthy(proc: subprocess.Popen, url: str, log_path: Path, deadline: float, timeout_s: float) -> None:
+    with httpx.Client(timeout=2.0, trust_env=False) as client:
+        while True:
+            if proc.poll() is not None:
+                raise LocalOVError(f"openviking-server exited with {proc.returncode}; "
+                                   f"last lines of {log_path}:\n{_tail(log_path)}")
+            try:
+                r = client.get(f"{url}/health")
+                if r.status_code == 200 and r.json().get("status") in ("ok", "healthy"):
+                    return
+            except (httpx.HTTPError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise LocalOVError(f"openviking-server not healthy after {timeout_s:.0f}s; "
+                                   f"last lines of {log_path}:\n{_tail(log_path)}")
+            time.sleep(0.2)
+
+
 def start_local_ov(workdir: str | os.PathLike[str], *, port: int, model_url: str,
                    root_api_key: str | None = None, timeout_s: float = 90.0,
                    dimension: int = 64, binary: str | None = None) -> LocalOV:
@@ -193,23 +211,11 @@ def start_local_ov(workdir: str | os.PathLike[str], *, port: int, model_url: str
             cwd=str(work), env=env, stdout=log_file, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True,
         )
-    deadline = started + timeout_s
-    with httpx.Client(timeout=2.0, trust_env=False) as client:
-        while True:
-            if proc.poll() is not None:
-                _kill_group(proc, 5.0)
-                raise LocalOVError(f"openviking-server exited with {proc.returncode}; "
-                                   f"last lines of {log_path}:\n{_tail(log_path)}")
-            try:
-                r = client.get(f"{url}/health")
-                if r.status_code == 200 and r.json().get("status") in ("ok", "healthy"):
-                    break
-            except (httpx.HTTPError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                _kill_group(proc, 5.0)
-                raise LocalOVError(f"openviking-server not healthy after {timeout_s:.0f}s; "
-                                   f"last lines of {log_path}:\n{_tail(log_path)}")
-            time.sleep(0.2)
+    try:
+        _wait_healthy(proc, url, log_path, started + timeout_s, timeout_s)
+    except BaseException:
+        # Also on Ctrl-C: the server runs in its own session, so nothing else would stop it.
+        _kill_group(proc, 5.0)
+        raise
     return LocalOV(proc, url, work, log_path, config_path, root_api_key,
                    time.monotonic() - started)
