@@ -46,7 +46,8 @@ class Keys:
         return self._session("applied", shard, scope, ov_session_id)
 
     def snapshot(self, shard: int, scope: str, ov_session_id: str) -> str:
-        """The session's ContextSnapshot (msgspec JSON)."""
+        """Hash: ``data`` = the session's ContextSnapshot (msgspec JSON), ``id`` = its
+        applied stream id and ``fetched_ms`` = when its OV read began (for the no-regress check)."""
         return self._session("snapshot", shard, scope, ov_session_id)
 
     def commits(self, shard: int, scope: str, ov_session_id: str) -> str:
@@ -56,6 +57,18 @@ class Keys:
     def commit_generation(self, shard: int, scope: str, ov_session_id: str) -> str:
         """Counter naming the session's current commit generation."""
         return self._session("commit-gen", shard, scope, ov_session_id)
+
+    def commit_inflight(self, shard: int, scope: str, ov_session_id: str) -> str:
+        """Hash: ``req`` = the session's in-flight CommitRequest, ``job`` = the RQ job carrying it."""
+        return self._session("commit-inflight", shard, scope, ov_session_id)
+
+    def capture_lease(self, shard: int) -> str:
+        """Which capture consumer owns a shard right now (SET NX PX, renewed while alive)."""
+        return f"{self.prefix}:{{s{shard}}}:capture-lease"
+
+    def capture_workers(self) -> str:
+        """Sorted set: live capture consumer -> lease expiry (ms), to split shards fairly."""
+        return f"{self.prefix}:capture-workers"
 
 
 def scope_of(user: str | None, agent_id: str) -> str:

@@ -1,0 +1,244 @@
+"""Capture throughput and end-to-end latency. Prints figures; not a test.
+
+Starts a redis-server on a free loopback port and runs, in one process:
+
+1. raw: redis-py pipelined XADD of N entries (the same payloads), then
+   XREADGROUP COUNT 100 + XACK until all are read — the ceiling Redis and the
+   client allow;
+2. throughput: the same N turn events read by ONE capture worker and written
+   to a zero-latency in-memory FakeOV (MockTransport), snapshots and all;
+3. latency: a publisher thread sends turns at a fixed rate (default 200/s)
+   while the worker runs; per turn, the time from just before its XADD to the
+   refresh of a snapshot that includes it.
+
+    .venv/bin/python bench/capture.py [--events 6000] [--sessions 200] [--rate 200] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import redis  # noqa: E402
+
+from core.config import Settings  # noqa: E402
+from core.events import ContextSnapshot, TurnEvent, encode  # noqa: E402
+from core.fake_ov import FakeOV  # noqa: E402
+from core.streams import publish_raw, stream_of_event  # noqa: E402
+from workers.capture import CaptureWorker  # noqa: E402
+from workers.capture_applied import parse_id  # noqa: E402
+
+RAW_BATCH = 100
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_redis() -> tuple[subprocess.Popen[bytes], str, str]:
+    exe = shutil.which("redis-server")
+    if exe is None:
+        sys.exit("redis-server is not installed")
+    port, workdir = free_port(), tempfile.mkdtemp(prefix="ovstream-bench-")
+    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", workdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    for _ in range(200):
+        try:
+            client.ping()
+            return proc, url, workdir
+        except redis.ConnectionError:
+            time.sleep(0.025)
+    proc.kill()
+    sys.exit("redis-server did not start")
+
+
+def turn_event(session: str, index: int, *, keep_turns: int) -> TurnEvent:
+    """Turn ``index`` of a session: OpenClaw sends the transcript (here its last ``keep_turns`` turns)."""
+    first = max(0, index + 1 - keep_turns)
+    messages: list[dict[str, Any]] = []
+    for i in range(first, index + 1):
+        messages.append({"role": "user", "content": f"question {i} of {session}: how does capture keep order?",
+                         "timestamp": 1_700_000_000 + i})
+        messages.append({"role": "assistant", "content": [
+            {"type": "text", "text": f"answer {i}: one consumer per shard, entries applied in stream order."}]})
+    return TurnEvent(event_id=uuid.uuid4().hex, session_id=session, messages=messages,
+                     pre_prompt_message_count=len(messages) - 2, published_at=time.time())
+
+
+def workload(events: int, sessions: int, keep_turns: int) -> list[TurnEvent]:
+    names = [f"bench-{i:04d}" for i in range(sessions)]
+    return [turn_event(names[n % sessions], n // sessions, keep_turns=keep_turns) for n in range(events)]
+
+
+def bench_raw(client: redis.Redis, settings: Settings, payloads: list[tuple[str, bytes]]) -> float:
+    """Entries per second through pipelined XADD then XREADGROUP + XACK (one stream per shard)."""
+    streams = sorted({s for s, _ in payloads})
+    for s in streams:
+        client.xgroup_create(f"raw:{s}", "g", id="0", mkstream=True)
+    started = time.perf_counter()
+    for i in range(0, len(payloads), RAW_BATCH):
+        pipe = client.pipeline(transaction=False)
+        for stream, payload in payloads[i:i + RAW_BATCH]:
+            pipe.xadd(f"raw:{stream}", {"e": payload}, maxlen=settings.stream_maxlen, approximate=True)
+        pipe.execute()
+    read = 0
+    while read < len(payloads):
+        for s in streams:
+            reply = client.xreadgroup("g", "c", {f"raw:{s}": ">"}, count=RAW_BATCH)
+            if reply:
+                ids = [entry_id for entry_id, _ in reply[0][1]]
+                client.xack(f"raw:{s}", "g", *ids)
+                read += len(ids)
+    return len(payloads) / (time.perf_counter() - started)
+
+
+async def bench_capture(settings: Settings, client: redis.Redis, events: list[TurnEvent]) -> dict[str, float]:
+    for event in events:
+        publish_raw(client, settings, stream_of_event(settings, event), encode(event))
+    fake = FakeOV()
+    worker = CaptureWorker(settings, ov_transport=fake.transport(), burst=True, consumer="bench")
+    forget = asyncio.create_task(forget_requests(fake))
+    started = time.perf_counter()
+    await worker.run()
+    elapsed = time.perf_counter() - started
+    forget.cancel()
+    stored = sum(len(s.messages) + sum(len(a.messages) for a in s.archives) for s in fake.sessions.values())
+    assert worker.stats.applied == len(events), worker.stats
+    assert stored == 2 * len(events), (stored, len(events))
+    return {"seconds": elapsed, "events_s": len(events) / elapsed, "messages_s": worker.stats.messages_written / elapsed,
+            "ov_writes": worker.stats.ov_writes, "snapshots": worker.stats.snapshots}
+
+
+async def bench_latency(settings: Settings, url: str, rate: float, seconds: float, sessions: int,
+                        keep_turns: int) -> list[float]:
+    fake = FakeOV()
+    published: dict[str, list[tuple[tuple[int, int], float]]] = {}
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def on_snapshot(snapshot: ContextSnapshot) -> None:
+        now = time.time()
+        applied = parse_id(snapshot.applied_stream_id)
+        with lock:
+            waiting = published.get(snapshot.ov_session_id, [])
+            done = [t for order, t in waiting if order <= applied]
+            published[snapshot.ov_session_id] = [(o, t) for o, t in waiting if o > applied]
+        latencies.extend(now - t for t in done)
+
+    worker = CaptureWorker(settings, ov_transport=fake.transport(), consumer="latency", on_snapshot=on_snapshot)
+    task = asyncio.create_task(worker.run())
+    forget = asyncio.create_task(forget_requests(fake))
+    await asyncio.sleep(0.3)  # shards acquired
+    total = int(rate * seconds)
+    events = workload(total, sessions, keep_turns)
+
+    def publisher() -> None:
+        client = redis.Redis.from_url(url)
+        start = time.perf_counter()
+        for n, event in enumerate(events):
+            delay = start + n / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            payload, stream = encode(event), stream_of_event(settings, event)
+            sent_at = time.time()
+            with lock:  # registered before the XADD returns, so a fast snapshot cannot miss it
+                entry_id = client.xadd(stream, {"e": payload}, maxlen=settings.stream_maxlen, approximate=True)
+                published.setdefault(event.session_id, []).append((parse_id(entry_id.decode()), sent_at))
+        client.close()
+
+    thread = threading.Thread(target=publisher)
+    thread.start()
+    await asyncio.to_thread(thread.join)
+    deadline = time.monotonic() + 30
+    while len(latencies) < total and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    worker.stop()
+    await task
+    forget.cancel()
+    return latencies
+
+
+async def forget_requests(fake: FakeOV) -> None:
+    """Drop the fake's log of requests now and then: a real OV keeps them out of our process
+    (left alone, the growing heap makes the garbage collector's pauses grow with it)."""
+    while True:
+        await asyncio.sleep(0.2)
+        fake.calls.clear()
+        fake.requests.clear()
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=6000, help="turn events in the throughput runs")
+    parser.add_argument("--sessions", type=int, default=200, help="sessions the turns spread over")
+    parser.add_argument("--keep-turns", type=int, default=10, help="turns of transcript each event carries")
+    parser.add_argument("--rate", type=float, default=200.0, help="turns per second in the latency run")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency run")
+    args = parser.parse_args()
+
+    proc, url, workdir = start_redis()
+    try:
+        client = redis.Redis.from_url(url)
+        settings = Settings(redis_url=url, key_prefix="bench", shards=4)
+        events = workload(args.events, args.sessions, args.keep_turns)
+        payloads = [(stream_of_event(settings, e), encode(e)) for e in events]
+        raw_rate = bench_raw(client, settings, payloads)
+        capture = asyncio.run(bench_capture(settings, client, events))
+        client.flushall()
+        latency_settings = settings.model_copy(update={"key_prefix": "latency"})
+        latencies = asyncio.run(bench_latency(latency_settings, url, args.rate, args.seconds, args.sessions,
+                                              args.keep_turns))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    size = statistics.mean(len(p) for _, p in payloads)
+    rows = [
+        ("raw redis-py XADD+XREADGROUP+XACK", f"{raw_rate:,.0f} entries/s", ""),
+        ("capture worker (1), events", f"{capture['events_s']:,.0f} events/s",
+         f"{capture['events_s'] / raw_rate:.1%} of raw"),
+        ("capture worker (1), messages", f"{capture['messages_s']:,.0f} messages/s", "target >= 2,000"),
+        ("  OV batch writes / snapshots", f"{capture['ov_writes']:,} / {capture['snapshots']:,}",
+         f"{args.events:,} events in {capture['seconds']:.2f}s"),
+    ]
+    if latencies:
+        rows += [
+            (f"XADD -> snapshot at {args.rate:g} turns/s, p50", f"{pct(latencies, 0.50) * 1000:.1f} ms", ""),
+            (f"XADD -> snapshot at {args.rate:g} turns/s, p99", f"{pct(latencies, 0.99) * 1000:.1f} ms",
+             "target < 50 ms"),
+            ("  turns measured", f"{len(latencies):,} of {int(args.rate * args.seconds):,}",
+             f"max {max(latencies) * 1000:.1f} ms"),
+        ]
+    print(f"\novstream capture benchmark: {args.events:,} events over {args.sessions} sessions, "
+          f"~{size:,.0f} B each ({args.keep_turns} turns of transcript), 4 shards, zero-latency FakeOV\n")
+    width = max(len(r[0]) for r in rows)
+    vwidth = max(len(r[1]) for r in rows)
+    for name, value, note in rows:
+        print(f"  {name.ljust(width)}  {value.rjust(vwidth)}  {note}")
+
+
+if __name__ == "__main__":
+    main()

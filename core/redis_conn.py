@@ -1,0 +1,63 @@
+"""Redis connections from Settings.
+
+``redis_url = "fakeredis://"`` embeds Redis: every connection made in this
+process, sync or asyncio, talks to one shared in-memory ``FakeServer``, so
+capture, the RQ worker and the RPC of ``ovstream up`` see the same data
+without a redis-server. Any other URL goes to ``redis.Redis.from_url``.
+
+RQ needs raw bytes (``decode_responses=False``); so does everything here.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import fakeredis
+import redis
+import redis.asyncio as aioredis
+
+from core.config import Settings
+
+SOCKET_TIMEOUT_MARGIN_S = 10.0
+"""Socket timeout over the longest blocking read a caller declares (XREADGROUP BLOCK)."""
+
+_fake_server: fakeredis.FakeServer | None = None
+_fake_server_lock = threading.Lock()
+
+
+def fake_server() -> fakeredis.FakeServer:
+    """The process-wide in-memory server behind every ``fakeredis://`` connection."""
+    global _fake_server
+    with _fake_server_lock:
+        if _fake_server is None:
+            _fake_server = fakeredis.FakeServer()
+        return _fake_server
+
+
+def reset_fake_server() -> None:
+    """Forget the embedded server's data (tests)."""
+    global _fake_server
+    with _fake_server_lock:
+        _fake_server = None
+
+
+def _socket_timeout(block_ms: int | None) -> float | None:
+    # A blocking read must return before the socket gives up on it; without a
+    # declared block time (RQ's BLMOVE waits for minutes) leave it unbounded.
+    if block_ms is None:
+        return None
+    return block_ms / 1000 + SOCKET_TIMEOUT_MARGIN_S
+
+
+def connect(settings: Settings, *, block_ms: int | None = None) -> redis.Redis:
+    """A sync client for ``settings.redis_url``; ``block_ms`` = longest blocking read it will do."""
+    if settings.embedded_redis:
+        return fakeredis.FakeRedis(server=fake_server())
+    return redis.Redis.from_url(settings.redis_url, socket_timeout=_socket_timeout(block_ms))
+
+
+def connect_async(settings: Settings, *, block_ms: int | None = None) -> aioredis.Redis:
+    """An asyncio client for ``settings.redis_url`` (same embedded server for ``fakeredis://``)."""
+    if settings.embedded_redis:
+        return fakeredis.FakeAsyncRedis(server=fake_server())
+    return aioredis.Redis.from_url(settings.redis_url, socket_timeout=_socket_timeout(block_ms))

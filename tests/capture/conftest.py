@@ -1,0 +1,51 @@
+"""Fixtures of the capture tests: real redis-server (tests/conftest.py), in-memory FakeOV.
+
+Every test here is marked ``redis``. ``settings`` has short timings so
+takeovers and retries happen within a test; ``fake_ov`` is also what RQ jobs
+reach (workers.jobs.set_ov_transport_factory). capture_helpers.py builds turns
+whose messages say which session and turn they came from, so the order in OV
+can be checked message by message.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from core.config import Settings
+from core.fake_ov import FakeOV
+from workers import jobs
+
+_HERE = Path(__file__).parent
+_prefixes = itertools.count()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(_HERE):
+            item.add_marker(pytest.mark.redis)
+
+
+@pytest.fixture
+def settings(redis_url: str) -> Settings:
+    return Settings(
+        redis_url=redis_url, key_prefix=f"t{next(_prefixes)}", shards=4,
+        capture_block_ms=50, claim_idle_ms=300, max_deliveries=2, ov_backoff_s=0.01,
+        commit_token_threshold=100_000, phase2_poll_interval_s=0.01, phase2_deadline_s=30,
+        phase2_read_retries=2,
+    )
+
+
+@pytest.fixture
+def fake_ov() -> Iterator[FakeOV]:
+    fake = FakeOV()
+    transport = fake.transport()
+    jobs.set_ov_transport_factory(lambda _s: transport)
+    try:
+        yield fake
+    finally:
+        jobs.set_ov_transport_factory(None)
+        jobs.set_clock(None)

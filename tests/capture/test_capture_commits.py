@@ -1,0 +1,215 @@
+"""Threshold commits, the RQ jobs, the phase-2 poller and ``ovstream commits``."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from rq.job import Job
+
+from capture_helpers import make_worker, ov_texts, publish, turn
+from core.config import Settings
+from core.events import CommitRequest
+from core.keys import Keys
+from workers import jobs
+from workers.jobs import commit_outcome, list_commits, request_commit, wait_commit_outcome
+from workers.jobs_run import memories_extracted, run_commit, run_poll
+from workers.jobs_worker import drain_jobs, jobs_waiting
+from workers.cli import main
+
+FINAL = ("completed", "failed", "timeout", "skipped")
+
+
+def _final(client, settings: Settings, request: CommitRequest):
+    return lambda: (o := commit_outcome(client, settings, request)) is not None and o.status in FINAL
+
+
+def _request(client, settings, sid="s", **kw) -> CommitRequest:
+    kw.setdefault("reason", "compact")
+    kw.setdefault("keep_recent_count", 0)
+    return request_commit(client, settings, ov_session_id=sid, agent_id="main", user=None, **kw)
+
+
+def _seed(fake, sid: str, n: int = 4, text: str = "hello there") -> None:
+    transport = httpx.Client(transport=httpx.MockTransport(fake.handle), base_url="http://ov")
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"{text} {i}"} for i in range(n)]
+    transport.post(f"/api/v1/sessions/{sid}/messages/batch", json={"messages": msgs}).raise_for_status()
+
+
+async def test_threshold_crossings_enqueue_one_commit_until_it_finishes(redis_client, settings, fake_ov):
+    low = settings.model_copy(update={"commit_token_threshold": 3, "commit_keep_recent_count": 2})
+    for t in range(4):  # each burst is one batch over the threshold while the commit waits in RQ
+        publish(redis_client, low, [turn("busy", t)])
+        worker = make_worker(low, fake_ov, burst=True)
+        await worker.run()
+        assert worker.stats.commits_requested == 1
+    [pending] = list_commits(redis_client, low, "busy", agent_id="main", user=None)
+    assert pending.status == "pending" and pending.reason == "threshold"
+    assert jobs_waiting(redis_client, low) == 1
+
+    assert drain_jobs(redis_client, low, until=_final(redis_client, low, _as_request(pending)))
+    [done] = list_commits(redis_client, low, "busy", agent_id="main", user=None)
+    assert done.status == "completed" and done.archived and done.task_id
+    [commit_call] = [r for r in fake_ov.requests if r.url.path.endswith("/commit")]
+    assert json.loads(commit_call.content) == {"keep_recent_count": 2, "enable_working_memory": True}
+
+    # a finished commit does not block the next one
+    publish(redis_client, low, [turn("busy", t) for t in range(4, 8)])
+    await make_worker(low, fake_ov, burst=True).run()
+    first, second = list_commits(redis_client, low, "busy", agent_id="main", user=None)
+    assert first.commit_id != second.commit_id and second.status == "pending"
+    assert drain_jobs(redis_client, low, until=_final(redis_client, low, _as_request(second)))
+    assert [o.status for o in list_commits(redis_client, low, "busy", agent_id="main", user=None)] == [
+        "completed", "completed"]
+    assert len(ov_texts(fake_ov, "busy")) == 16  # archived ones included: nothing lost
+
+
+def _as_request(outcome) -> CommitRequest:
+    return CommitRequest(commit_id=outcome.commit_id, ov_session_id=outcome.ov_session_id,
+                         agent_id=outcome.agent_id, user=outcome.user, reason=outcome.reason,
+                         keep_recent_count=0, generation=0, requested_at=outcome.requested_at)
+
+
+def test_a_second_request_returns_the_one_in_flight(redis_client, settings, fake_ov):
+    _seed(fake_ov, "s")
+    first = _request(redis_client, settings)
+    again = _request(redis_client, settings, reason="memory_store")
+    assert again.commit_id == first.commit_id and again.reason == "compact"
+    assert all(c in "abcdefghijklmnopqrstuvwxyz0123456789_-" for c in first.commit_id.lower())
+    assert drain_jobs(redis_client, settings, until=_final(redis_client, settings, first))
+    nxt = _request(redis_client, settings)
+    assert nxt.generation == first.generation + 1 and nxt.commit_id != first.commit_id
+
+
+def test_poller_records_completed_with_the_memory_count(redis_client, settings, fake_ov):
+    fake_ov.phase2_reads_until_done = 3
+    _seed(fake_ov, "s", text="remember that I prefer tea")
+    request = _request(redis_client, settings)
+    assert drain_jobs(redis_client, settings, until=_final(redis_client, settings, request))
+    outcome = commit_outcome(redis_client, settings, request)
+    assert outcome.status == "completed" and outcome.memories_extracted == 2
+    assert outcome.finished_at and outcome.archive_uri.endswith("archive_001")
+    stream = redis_client.xrange(Keys(settings.key_prefix).commit_outcomes())
+    assert [json.loads(f[b"o"])["status"] for _, f in stream] == ["completed"]
+
+
+def test_poller_records_a_failed_phase2(redis_client, settings, fake_ov):
+    fake_ov.phase2 = "fail"
+    _seed(fake_ov, "s")
+    request = _request(redis_client, settings)
+    outcome = wait_for_outcome(redis_client, settings, request)
+    assert outcome.status == "failed" and "memory extraction failed" in outcome.error
+
+
+def wait_for_outcome(client, settings, request):
+    assert drain_jobs(client, settings, until=_final(client, settings, request))
+    return commit_outcome(client, settings, request)
+
+
+def test_poller_records_a_timeout_past_the_deadline(redis_client, settings, fake_ov):
+    now = [1_000.0]
+    jobs.set_clock(lambda: now[0])
+    fake_ov.phase2 = "hang"
+    _seed(fake_ov, "s")
+    request = _request(redis_client, settings)
+    running = run_commit(redis_client, settings, request)
+    assert running.status == "running" and running.task_id
+    deadline = now[0] + settings.phase2_deadline_s
+    now[0] += settings.phase2_deadline_s - 1
+    assert run_poll(redis_client, settings, request, deadline_at=deadline, failed_reads=0, attempt=1).status == "running"
+    now[0] += 2
+    outcome = run_poll(redis_client, settings, request, deadline_at=deadline, failed_reads=0, attempt=2)
+    assert outcome.status == "timeout" and outcome.finished_at == now[0]
+    assert run_poll(redis_client, settings, request, deadline_at=deadline, failed_reads=0,
+                    attempt=3).status == "timeout"  # the first final outcome stands
+
+
+@pytest.mark.parametrize("failures, status", [(2, "completed"), (3, "failed")])
+def test_poller_retries_failed_task_reads(redis_client, settings, fake_ov, failures, status):
+    once = settings.model_copy(update={"ov_retries": 0})  # one HTTP attempt per read
+    _seed(fake_ov, "s")
+    request = _request(redis_client, once)
+    fake_ov.fail_next(failures, status=503, route="/api/v1/tasks/")
+    outcome = wait_for_outcome(redis_client, once, request)
+    assert outcome.status == status
+    if status == "failed":
+        assert "unreadable after 3 reads" in outcome.error
+
+
+def test_commit_with_nothing_to_archive_is_skipped(redis_client, settings, fake_ov):
+    httpx.Client(transport=httpx.MockTransport(fake_ov.handle), base_url="http://ov").post(
+        "/api/v1/sessions", json={"session_id": "empty"})  # a session with no messages
+    request = _request(redis_client, settings, sid="empty")
+    outcome = wait_for_outcome(redis_client, settings, request)
+    assert outcome.status == "skipped" and "no_messages" in outcome.error
+
+
+def test_a_task_answering_skipped_is_recorded_as_skipped(redis_client, settings, fake_ov):
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.startswith("/api/v1/tasks/"):
+            return httpx.Response(200, json={"status": "ok", "result": {"task_id": "t", "status": "skipped"}})
+        return fake_ov.handle(request)
+
+    transport = httpx.MockTransport(handler)
+    jobs.set_ov_transport_factory(lambda _s: transport)
+    _seed(fake_ov, "s")
+    assert wait_for_outcome(redis_client, settings, _request(redis_client, settings)).status == "skipped"
+
+
+def test_wait_gives_a_timeout_outcome_when_nothing_runs_the_job(redis_client, settings, fake_ov):
+    request = _request(redis_client, settings)
+    outcome = wait_commit_outcome(redis_client, settings, request, timeout_s=0.1)
+    assert outcome.status == "timeout" and "still pending" in outcome.error
+    assert commit_outcome(redis_client, settings, request).status == "pending"  # not recorded
+
+
+def test_a_lost_commit_job_is_enqueued_again(redis_client, settings, fake_ov):
+    _seed(fake_ov, "s")
+    request = _request(redis_client, settings)
+    Job.fetch(request.commit_id, connection=redis_client).delete()  # as if the enqueue never happened
+    assert jobs_waiting(redis_client, settings) == 0
+    assert _request(redis_client, settings).commit_id == request.commit_id
+    assert wait_for_outcome(redis_client, settings, request).status == "completed"
+
+
+def test_memories_extracted_reads_every_known_shape():
+    assert memories_extracted({"memories_extracted": {"memory_write": 2, "memory_edit": 1}}) == 3
+    assert memories_extracted({"memories_extracted": {}}) == 0
+    assert memories_extracted({"memories_extracted": {"total": 4, "preferences": 4}}) == 4
+    assert memories_extracted({"memories_extracted": 5}) == 5
+    assert memories_extracted({"memory_uris": ["a", "b"]}) == 2
+    assert memories_extracted(None) is None and memories_extracted({}) is None
+
+
+def test_commit_snapshot_shows_the_archive_overview(redis_client, settings, fake_ov):
+    from workers.snapshot import read_snapshot
+
+    _seed(fake_ov, "s")
+    request = _request(redis_client, settings)
+    assert wait_for_outcome(redis_client, settings, request).status == "completed"
+    snap = read_snapshot(redis_client, settings, ov_session_id="s", agent_id="main", user=None)
+    assert snap is not None and snap.latest_archive_overview and snap.total_archives == 1
+
+
+def test_ovstream_commits_prints_the_table(redis_client, settings, fake_ov, monkeypatch, capsys):
+    monkeypatch.setenv("OVSTREAM_REDIS_URL", settings.redis_url)
+    monkeypatch.setenv("OVSTREAM_KEY_PREFIX", settings.key_prefix)
+    assert main(["commits", "nothing-here"]) == 0
+    assert "no commits recorded for session nothing-here" in capsys.readouterr().out
+
+    fake_ov.phase2 = "fail"
+    _seed(fake_ov, "s")
+    failed = _request(redis_client, settings)
+    wait_for_outcome(redis_client, settings, failed)
+    fake_ov.phase2 = "complete"
+    _seed(fake_ov, "s")
+    done = _request(redis_client, settings, reason="manual")
+    wait_for_outcome(redis_client, settings, done)
+    assert main(["commits", "s", "--agent", "main"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "session s (agent main): 2 commit(s)"
+    assert out[1].split()[:3] == ["COMMIT", "REASON", "STATUS"]
+    assert out[2].split()[:3] == [failed.commit_id, "compact", "failed"]
+    assert out[3].split()[:3] == [done.commit_id, "manual", "completed"]
+    assert "archive_001" in out[2] and "archive_002" in out[3]

@@ -1,0 +1,142 @@
+"""Bad events, repeated handler failures, the dead-letter stream and OV being down."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+import pytest
+
+from capture_helpers import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
+from core.events import STREAM_FIELD, encode
+from core.keys import Keys, shard_of
+from workers.capture import CaptureWorker
+from workers.capture_dlq import list_dead_letters
+from workers.cli import main
+
+
+@pytest.fixture
+def cli_env(monkeypatch, settings):
+    monkeypatch.setenv("OVSTREAM_REDIS_URL", settings.redis_url)
+    monkeypatch.setenv("OVSTREAM_KEY_PREFIX", settings.key_prefix)
+    monkeypatch.setenv("OVSTREAM_SHARDS", str(settings.shards))
+
+
+def _raw(client, settings, session: str, payload: dict | bytes, field: str = STREAM_FIELD) -> str:
+    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    stream = Keys(settings.key_prefix).stream(shard_of(session, settings.shards))
+    return client.xadd(stream, {field: data}).decode()
+
+
+async def test_bad_events_are_dead_lettered_at_once_and_the_worker_goes_on(redis_client, settings, fake_ov):
+    good = json.loads(encode(turn("mixed", 0)))
+    publish(redis_client, settings, [turn("mixed", 0)])
+    bad_ids = [
+        _raw(redis_client, settings, "mixed", b"{not json"),
+        _raw(redis_client, settings, "mixed", {**good, "v": 99}),
+        _raw(redis_client, settings, "mixed", {k: v for k, v in good.items() if k != "session_id"}),
+        _raw(redis_client, settings, "mixed", {**good, "session_id": " ", "session_key": None}),
+        _raw(redis_client, settings, "mixed", b"x", field="other"),
+    ]
+    publish(redis_client, settings, [turn("mixed", 1)])
+    worker = make_worker(settings, fake_ov, burst=True)
+    await worker.run()
+    letters = list_dead_letters(redis_client, settings)
+    assert [d.entry_id for d in letters] == bad_ids
+    assert {d.reason for d in letters} == {"undecodable"}
+    assert "unknown version" in letters[1].error and "session_id" in letters[2].error
+    assert ov_texts(fake_ov, "mixed") == expected_texts("mixed", 2)
+    assert pending_count(redis_client, settings) == 0
+
+
+async def test_repeated_failures_dead_letter_one_entry_and_the_session_continues(
+        redis_client, settings, fake_ov, cli_env, capsys):
+    # the merged write of turns 0+1 fails, then turn 0 alone fails max_deliveries + 1 times
+    fake_ov.fail_next(1 + settings.max_deliveries + 1, status=400, code="INVALID_ARGUMENT",
+                      route="/sessions/flaky/messages/batch")
+    publish(redis_client, settings, [turn("flaky", 0), turn("flaky", 1), turn("fine", 0)])
+    worker = make_worker(settings, fake_ov)
+    await run_until([worker], lambda: len(ov_texts(fake_ov, "flaky")) == 2, timeout_s=30)
+    [letter] = list_dead_letters(redis_client, settings)
+    assert letter.reason == "failed" and letter.deliveries == settings.max_deliveries + 1
+    assert "INVALID_ARGUMENT" in letter.error and letter.event().messages[-1]["content"] == [
+        {"type": "text", "text": "flaky:a0"}]
+    assert ov_texts(fake_ov, "flaky") == ["flaky:q1", "flaky:a1"]
+    assert ov_texts(fake_ov, "fine") == expected_texts("fine", 1)
+    assert worker.stats.failures == settings.max_deliveries
+
+    assert main(["dlq", "list"]) == 0
+    listing = capsys.readouterr().out
+    assert "1 dead letter(s)" in listing and letter.dlq_id in listing and "flaky" in listing
+    assert "failed" in listing
+
+    assert main(["dlq", "replay", "--all"]) == 0
+    replayed = capsys.readouterr().out
+    assert f"{letter.dlq_id} replayed -> " in replayed and "1 replayed, 0 not" in replayed
+    assert list_dead_letters(redis_client, settings) == []
+    await make_worker(settings, fake_ov, burst=True).run()
+    assert ov_texts(fake_ov, "flaky") == ["flaky:q1", "flaky:a1", "flaky:q0", "flaky:a0"]
+
+    assert main(["dlq", "list"]) == 0
+    assert "dead-letter stream is empty" in capsys.readouterr().out
+
+
+async def test_dlq_replay_keeps_what_cannot_be_replayed(redis_client, settings, fake_ov, cli_env, capsys):
+    _raw(redis_client, settings, "junk", b"\xff\xfe")
+    await make_worker(settings, fake_ov, burst=True).run()
+    [letter] = list_dead_letters(redis_client, settings)
+    assert main(["dlq", "replay", letter.dlq_id]) == 0
+    assert "kept: not replayable" in capsys.readouterr().out
+    assert [d.dlq_id for d in list_dead_letters(redis_client, settings)] == [letter.dlq_id]
+    assert main(["dlq", "replay", "0-1"]) == 1
+    assert "no dead letter 0-1" in capsys.readouterr().out
+    assert main(["dlq", "replay"]) == 2
+
+
+async def _wait(condition, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+class _Switch(httpx.AsyncBaseTransport):
+    """Answers 503 UNAVAILABLE while ``on``; passes through to the fake otherwise."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner, self.on = inner, True
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.on:
+            return httpx.Response(503, json={"status": "error", "error": {"code": "UNAVAILABLE", "message": "busy"}})
+        return await self.inner.handle_async_request(request)
+
+
+@pytest.mark.parametrize("outage", ["down", "503"])
+async def test_ov_down_acks_nothing_then_everything_is_written(redis_client, settings, fake_ov, outage):
+    sessions = ["d0", "d1", "d2"]
+    switch = _Switch(fake_ov.transport())
+    if outage == "down":
+        fake_ov.down = True
+        switch.on = False
+    worker = CaptureWorker(settings, ov_transport=switch, lease_ms=600)
+    task = asyncio.create_task(worker.run())
+    try:
+        for t in range(5):
+            publish(redis_client, settings, [turn(s, t) for s in sessions])
+        # several failed rounds: the backoff has doubled at least twice
+        await _wait(lambda: worker.stats.read == 15 and any(
+            c.ov_backoff >= 4 * settings.ov_backoff_s for c in worker.consumers.values()))
+        assert pending_count(redis_client, settings) == 15  # nothing acked
+        assert all(ov_texts(fake_ov, s) == [] for s in sessions)
+        fake_ov.down = switch.on = False
+        await _wait(lambda: all(len(ov_texts(fake_ov, s)) == 10 for s in sessions))
+        await _wait(lambda: pending_count(redis_client, settings) == 0)
+    finally:
+        worker.stop()
+        await task
+    for s in sessions:
+        assert ov_texts(fake_ov, s) == expected_texts(s, 5)
+    assert worker.stats.failures == 0 and list_dead_letters(redis_client, settings) == []

@@ -1,0 +1,115 @@
+"""Snapshots after batches and commits, never going back; ``ovstream up`` end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import httpx
+
+from capture_helpers import make_worker, publish, turn
+from core.config import Settings
+from core.ov_client import OVClient
+from core.redis_conn import connect, reset_fake_server
+from workers.jobs_worker import drain_jobs
+from workers.jobs import commit_outcome, request_commit
+from workers.snapshot import read_snapshot, refresh_snapshot, snapshot_key
+
+
+def _snap(client, settings, sid):
+    return read_snapshot(client, settings, ov_session_id=sid, agent_id="main", user=None)
+
+
+async def test_each_batch_refreshes_the_snapshot(redis_client, settings, fake_ov):
+    ids = publish(redis_client, settings, [turn("snap", t) for t in range(3)])
+    seen = []
+    await make_worker(settings, fake_ov, burst=True, on_snapshot=seen.append).run()
+    snap = _snap(redis_client, settings, "snap")
+    assert snap.applied_stream_id == ids[-1] and snap.captured_through == 6
+    assert [p["text"] for m in snap.messages for p in m["parts"]][-2:] == ["snap:q2", "snap:a2"]
+    assert seen and seen[-1].applied_stream_id == ids[-1]
+    ttl = redis_client.pttl(snapshot_key(settings, ov_session_id="snap", agent_id="main", user=None))
+    assert 0 < ttl <= settings.snapshot_ttl_s * 1000
+
+    more = publish(redis_client, settings, [turn("snap", 3)])
+    await make_worker(settings, fake_ov, burst=True).run()
+    snap = _snap(redis_client, settings, "snap")
+    assert snap.applied_stream_id == more[-1] and snap.captured_through == 8 and len(snap.messages) == 8
+
+
+async def test_an_older_snapshot_never_replaces_a_newer_one(redis_client, settings, fake_ov):
+    publish(redis_client, settings, [turn("order", 0)])
+    await make_worker(settings, fake_ov, burst=True).run()
+    ov = OVClient.from_settings(settings, transport=fake_ov.transport()).scoped(peer="main")
+    kw = dict(ov_session_id="order", agent_id="main", user=None)
+    newest = await refresh_snapshot(redis_client, ov, settings, applied_stream_id="9000000000000-5",
+                                    captured_through=2, **kw)
+    assert _snap(redis_client, settings, "order").applied_stream_id == "9000000000000-5"
+    for stale in ("8999999999999-9", "9000000000000-4", "1-0"):
+        kept = await refresh_snapshot(redis_client, ov, settings, applied_stream_id=stale, captured_through=1, **kw)
+        assert kept.applied_stream_id == "9000000000000-5" and kept.refreshed_at == newest.refreshed_at
+    # same stream id: a read that began later (a commit's refresh) wins, an earlier one loses
+    key = snapshot_key(settings, **kw)
+    redis_client.hset(key, "fetched_ms", int(time.time() * 1000) + 60_000)
+    kept = await refresh_snapshot(redis_client, ov, settings, applied_stream_id="9000000000000-5",
+                                  captured_through=2, **kw)
+    assert kept.refreshed_at == newest.refreshed_at
+    redis_client.hset(key, "fetched_ms", 0)
+    again = await refresh_snapshot(redis_client, ov, settings, applied_stream_id="9000000000000-5",
+                                   captured_through=2, **kw)
+    assert again.refreshed_at > newest.refreshed_at
+    assert (await refresh_snapshot(redis_client, ov, settings, applied_stream_id="9000000000001-0",
+                                   captured_through=3, **kw)).applied_stream_id == "9000000000001-0"
+
+
+async def test_a_commit_refreshes_the_snapshot_at_the_applied_stream_id(redis_client, settings, fake_ov):
+    ids = publish(redis_client, settings, [turn("cm", t) for t in range(3)])
+    await make_worker(settings, fake_ov, burst=True).run()
+    before = _snap(redis_client, settings, "cm")
+    assert before.latest_archive_overview == "" and before.total_archives == 0
+    request = request_commit(redis_client, settings, ov_session_id="cm", agent_id="main", user=None,
+                             reason="compact", keep_recent_count=0)
+    done = lambda: commit_outcome(redis_client, settings, request).status == "completed"  # noqa: E731
+    assert await asyncio.to_thread(drain_jobs, redis_client, settings, until=done)
+    after = _snap(redis_client, settings, "cm")
+    assert after.applied_stream_id == ids[-1] and after.captured_through == 6  # from the applied offset
+    assert after.latest_archive_overview and after.total_archives == 1 and after.messages == []
+    assert after.refreshed_at > before.refreshed_at
+
+
+def test_ovstream_up_runs_capture_jobs_and_rpc_in_one_process():
+    from workers.up import run_up
+
+    reset_fake_server()
+    settings = Settings(redis_url="fakeredis://", key_prefix="up", capture_block_ms=50,
+                        phase2_poll_interval_s=0.01, compact_wait_s=20)
+    started = threading.Event()
+    box = {}
+
+    def on_start(runtime) -> None:
+        box["runtime"] = runtime
+        started.set()
+
+    thread = threading.Thread(target=lambda: asyncio.run(run_up(
+        settings, fake_ov=True, host="127.0.0.1", port=0, started=on_start, install_signals=False)))
+    thread.start()
+    try:
+        assert started.wait(20)
+        runtime = box["runtime"]
+        redis = connect(settings)  # the same in-process server as every part of `up`
+        [last] = publish(redis, settings, [turn("demo", 0)])
+        deadline = time.monotonic() + 20
+        while (snap := _snap(redis, settings, "demo")) is None or snap.applied_stream_id != last:
+            assert time.monotonic() < deadline, "capture did not refresh the snapshot"
+            time.sleep(0.02)
+        answer = httpx.post(f"http://127.0.0.1:{runtime.port}/v1/compact", json={"sessionId": "demo"},
+                            timeout=30).json()
+        assert answer["ok"] and answer["compacted"], answer
+        assert runtime.fake_ov.sessions["demo"].archives
+    finally:
+        if "runtime" in box:
+            box["runtime"].stop_threadsafe()
+        thread.join(30)
+        reset_fake_server()
+    assert not thread.is_alive()

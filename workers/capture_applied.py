@@ -1,0 +1,162 @@
+"""The per-session applied offset: how capture gets exactly-once effect in OV.
+
+Stream delivery is at-least-once, so every session keeps a Redis hash
+(``Keys.applied``) saying how far its stream entries are in OV:
+
+- ``last_id``: every entry up to this stream id is in OV (or was skipped);
+- ``total``: OV's ``total_message_count`` after our last write (a cache, valid
+  while no intent is recorded, so steady state needs no OV read);
+- ``captured``: ``len(event.messages)`` of the last applied event;
+- ``intent``: written just before an OV write: the total before it and the
+  (stream id, OV message count) of each entry in it;
+- ``partial_id`` / ``partial_skip``: an entry whose first messages are already
+  in OV (learned from an intent), and how many;
+- ``adv``: recent commitTurn advancement keys, to drop a re-sent turn.
+
+After a write, one MULTI sets ``last_id``/``total``, drops the intent and
+XACKs. A redelivered entry at or below ``last_id`` is acked and skipped; an
+intent left by a crash is settled by reading OV's ``total_message_count``
+(monotonic: commits archive messages, they never lower it) and comparing it
+with the recorded base, so only the messages not yet written are written.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+LAST_ID = "last_id"
+TOTAL = "total"
+CAPTURED_THROUGH = "captured"
+INTENT = "intent"
+PARTIAL_ID = "partial_id"
+PARTIAL_SKIP = "partial_skip"
+ADVANCEMENTS = "adv"
+
+ADVANCEMENTS_KEPT = 256
+"""Advancement keys remembered per session (a re-sent commitTurn arrives soon after the first)."""
+
+
+def parse_id(stream_id: str) -> tuple[int, int]:
+    """A stream id ``"<ms>-<seq>"`` as a tuple that sorts like Redis does."""
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def ov_message_count(message: dict[str, Any]) -> int:
+    """How many messages OV stores for one message we send.
+
+    0.5.2 splits a user message made only of tool parts into one message per
+    part; every other message is stored as one.
+    """
+    parts = message.get("parts") or []
+    if message.get("role") == "user" and len(parts) > 1 and all(
+        isinstance(p, dict) and p.get("type") == "tool" for p in parts
+    ):
+        return len(parts)
+    return 1
+
+
+@dataclass(slots=True)
+class Intent:
+    """An OV write in progress: the total before it and its entries in order."""
+
+    base: int
+    entries: list[tuple[str, int]]
+
+    def encode(self) -> str:
+        return json.dumps({"base": self.base, "entries": self.entries}, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> Intent:
+        data = json.loads(raw)
+        return cls(int(data["base"]), [(str(i), int(n)) for i, n in data["entries"]])
+
+
+def _text(value: bytes | str | None) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(slots=True)
+class AppliedState:
+    """One session's applied-offset hash, decoded."""
+
+    last_id: str | None = None
+    total: int | None = None
+    captured: int = 0
+    intent: Intent | None = None
+    partial_id: str | None = None
+    partial_skip: int = 0
+    advancements: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_hash(cls, raw: dict[Any, Any]) -> AppliedState:
+        h = {_text(k): _text(v) for k, v in raw.items()}
+        intent = Intent.decode(h[INTENT]) if h.get(INTENT) else None
+        return cls(
+            last_id=h.get(LAST_ID),
+            total=int(h[TOTAL]) if h.get(TOTAL) is not None else None,
+            captured=int(h.get(CAPTURED_THROUGH) or 0),
+            intent=intent,
+            partial_id=h.get(PARTIAL_ID) or None,
+            partial_skip=int(h.get(PARTIAL_SKIP) or 0),
+            advancements=json.loads(h[ADVANCEMENTS]) if h.get(ADVANCEMENTS) else [],
+        )
+
+    def is_applied(self, stream_id: str) -> bool:
+        return self.last_id is not None and parse_id(stream_id) <= parse_id(self.last_id)
+
+    def advance(self, stream_id: str) -> None:
+        if not self.is_applied(stream_id):
+            self.last_id = stream_id
+
+    def remember_advancement(self, key: str) -> None:
+        self.advancements.append(key)
+        del self.advancements[:-ADVANCEMENTS_KEPT]
+
+    def settle_intent(self, ov_total: int) -> None:
+        """Learn from OV's total what the recorded write stored; forget the intent.
+
+        Entries fully stored move ``last_id``; an entry stored in part becomes
+        ``partial_id`` with the count already there. ``total`` becomes OV's.
+        """
+        intent = self.intent
+        if intent is None:
+            return
+        planned = sum(n for _, n in intent.entries)
+        written = max(0, min(ov_total - intent.base, planned))
+        done = 0
+        self.partial_id, self.partial_skip = None, 0
+        for stream_id, count in intent.entries:
+            if done + count <= written:
+                self.advance(stream_id)
+                done += count
+                continue
+            if written > done:
+                self.partial_id, self.partial_skip = stream_id, written - done
+            break
+        self.total = ov_total
+        self.intent = None
+
+    def settled_fields(self) -> dict[str, str]:
+        """The hash fields after ``settle_intent`` (the intent field is deleted separately)."""
+        out = {PARTIAL_ID: self.partial_id or "", PARTIAL_SKIP: str(self.partial_skip)}
+        if self.last_id is not None:
+            out[LAST_ID] = self.last_id
+        if self.total is not None:
+            out[TOTAL] = str(self.total)
+        return out
+
+    def applied_fields(self) -> dict[str, str]:
+        """The hash fields written with the XACK after a write."""
+        out = {
+            TOTAL: str(self.total if self.total is not None else 0),
+            CAPTURED_THROUGH: str(self.captured),
+            ADVANCEMENTS: json.dumps(self.advancements, separators=(",", ":")),
+        }
+        if self.last_id is not None:
+            out[LAST_ID] = self.last_id
+        return out

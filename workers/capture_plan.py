@@ -1,0 +1,186 @@
+"""What one capture round does for one session (pure): entries in, OV messages out.
+
+The seed's afterTurn rules, in order, per entry: already applied (at or below
+the session's ``last_id``) -> skip; autoCapture off, heartbeat, bypassed
+session, or an advancement key seen before -> skip; else the new messages
+(``core.convert.turn_to_ov_messages`` slices from prePromptMessageCount and
+strips recall blocks), minus any already in OV from an interrupted write.
+A skipped entry is still acked and moves ``last_id``.
+
+Consecutive entries of a session are merged into one OV batch write. In
+*isolate* mode (after a merged write failed) a round carries at most one
+entry with messages, so a failure points at the entry that caused it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.config import Settings
+from core.convert import turn_to_ov_messages
+from core.events import TurnEvent
+from core.ids import is_bypassed, ov_session_id, resolve_agent_id
+from core.keys import Keys, scope_of, shard_of
+from workers.capture_applied import AppliedState, Intent, ov_message_count, parse_id
+
+
+class LeaseLost(Exception):
+    """The shard's lease went to another consumer: stop touching the shard."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRef:
+    """One session as capture keys it: OV session id, agent, tenant."""
+
+    ov_session_id: str
+    agent_id: str
+    user: str | None
+    scope: str
+    shard: int
+    applied_key: str
+
+
+def session_of(settings: Settings, event: TurnEvent) -> SessionRef:
+    """The session an event belongs to; ValueError when the event names none."""
+    sid = ov_session_id(event.session_id, event.session_key)
+    agent = resolve_agent_id(event.session_key, event.agent_id, settings.agent_prefix)
+    scope = scope_of(event.user, agent)
+    shard = shard_of(sid, settings.shards)
+    return SessionRef(sid, agent, event.user, scope, shard, Keys(settings.key_prefix).applied(shard, scope, sid))
+
+
+@dataclass(slots=True)
+class Entry:
+    """One stream entry this consumer holds (delivered, not yet acked)."""
+
+    id: str
+    payload: bytes | None
+    deliveries: int = 1
+    event: TurnEvent | None = None
+    session: SessionRef | None = None
+    bad: str | None = None
+    """Why the entry is not a usable event (then it is dead-lettered at once)."""
+    retry_at: float = 0.0
+    """Loop time before which a failed entry is not tried again."""
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return parse_id(self.id)
+
+
+@dataclass(slots=True)
+class Unit:
+    """An entry in a round: the messages it writes (none for a skipped one)."""
+
+    entry: Entry
+    messages: list[dict[str, Any]]
+    skip: str | None = None
+
+    @property
+    def ov_count(self) -> int:
+        return sum(ov_message_count(m) for m in self.messages)
+
+
+@dataclass(slots=True)
+class SessionRound:
+    """One session's work in one round, and what came of it."""
+
+    session: SessionRef
+    state: AppliedState
+    units: list[Unit] = field(default_factory=list)
+    failed_entry: Entry | None = None
+    """An entry whose messages could not even be built (a handler failure)."""
+    failure: BaseException | None = None
+    settled: bool = False
+    base: int | None = None
+    intent: Intent | None = None
+    added: int = 0
+    pending_tokens: int | None = None
+    done: bool = False
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return [m for u in self.units for m in u.messages]
+
+    @property
+    def entries(self) -> list[Entry]:
+        return [u.entry for u in self.units]
+
+    def make_intent(self) -> Intent:
+        assert self.base is not None
+        return Intent(self.base, [(u.entry.id, u.ov_count) for u in self.units if not u.skip])
+
+
+def drop_written(messages: list[dict[str, Any]], written: int) -> list[dict[str, Any]]:
+    """``messages`` without the first ``written`` OV messages (whole messages only)."""
+    done = 0
+    for i, message in enumerate(messages):
+        count = ov_message_count(message)
+        if done + count > written:
+            return messages[i:]
+        done += count
+    return []
+
+
+def _skip_reason(settings: Settings, event: TurnEvent, seen_advancements: set[str]) -> str | None:
+    if not settings.auto_capture:
+        return "autoCapture off"
+    if event.is_heartbeat:
+        return "heartbeat"
+    if is_bypassed(settings.bypass_session_patterns, event.session_id, event.session_key):
+        return "bypassed"
+    if event.advancement_key and event.advancement_key in seen_advancements:
+        return "advancement seen"
+    return None
+
+
+def plan_round(settings: Settings, session: SessionRef, entries: list[Entry], state: AppliedState,
+               *, isolate: bool = False) -> SessionRound:
+    """The units of this round, in stream order; stops before an entry that fails to convert."""
+    plan = SessionRound(session, state)
+    seen = set(state.advancements)
+    writing = False
+    for entry in entries:
+        event = entry.event
+        assert event is not None
+        if state.is_applied(entry.id):
+            plan.units.append(Unit(entry, [], "applied before"))
+            continue
+        reason = _skip_reason(settings, event, seen)
+        if reason is not None:
+            plan.units.append(Unit(entry, [], reason))
+            continue
+        try:
+            messages = turn_to_ov_messages(event.messages, event.pre_prompt_message_count, session.agent_id)
+        except Exception as exc:  # a transcript convert cannot read: this entry fails, the ones before go on
+            plan.failed_entry, plan.failure = entry, exc
+            break
+        if state.partial_id == entry.id:
+            messages = drop_written(messages, state.partial_skip)
+        if isolate and writing and messages:
+            break
+        writing = writing or bool(messages)
+        if event.advancement_key:
+            seen.add(event.advancement_key)
+        plan.units.append(Unit(entry, messages, None if messages else "no new messages"))
+    return plan
+
+
+def finish_state(plan: SessionRound) -> AppliedState:
+    """The session's applied state once every unit of ``plan`` is in OV."""
+    state = plan.state
+    for unit in plan.units:
+        if unit.skip == "applied before":
+            continue
+        state.advance(unit.entry.id)
+        event = unit.entry.event
+        assert event is not None
+        state.captured = len(event.messages)
+        if event.advancement_key and unit.skip != "advancement seen":
+            state.remember_advancement(event.advancement_key)
+    if plan.base is not None:
+        state.total = plan.base + plan.added
+    if state.partial_id is not None and any(u.entry.id == state.partial_id for u in plan.units):
+        state.partial_id, state.partial_skip = None, 0
+    return state

@@ -1,0 +1,362 @@
+"""Commits on RQ: ``commit_session`` then ``poll_phase2`` until phase 2 ends.
+
+A commit is asked for with ``request_commit`` (capture at the threshold,
+compact, memory_store). Each session has at most one commit in flight: its
+request sits in ``Keys.commit_inflight`` until an outcome is final, and asking
+again returns it. Every request takes the next number of the session's
+``Keys.commit_generation``; the RQ job id is ``commit_<hash of scope and
+session>_<generation>``, so a finished commit never blocks the next one.
+
+``commit_session`` calls OV's commit (phase 1, archiving) and schedules
+``poll_phase2`` with ``queue.enqueue_in``; each poll reads the task once and
+schedules the next, tolerating ``phase2_read_retries`` consecutive failed
+reads, until a final status or ``phase2_deadline_s``. The outcome
+(completed / failed / timeout / skipped) is written to ``Keys.commits`` — the
+record of truth, the first final outcome wins — and appended to
+``Keys.commit_outcomes()``.
+
+Jobs carry the request and the non-secret settings; a worker process that
+called ``register_settings`` uses its own settings (with its API keys).
+``set_ov_transport_factory`` lets tests and ``ovstream up --fake-ov`` point
+jobs at an in-memory OV.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, AsyncIterator
+
+import httpx
+import redis as redis_lib
+from rq import Queue, Retry
+from rq.exceptions import DuplicateJobError, NoSuchJobError
+from rq.job import Job, JobStatus
+
+from core.config import Settings
+from core.events import CommitOutcome, CommitRequest, decode, encode
+from core.keys import Keys, scope_of, shard_of
+from core.ov_client import OVClient
+
+log = logging.getLogger(__name__)
+
+FINAL_STATUSES = frozenset({"completed", "failed", "timeout", "skipped"})
+OUTCOME_FIELD = "o"
+OUTCOME_STREAM_MAXLEN = 10_000
+"""Approximate cap of the commit-outcome stream (the per-session hash keeps every outcome)."""
+COMMIT_RETRY = Retry(max=3, interval=[1, 5, 15])
+"""RQ retries of a commit whose OV call found OV down (the request never got through)."""
+_SECRET_FIELDS = frozenset({"api_key", "user_api_keys"})
+COMMIT_JOB = "workers.jobs_run.commit_session"
+POLL_JOB = "workers.jobs_run.poll_phase2"
+"""RQ function paths of the two jobs (by name, so this module needs not import them)."""
+_LIVE_JOB_STATUSES = frozenset({JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED,
+                                JobStatus.DEFERRED, JobStatus.CREATED})
+
+# --- process-level hooks (set by workers, the embedded mode and tests) ----------------
+
+TransportFactory = Callable[[Settings], httpx.AsyncBaseTransport | None]
+_transport_factory: TransportFactory | None = None
+_registered_settings: dict[str, Settings] = {}
+_clock: Callable[[], float] = time.time
+
+
+def set_ov_transport_factory(factory: TransportFactory | None) -> None:
+    """Make jobs reach OV through ``factory(settings)`` (e.g. a FakeOV's transport); None: real HTTP."""
+    global _transport_factory
+    _transport_factory = factory
+
+
+def register_settings(settings: Settings) -> None:
+    """Jobs of this ``key_prefix`` run in this process with these settings (API keys included)."""
+    _registered_settings[settings.key_prefix] = settings
+
+
+def set_clock(clock: Callable[[], float] | None) -> None:
+    """Replace the clock phase-2 deadlines are judged by (tests); None restores ``time.time``."""
+    global _clock
+    _clock = clock or time.time
+
+
+def now() -> float:
+    """The time phase-2 deadlines and outcome stamps use (``set_clock`` replaces it)."""
+    return _clock()
+
+
+def job_settings(dump: dict[str, Any]) -> Settings:
+    registered = _registered_settings.get(dump.get("key_prefix", ""))
+    return registered if registered is not None else Settings(**dump)  # env supplies secrets
+
+
+def _settings_dump(settings: Settings) -> dict[str, Any]:
+    return settings.model_dump(exclude=_SECRET_FIELDS)
+
+
+@asynccontextmanager
+async def ov_for(settings: Settings, *, agent_id: str, user: str | None) -> AsyncIterator[OVClient]:
+    """An OV client acting as ``agent_id`` for tenant ``user``, closed afterwards."""
+    transport = _transport_factory(settings) if _transport_factory else None
+    base = OVClient.from_settings(settings, transport=transport)
+    try:
+        yield base.scoped(peer=agent_id, api_key=settings.user_api_keys.get(user) if user else None)
+    finally:
+        await base.aclose()
+
+
+# --- keys and records -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _SessionKeys:
+    commits: str
+    generation: str
+    inflight: str
+    scope: str
+
+
+def _keys(settings: Settings, ov_session_id: str, agent_id: str, user: str | None) -> _SessionKeys:
+    keys, scope = Keys(settings.key_prefix), scope_of(user, agent_id)
+    shard = shard_of(ov_session_id, settings.shards)
+    return _SessionKeys(keys.commits(shard, scope, ov_session_id),
+                        keys.commit_generation(shard, scope, ov_session_id),
+                        keys.commit_inflight(shard, scope, ov_session_id), scope)
+
+
+def _request_keys(settings: Settings, request: CommitRequest) -> _SessionKeys:
+    return _keys(settings, request.ov_session_id, request.agent_id, request.user)
+
+
+def commit_job_id(scope: str, ov_session_id: str, generation: int) -> str:
+    """RQ job id of a session's commit (RQ allows only ``[A-Za-z0-9_-]``)."""
+    digest = hashlib.sha256(f"{scope}\x00{ov_session_id}".encode()).hexdigest()[:24]
+    return f"commit_{digest}_{generation}"
+
+
+def _poll_job_id(request: CommitRequest, attempt: int) -> str:
+    return f"{request.commit_id}_poll{attempt}"
+
+
+def commit_queue(redis: redis_lib.Redis, settings: Settings) -> Queue:
+    return Queue(settings.commit_queue, connection=redis)
+
+
+def outcome_of(request: CommitRequest, status: str, **fields: Any) -> CommitOutcome:
+    return CommitOutcome(commit_id=request.commit_id, ov_session_id=request.ov_session_id,
+                         agent_id=request.agent_id, user=request.user, reason=request.reason,
+                         status=status, requested_at=request.requested_at, **fields)
+
+
+def _load_outcome(redis: Any, commits_key: str, commit_id: str) -> CommitOutcome | None:
+    raw = redis.hget(commits_key, commit_id)
+    return decode(raw, CommitOutcome) if raw is not None else None
+
+
+def commit_outcome(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) -> CommitOutcome | None:
+    """The recorded outcome of ``request`` (pending and running included), or None."""
+    return _load_outcome(redis, _request_keys(settings, request).commits, request.commit_id)
+
+
+def record_outcome(redis: redis_lib.Redis, settings: Settings, request: CommitRequest,
+            outcome: CommitOutcome) -> bool:
+    """Store ``outcome`` unless a final one is stored; a final one also ends the in-flight slot."""
+    ks = _request_keys(settings, request)
+    with redis.pipeline() as pipe:
+        while True:
+            try:
+                pipe.watch(ks.commits, ks.inflight)
+                current = _load_outcome(pipe, ks.commits, request.commit_id)
+                if current is not None and current.status in FINAL_STATUSES:
+                    pipe.reset()
+                    return False
+                inflight = pipe.hget(ks.inflight, "req")
+                pipe.multi()
+                pipe.hset(ks.commits, request.commit_id, encode(outcome))
+                final = outcome.status in FINAL_STATUSES
+                if final and inflight is not None and decode(inflight, CommitRequest).commit_id == request.commit_id:
+                    pipe.delete(ks.inflight)
+                pipe.execute()
+                break
+            except redis_lib.WatchError:
+                continue
+    if outcome.status in FINAL_STATUSES:
+        redis.xadd(Keys(settings.key_prefix).commit_outcomes(), {OUTCOME_FIELD: encode(outcome)},
+                   maxlen=OUTCOME_STREAM_MAXLEN, approximate=True)
+        log.info("commit %s of session %s: %s%s", request.commit_id, request.ov_session_id, outcome.status,
+                 f" ({outcome.error})" if outcome.error else "")
+    return True
+
+
+def finish_commit(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, status: str,
+            base: CommitOutcome | None = None, **fields: Any) -> CommitOutcome:
+    carried = {} if base is None else {"task_id": base.task_id, "archive_uri": base.archive_uri,
+                                       "archived": base.archived}
+    outcome = outcome_of(request, status, finished_at=now(), **{**carried, **fields})
+    record_outcome(redis, settings, request, outcome)
+    return commit_outcome(redis, settings, request) or outcome
+
+
+# --- the public API -----------------------------------------------------------------------
+
+
+def _job_state(redis: redis_lib.Redis, job_id: str | None) -> tuple[str, Job | None]:
+    """"live", "crashed" (the job raised) or "lost" (gone, or ended without an outcome)."""
+    if not job_id:
+        return "lost", None
+    try:
+        job = Job.fetch(job_id, connection=redis)
+    except NoSuchJobError:
+        return "lost", None
+    status = job.get_status(refresh=False)
+    if status in _LIVE_JOB_STATUSES:
+        return "live", job
+    return ("crashed" if status == JobStatus.FAILED else "lost"), job
+
+
+def _resume(redis: redis_lib.Redis, settings: Settings, request: CommitRequest,
+            outcome: CommitOutcome | None) -> None:
+    """Put a lost in-flight commit back on the queue at the step it had reached."""
+    if outcome is not None and outcome.task_id:
+        log.warning("commit %s lost its poll job; scheduling a new poll", request.commit_id)
+        schedule_poll(redis, settings, request, deadline_at=now() + settings.phase2_deadline_s,
+                       failed_reads=0, attempt=int(now() * 1000))
+    else:
+        log.warning("commit %s lost its job; enqueueing it again", request.commit_id)
+        _enqueue_commit(redis, settings, request)
+
+
+def request_commit(redis: redis_lib.Redis, settings: Settings, *, ov_session_id: str, agent_id: str,
+                   user: str | None, reason: str, keep_recent_count: int) -> CommitRequest:
+    """Enqueue a commit of the session, or return the one already in flight."""
+    ks = _keys(settings, ov_session_id, agent_id, user)
+    with redis.pipeline() as pipe:
+        while True:
+            try:
+                pipe.watch(ks.inflight, ks.generation)
+                raw_req, job_id = pipe.hmget(ks.inflight, "req", "job")
+                if raw_req is not None:
+                    current = decode(raw_req, CommitRequest)
+                    outcome = _load_outcome(pipe, ks.commits, current.commit_id)
+                    if outcome is None or outcome.status not in FINAL_STATUSES:
+                        pipe.reset()
+                        state, job = _job_state(redis, job_id.decode() if job_id else None)
+                        if state == "live":
+                            return current
+                        if state == "lost":
+                            _resume(redis, settings, current, outcome)
+                            return current
+                        error = f"job crashed: {_job_error(job)}"
+                        finish_commit(redis, settings, current, "failed", outcome, error=error)
+                        continue
+                generation = int(pipe.get(ks.generation) or 0) + 1
+                request = CommitRequest(
+                    commit_id=commit_job_id(ks.scope, ov_session_id, generation),
+                    ov_session_id=ov_session_id, agent_id=agent_id, user=user, reason=reason,
+                    keep_recent_count=keep_recent_count, generation=generation, requested_at=now())
+                pipe.multi()
+                pipe.set(ks.generation, generation)
+                pipe.hset(ks.inflight, mapping={"req": encode(request), "job": request.commit_id})
+                pipe.hset(ks.commits, request.commit_id, encode(outcome_of(request, "pending")))
+                pipe.execute()
+                break
+            except redis_lib.WatchError:
+                continue
+    _enqueue_commit(redis, settings, request)
+    log.info("commit %s of session %s requested (%s, keep %d)", request.commit_id, ov_session_id,
+             reason, keep_recent_count)
+    return request
+
+
+def wait_commit_outcome(redis: redis_lib.Redis, settings: Settings, request: CommitRequest,
+                        timeout_s: float, *, poll_s: float = 0.05) -> CommitOutcome:
+    """The final outcome of ``request``; a (not recorded) timeout outcome if none within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        outcome = commit_outcome(redis, settings, request)
+        if outcome is not None and outcome.status in FINAL_STATUSES:
+            return outcome
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            base = outcome or outcome_of(request, "pending")
+            return outcome_of(request, "timeout", task_id=base.task_id, archive_uri=base.archive_uri,
+                               archived=base.archived, finished_at=time.time(),
+                               error=f"no final outcome within {timeout_s:g}s (still {base.status})")
+        time.sleep(min(poll_s, remaining))
+
+
+def list_commits(redis: redis_lib.Redis, settings: Settings, ov_session_id: str, *, agent_id: str,
+                 user: str | None) -> list[CommitOutcome]:
+    """Every recorded commit of the session, oldest first."""
+    raw = redis.hgetall(_keys(settings, ov_session_id, agent_id, user).commits)
+    outcomes = [decode(v, CommitOutcome) for v in raw.values()]
+    return sorted(outcomes, key=lambda o: (o.requested_at, o.commit_id))
+
+
+# --- enqueueing ---------------------------------------------------------------------------------
+
+
+def _enqueue_commit(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) -> None:
+    try:
+        commit_queue(redis, settings).enqueue(
+            COMMIT_JOB, encode(request).decode(), _settings_dump(settings),
+            job_id=request.commit_id, unique=True, retry=COMMIT_RETRY,
+            description=f"commit {request.ov_session_id} ({request.reason})")
+    except DuplicateJobError:
+        log.debug("commit job %s already exists", request.commit_id)
+
+
+def schedule_poll(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *,
+                   deadline_at: float, failed_reads: int, attempt: int) -> None:
+    job_id = _poll_job_id(request, attempt)
+    # The in-flight slot names the poll before it exists, so a reader never sees a
+    # finished job there while the chain is alive; a missing one is re-created.
+    redis.hset(_request_keys(settings, request).inflight, "job", job_id)
+    try:
+        commit_queue(redis, settings).enqueue_in(
+            timedelta(seconds=settings.phase2_poll_interval_s), POLL_JOB, encode(request).decode(),
+            _settings_dump(settings), deadline_at, failed_reads, attempt,
+            job_id=job_id, unique=True, description=f"poll phase 2 of {request.commit_id}")
+    except DuplicateJobError:
+        log.debug("poll job %s already exists", job_id)
+
+
+def _job_error(job: Job | None) -> str:
+    if job is None:
+        return "unknown"
+    try:
+        result = job.latest_result()
+        text = (result.exc_string or "").strip() if result is not None else ""
+    except Exception:  # an unreadable result must not hide the failure itself
+        text = ""
+    return text.splitlines()[-1] if text else "unknown"
+
+
+# --- CLI entry points (``ovstream worker`` / ``ovstream commits``; see workers.jobs_worker) ----
+
+
+def add_worker_arguments(parser: Any) -> None:
+    from workers.jobs_worker import add_worker_arguments as add
+
+    add(parser)
+
+
+def cli_worker(settings: Settings, args: Any) -> int:
+    from workers.jobs_worker import cli_worker as run
+
+    return run(settings, args)
+
+
+def add_commits_arguments(parser: Any) -> None:
+    from workers.jobs_worker import add_commits_arguments as add
+
+    add(parser)
+
+
+def cli_commits(settings: Settings, args: Any) -> int:
+    from workers.jobs_worker import cli_commits as run
+
+    return run(settings, args)

@@ -1,0 +1,181 @@
+"""The two RQ jobs of a commit: ``commit_session`` and ``poll_phase2``.
+
+Both are idempotent against their record in ``Keys.commits``: a job run again
+(RQ retry, a re-enqueued lost job) looks at the recorded outcome first and
+does only what is left. ``run_commit`` / ``run_poll`` are the bodies, callable
+without a worker (tests drive them with a fake clock, see ``jobs.set_clock``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import redis as redis_lib
+from rq import get_current_job
+
+from core.config import Settings
+from core.events import CommitOutcome, CommitRequest, decode
+from core.ov_client import OVClient, OVError, OVUnavailable
+from workers import jobs
+from workers.jobs import FINAL_STATUSES, commit_outcome, finish_commit, outcome_of, record_outcome
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def _run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion from sync code, even when this thread already runs a loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(max_workers=1) as pool:  # e.g. a job run inline by async code
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _current_redis() -> redis_lib.Redis:
+    job = get_current_job()
+    if job is None:
+        raise RuntimeError("commit jobs run inside an RQ worker (or call run_commit/run_poll)")
+    return job.connection
+
+
+def commit_session(request_json: str, settings_dump: dict[str, Any]) -> str:
+    """RQ job: commit the session in OV and schedule the phase-2 poll. Returns the status."""
+    settings = jobs.job_settings(settings_dump)
+    job = get_current_job()
+    return run_commit(_current_redis(), settings, decode(request_json, CommitRequest),
+                      may_retry=bool(job and job.retries_left)).status
+
+
+def poll_phase2(request_json: str, settings_dump: dict[str, Any], deadline_at: float,
+                failed_reads: int, attempt: int) -> str:
+    """RQ job: read the phase-2 task once; record a final outcome or schedule the next read."""
+    settings = jobs.job_settings(settings_dump)
+    return run_poll(_current_redis(), settings, decode(request_json, CommitRequest),
+                    deadline_at=deadline_at, failed_reads=failed_reads, attempt=attempt).status
+
+
+def run_commit(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *,
+               may_retry: bool = False) -> CommitOutcome:
+    """Phase 1 of a commit (OV archives the messages); then the first poll is scheduled.
+
+    ``may_retry``: OV being unavailable re-raises so RQ retries the job
+    (the commit never reached OV); otherwise it is recorded as failed.
+    """
+    outcome = commit_outcome(redis, settings, request)
+    if outcome is not None and outcome.status in FINAL_STATUSES:
+        return outcome
+    if outcome is not None and outcome.task_id:  # run again after OV took the commit: poll only
+        jobs.schedule_poll(redis, settings, request, deadline_at=jobs.now() + settings.phase2_deadline_s,
+                           failed_reads=0, attempt=1)
+        return outcome
+    record_outcome(redis, settings, request, outcome_of(request, "running"))
+    try:
+        accepted = _run_async(_commit_and_refresh(redis, settings, request))
+    except OVUnavailable as exc:
+        if may_retry:
+            log.warning("commit %s: OV unavailable (%s); RQ retries it", request.commit_id, exc)
+            raise
+        return finish_commit(redis, settings, request, "failed", error=f"OV unavailable: {exc}")
+    except OVError as exc:
+        return finish_commit(redis, settings, request, "failed", error=str(exc))
+    if accepted.status == "skipped":
+        return finish_commit(redis, settings, request, "skipped",
+                             error=f"skipped: {accepted.reason or 'no reason given'}")
+    fields = {"task_id": accepted.task_id, "archive_uri": accepted.archive_uri,
+              "archived": accepted.archived}
+    if not accepted.task_id:  # nothing runs in phase 2
+        return finish_commit(redis, settings, request, "completed", **fields)
+    running = outcome_of(request, "running", **fields)
+    record_outcome(redis, settings, request, running)
+    jobs.schedule_poll(redis, settings, request, deadline_at=jobs.now() + settings.phase2_deadline_s,
+                       failed_reads=0, attempt=1)
+    return running
+
+
+async def _commit_and_refresh(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) -> Any:
+    async with jobs.ov_for(settings, agent_id=request.agent_id, user=request.user) as ov:
+        accepted = await ov.commit(request.ov_session_id, keep_recent_count=request.keep_recent_count,
+                                   enable_working_memory=True)
+        if accepted.status != "skipped":  # phase 1 moved messages into an archive
+            await _refresh_quietly(redis, ov, settings, request)
+        return accepted
+
+
+async def _refresh_quietly(redis: redis_lib.Redis, ov: OVClient, settings: Settings,
+                           request: CommitRequest) -> None:
+    from workers.snapshot import refresh_snapshot
+
+    try:
+        await refresh_snapshot(redis, ov, settings, ov_session_id=request.ov_session_id,
+                               agent_id=request.agent_id, user=request.user)
+    except OVError as exc:  # the commit stands; the next batch or commit refreshes again
+        log.warning("snapshot of %s not refreshed after commit: %s", request.ov_session_id, exc)
+
+
+def memories_extracted(result: dict[str, Any] | None) -> int | None:
+    """The count of memories a completed phase-2 task reports, when it reports one.
+
+    0.5.2 answers ``{"memory_write": N, "memory_edit": M}`` (``{}`` for none);
+    a ``total`` key, a list, or a ``memory_uris`` list are understood too.
+    """
+    if not isinstance(result, dict):
+        return None
+    value = result.get("memories_extracted")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, dict):
+        if isinstance(value.get("total"), int):
+            return value["total"]
+        return sum(v for v in value.values() if isinstance(v, int) and not isinstance(v, bool))
+    if isinstance(value, list):
+        return len(value)
+    uris = result.get("memory_uris")
+    return len(uris) if isinstance(uris, list) else None
+
+
+def run_poll(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, deadline_at: float,
+             failed_reads: int, attempt: int) -> CommitOutcome:
+    """One read of the phase-2 task: record the final outcome, or schedule the next read."""
+    outcome = commit_outcome(redis, settings, request)
+    if outcome is None or outcome.status in FINAL_STATUSES or not outcome.task_id:
+        return outcome or outcome_of(request, "pending")
+    try:
+        task = _run_async(_read_task(redis, settings, request, outcome.task_id))
+    except OVError as exc:
+        failed_reads += 1
+        if failed_reads > settings.phase2_read_retries:
+            return finish_commit(redis, settings, request, "failed", outcome,
+                                 error=f"phase-2 task unreadable after {failed_reads} reads: {exc}")
+        log.info("commit %s: task read %d failed (%s)", request.commit_id, failed_reads, exc)
+    else:
+        failed_reads = 0
+        if task.status == "completed":
+            return finish_commit(redis, settings, request, "completed", outcome,
+                                 memories_extracted=memories_extracted(task.result))
+        if task.status in ("failed", "cancelled"):
+            return finish_commit(redis, settings, request, "failed", outcome,
+                                 error=str(task.error or f"phase 2 {task.status}"))
+        if task.status == "skipped":
+            return finish_commit(redis, settings, request, "skipped", outcome)
+    if jobs.now() >= deadline_at:
+        return finish_commit(redis, settings, request, "timeout", outcome,
+                             error=f"phase 2 not finished within {settings.phase2_deadline_s:g}s")
+    jobs.schedule_poll(redis, settings, request, deadline_at=deadline_at, failed_reads=failed_reads,
+                       attempt=attempt + 1)
+    return outcome
+
+
+async def _read_task(redis: redis_lib.Redis, settings: Settings, request: CommitRequest,
+                     task_id: str) -> Any:
+    async with jobs.ov_for(settings, agent_id=request.agent_id, user=request.user) as ov:
+        task = await ov.get_task(task_id)
+        if task.status == "completed":  # the archive overview exists now
+            await _refresh_quietly(redis, ov, settings, request)
+        return task
