@@ -22,12 +22,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -46,35 +42,10 @@ from workers.capture_applied import CAPTURED_THROUGH, LAST_ID  # noqa: E402
 from workers.rpc import create_app  # noqa: E402
 from workers.rpc_context import resolve_caller  # noqa: E402
 from workers.rpc_models import decode_assemble_request  # noqa: E402
+from workers.local_redis import start_redis_server  # noqa: E402
 
 SESSION_ID = "bench-session"
 AGENT = "main"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_redis() -> tuple[subprocess.Popen[bytes], str, str]:
-    exe = shutil.which("redis-server")
-    if exe is None:
-        sys.exit("redis-server is not installed")
-    port, workdir = free_port(), tempfile.mkdtemp(prefix="ovstream-bench-")
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", workdir],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    for _ in range(200):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.025)
-    client.close()
-    return proc, url, workdir
 
 
 def transcript(count: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -148,7 +119,8 @@ async def asgi_call(app: Any, payload: bytes) -> None:
 
 
 async def run(args: argparse.Namespace) -> None:
-    proc, url, workdir = start_redis()
+    server = start_redis_server()
+    url = server.url
     try:
         settings = Settings(redis_url=url, ov_backoff_s=0)
         rds = redis.Redis.from_url(url)
@@ -200,9 +172,7 @@ async def run(args: argparse.Namespace) -> None:
             await app.state.services.ov.aclose()
         rds.close()
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        shutil.rmtree(workdir, ignore_errors=True)
+        server.stop()
 
 
 def main() -> None:

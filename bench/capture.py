@@ -18,12 +18,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -40,33 +36,9 @@ from core.fake_ov import FakeOV  # noqa: E402
 from core.streams import publish_raw, stream_of_event  # noqa: E402
 from workers.capture import CaptureWorker  # noqa: E402
 from workers.capture_applied import parse_id  # noqa: E402
+from workers.local_redis import start_redis_server  # noqa: E402
 
 RAW_BATCH = 100
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_redis() -> tuple[subprocess.Popen[bytes], str, str]:
-    exe = shutil.which("redis-server")
-    if exe is None:
-        sys.exit("redis-server is not installed")
-    port, workdir = free_port(), tempfile.mkdtemp(prefix="ovstream-bench-")
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", workdir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    for _ in range(200):
-        try:
-            client.ping()
-            return proc, url, workdir
-        except redis.ConnectionError:
-            time.sleep(0.025)
-    proc.kill()
-    sys.exit("redis-server did not start")
 
 
 def turn_event(session: str, index: int, *, keep_turns: int) -> TurnEvent:
@@ -198,7 +170,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency run")
     args = parser.parse_args()
 
-    proc, url, workdir = start_redis()
+    server = start_redis_server()
+    url = server.url
     try:
         client = redis.Redis.from_url(url)
         settings = Settings(redis_url=url, key_prefix="bench", shards=4)
@@ -211,9 +184,7 @@ def main() -> None:
         latencies = asyncio.run(bench_latency(latency_settings, url, args.rate, args.seconds, args.sessions,
                                               args.keep_turns))
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        shutil.rmtree(workdir, ignore_errors=True)
+        server.stop()
 
     size = statistics.mean(len(p) for _, p in payloads)
     rows = [

@@ -53,7 +53,8 @@ from core.streams import publish_turn  # noqa: E402
 from workers.assemble import assemble  # noqa: E402
 from workers.capture import CaptureWorker  # noqa: E402
 from workers.capture_applied import CAPTURED_THROUGH, LAST_ID  # noqa: E402
-from workers.demo_services import ov_answers, redis_answers, start_local_stack, start_redis_server  # noqa: E402
+from workers.demo_services import ov_answers, start_local_stack  # noqa: E402
+from workers.local_redis import redis_answers, start_redis_server  # noqa: E402
 from workers.rpc import create_app  # noqa: E402
 from workers.rpc_context import resolve_caller  # noqa: E402
 from workers.rpc_models import decode_assemble_request  # noqa: E402

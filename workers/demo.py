@@ -28,7 +28,8 @@ from core.ov_client import OVClient
 from core.redis_conn import connect
 from workers.demo_report import format_assemble, format_outcomes, format_recall
 from workers.demo_replay import DemoFailure, DemoInterrupted, DemoResult, Replay, load_sample
-from workers.demo_services import REPO_ROOT, ServiceError, port_free, provide_ov, provide_redis
+from workers.demo_services import REPO_ROOT, ServiceError, provide_ov, provide_redis
+from workers.local_redis import port_free
 
 DEFAULT_SAMPLE = REPO_ROOT / "config" / "sample_conversation.json"
 DEFAULT_COMMIT_THRESHOLD = 200

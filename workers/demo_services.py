@@ -17,20 +17,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-import redis
 
+from workers.local_redis import LocalRedisError, free_port, redis_answers, start_redis_server
 from workers.local_ov import INSTALL_HINT, LocalOV, LocalOVError, find_openviking_server, start_local_ov
 from workers.model_server import start_model_server
 
@@ -38,7 +34,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 WORK_ROOT = REPO_ROOT / ".ovstream"
 """Where the demo puts a local OV's workdir (git-ignored)."""
 KEEP_WORKDIR_ENV = "OVSTREAM_KEEP_OV_WORKDIR"
-REDIS_START_TIMEOUT_S = 10.0
 OV_START_TIMEOUT_S = 120.0
 
 Say = Callable[[str], None]
@@ -46,35 +41,6 @@ Say = Callable[[str], None]
 
 class ServiceError(RuntimeError):
     """A service the demo needs could not be found or started; the message says why."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def redis_answers(url: str, timeout_s: float = 1.0) -> bool:
-    """Whether a real Redis at ``url`` answers PING (``fakeredis://`` is not asked)."""
-    if url.startswith("fakeredis://"):
-        return False
-    try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
-        try:
-            return bool(client.ping())
-        finally:
-            client.close()
-    except (redis.RedisError, OSError, ValueError):
-        return False
 
 
 def ov_answers(base_url: str, timeout_s: float = 2.0) -> str | None:
@@ -90,50 +56,6 @@ def ov_answers(base_url: str, timeout_s: float = 2.0) -> str | None:
     return None
 
 
-@dataclass
-class RedisServer:
-    """A ``redis-server`` this process started (own process group, temp dir)."""
-
-    proc: subprocess.Popen[bytes]
-    url: str
-    workdir: str
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-def start_redis_server(exe: str | None = None) -> RedisServer:
-    """``redis-server`` on a free loopback port, no persistence; waits for PING."""
-    exe = exe or shutil.which("redis-server")
-    if exe is None:
-        raise ServiceError("redis-server is not on PATH")
-    port, workdir = free_port(), tempfile.mkdtemp(prefix="ovstream-redis-")
-    proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", workdir],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-        start_new_session=True)
-    server = RedisServer(proc, f"redis://127.0.0.1:{port}/0", workdir)
-    deadline = time.monotonic() + REDIS_START_TIMEOUT_S
-    try:
-        while not redis_answers(server.url, 0.5):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise ServiceError(f"redis-server on port {port} did not answer PING "
-                                   f"(exit code {proc.poll()})")
-            time.sleep(0.05)
-    except BaseException:  # Ctrl-C included: never leave it running
-        server.stop()
-        raise
-    return server
-
-
 def provide_redis(configured_url: str, stack: ExitStack, say: Say, *, embedded: bool = False) -> tuple[str, str]:
     """(redis_url, kind): kind is "configured", "started" or "embedded"."""
     if embedded:
@@ -147,7 +69,10 @@ def provide_redis(configured_url: str, stack: ExitStack, say: Say, *, embedded: 
         return configured_url, "configured"
     exe = shutil.which("redis-server")
     if exe is not None:
-        server = start_redis_server(exe)
+        try:
+            server = start_redis_server(exe)
+        except LocalRedisError as exc:
+            raise ServiceError(str(exc)) from exc
         stack.callback(server.stop)
         say(f"Redis: {_redact(configured_url)} does not answer; started redis-server "
             f"pid {server.proc.pid} at {server.url}")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -27,16 +26,11 @@ import pytest
 
 from workers.local_ov import INSTALL_HINT, LocalOV, find_openviking_server, start_local_ov
 from workers.model_server import ModelServerHandle, start_model_server
+from workers.local_redis import free_port
 
 HERE = Path(__file__).resolve().parent
 ROOT_API_KEY = "ovstream-test-root-key"
 TERMINAL_TASK_STATES = ("completed", "failed", "cancelled")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from core.keys import Keys
 from core.streams import publish_turn
 from core.tokens import estimate_tokens
 from workers.jobs import FINAL_STATUSES, list_commits
+from workers.local_redis import free_port
 
 DEADLINE_S = 90.0
 """Every wait is bounded by this: a hang fails the test instead of stalling the tier."""
@@ -48,12 +48,6 @@ MAIN_CALL = {"prompt": "Answer the user.", "availableTools": ["ov_archive_search
 """The keys that make an assemble request OpenClaw's main call."""
 
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(check: Callable[[], T], what: str, *, timeout_s: float = DEADLINE_S,

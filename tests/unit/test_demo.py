@@ -18,7 +18,8 @@ import pytest
 
 from workers.demo_report import format_assemble, memory_count, message_summary, one_line, recall_block
 from workers.demo_replay import DemoFailure, load_sample
-from workers.demo_services import free_port, provide_ov, provide_redis, redis_answers
+from workers.demo_services import provide_ov, provide_redis
+from workers.local_redis import free_port, redis_answers
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG_GUARD_S = 240

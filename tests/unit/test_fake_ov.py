@@ -283,7 +283,7 @@ async def test_api_key_mode():
                     403, "PERMISSION_DENIED")
     async with http(fake, **{"X-API-Key": "ka", "X-OpenViking-User": "bob"}) as alice:
         await add(alice, "s", "alice's")
-        await error(alice.get(f"/api/v1/tasks/whatever"), 404, "NOT_FOUND")
+        await error(alice.get("/api/v1/tasks/whatever"), 404, "NOT_FOUND")
     assert texts(fake.tenant("org", "carol").sessions["s"].messages) == ["carol's"]
     assert texts(fake.tenant("acme", "alice").sessions["s"].messages) == ["alice's"]
     assert ("acme", "bob") not in fake.tenants or not fake.tenant("acme", "bob").sessions
