@@ -76,9 +76,19 @@ class Settings(BaseSettings):
     max_deliveries: int = Field(d.MAX_DELIVERIES, ge=1)
     ov_batch_max: int = Field(d.OV_BATCH_MAX, ge=1, le=100)
     stream_maxlen: int = Field(d.STREAM_MAXLEN, ge=1)
+    dead_letter_maxlen: int = Field(d.DEAD_LETTER_MAXLEN, ge=1)
+
+    # the capture worker
+    capture_lease_ms: int = Field(d.CAPTURE_LEASE_MS, ge=100)
+    capture_ov_concurrency: int = Field(d.CAPTURE_OV_CONCURRENCY, ge=1)
+    capture_reads_per_round: int = Field(d.CAPTURE_READS_PER_ROUND, ge=1, le=100)
+    capture_retry_backoff_max_s: float = Field(d.CAPTURE_RETRY_BACKOFF_MAX_S, gt=0)
+    capture_ov_down_backoff_max_s: float = Field(d.CAPTURE_OV_DOWN_BACKOFF_MAX_S, gt=0)
 
     # commits and phase 2
     commit_queue: str = Field(d.COMMIT_QUEUE, min_length=1)
+    commit_outcome_stream_maxlen: int = Field(d.COMMIT_OUTCOME_STREAM_MAXLEN, ge=1)
+    commit_tenant_wait_s: float = Field(d.COMMIT_TENANT_WAIT_S, gt=0)
     phase2_poll_interval_s: float = Field(d.PHASE2_POLL_INTERVAL_S, gt=0)
     phase2_deadline_s: float = Field(d.PHASE2_DEADLINE_S, gt=0)
     phase2_read_retries: int = Field(d.PHASE2_READ_RETRIES, ge=0)

@@ -109,10 +109,61 @@ OV_BATCH_MAX = 100
 STREAM_MAXLEN = 100_000
 """Approximate cap on each turn stream's length."""
 
+DEAD_LETTER_MAXLEN = 100_000
+"""Approximate cap on the dead-letter stream's length (also what ``dlq replay`` reads at most)."""
+
+REDIS_SOCKET_TIMEOUT_MARGIN_S = 10.0
+"""Socket timeout over the longest blocking read a connection declares (XREADGROUP BLOCK)."""
+
+# --- the capture worker -------------------------------------------------------------
+
+CAPTURE_LEASE_MS = 10_000
+"""How long a shard stays with a worker that stopped renewing its lease (the takeover
+delay after a crash); renewed every third of it."""
+
+CAPTURE_OV_CONCURRENCY = 32
+"""Most OV calls one capture worker has in flight (over all its shards)."""
+
+CAPTURE_READS_PER_ROUND = 4
+"""Full XREADGROUP batches one round may gather when a stream has a backlog."""
+
+CAPTURE_RETRY_BACKOFF_MAX_S = 5.0
+"""Longest wait before a failed entry is tried again (the first wait is ``ov_backoff_s``, doubling)."""
+
+CAPTURE_OV_DOWN_BACKOFF_MAX_S = 30.0
+"""Longest pause of a shard while OV is unavailable (the first is ``ov_backoff_s``, doubling)."""
+
+CAPTURE_RESTART_BACKOFF_S = 0.5
+"""Wait before a crashed shard consumer is started again; doubles with each crash in a row."""
+
+CAPTURE_RESTART_BACKOFF_MAX_S = 30.0
+"""Longest wait before a crashed shard consumer is started again."""
+
+CAPTURE_ADVANCEMENTS_KEPT = 256
+"""commitTurn advancement keys remembered per session (a re-sent commitTurn arrives soon after)."""
+
+CAPTURE_EVENT_IDS_KEPT = 256
+"""Event ids remembered per session, to drop an event the publisher re-sent after a lost XADD reply."""
+
 # --- commits and phase 2 -----------------------------------------------------------
 
 COMMIT_QUEUE = "ovstream-commits"
 """RQ queue for commit and poll jobs."""
+
+COMMIT_RETRY_INTERVALS_S: tuple[int, ...] = (1, 5, 15)
+"""RQ's retries of a commit job whose OV call found OV down (the commit never got through):
+one retry per entry, waiting that many seconds."""
+
+COMMIT_OUTCOME_STREAM_MAXLEN = 10_000
+"""Approximate cap of the commit-outcome stream (the per-session hash keeps every outcome)."""
+
+COMMIT_TENANT_WAIT_S = 2.0
+"""A commit whose tenant already has a phase 2 running is scheduled again after this.
+OV 0.5.2 loses the memories of overlapping phase 2s of one user, so they run one at a time."""
+
+COMMIT_TENANT_LOCK_MARGIN_S = 60.0
+"""The tenant's phase-2 lock lives ``phase2_deadline_s`` plus this, so a dead poller
+cannot hold it for ever."""
 
 PHASE2_POLL_INTERVAL_S = 0.8
 """Seconds between phase-2 task reads."""
@@ -147,6 +198,11 @@ SNAPSHOT_TOKEN_BUDGET = 128_000
 
 SNAPSHOT_TTL_S = 7 * 24 * 3600
 """Snapshots of idle sessions expire after this."""
+
+# --- ovstream up ----------------------------------------------------------------------------
+
+UP_JOB_THREAD_JOIN_S = 10.0
+"""How long ``ovstream up``'s shutdown waits for a commit job in progress."""
 
 # --- RPC ---------------------------------------------------------------------------------
 

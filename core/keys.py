@@ -62,6 +62,10 @@ class Keys:
         """Hash: ``req`` = the session's in-flight CommitRequest, ``job`` = the RQ job carrying it."""
         return self._session("commit-inflight", shard, scope, ov_session_id)
 
+    def commit_tenant_lock(self, tenant: str) -> str:
+        """The commit id whose phase 2 runs for an OV tenant now (one at a time; workers.jobs_tenant)."""
+        return f"{self.prefix}:commit-tenant:{tenant}"
+
     def capture_lease(self, shard: int) -> str:
         """Which capture consumer owns a shard right now (SET NX PX, renewed while alive)."""
         return f"{self.prefix}:{{s{shard}}}:capture-lease"

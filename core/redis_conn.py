@@ -17,9 +17,7 @@ import redis
 import redis.asyncio as aioredis
 
 from core.config import Settings
-
-SOCKET_TIMEOUT_MARGIN_S = 10.0
-"""Socket timeout over the longest blocking read a caller declares (XREADGROUP BLOCK)."""
+from core.defaults import REDIS_SOCKET_TIMEOUT_MARGIN_S as SOCKET_TIMEOUT_MARGIN_S
 
 _fake_server: fakeredis.FakeServer | None = None
 _fake_server_lock = threading.Lock()

@@ -7,7 +7,10 @@ every third of its length); live workers announce themselves in
 shards (the division's remainder going to the first names in order),
 handing extras back when more workers join, so 4 workers x 4 shards spread out and a dead worker's shards are taken over once its lease expires.
 The shard's consumer (workers.capture_shard) does the reading, ordering,
-exactly-once application and dead-lettering.
+exactly-once application and dead-lettering. A consumer that crashes is
+started again only after a backoff (``CAPTURE_RESTART_BACKOFF_S``, doubling
+per crash in a row up to ``CAPTURE_RESTART_BACKOFF_MAX_S``), logging one line
+per crash and the traceback only for the first.
 
 ``fault_hook(step)`` is called at "before_write", "after_write" and
 "before_ack"; raising ``WorkerKilled`` from it stops the worker on the spot,
@@ -32,6 +35,7 @@ import httpx
 import redis as redis_lib
 import redis.asyncio as aioredis
 
+from core import defaults
 from core.config import Settings
 from core.events import ContextSnapshot
 from core.keys import Keys
@@ -41,11 +45,6 @@ from workers.capture_plan import SessionRound, SessionRef
 from workers.capture_shard import ShardConsumer
 
 log = logging.getLogger(__name__)
-
-DEFAULT_LEASE_MS = 10_000
-"""How long a shard stays with a worker that stopped renewing (takeover delay after a crash)."""
-OV_CONCURRENCY = 32
-"""Most OV calls one worker has in flight (over all its shards)."""
 
 
 class WorkerKilled(BaseException):
@@ -101,8 +100,9 @@ class CaptureWorker:
                  sync_redis: redis_lib.Redis | None = None, ov: OVClient | None = None,
                  ov_transport: httpx.AsyncBaseTransport | None = None, consumer: str | None = None,
                  shards: Sequence[int] | None = None, burst: bool = False,
-                 fault_hook: Callable[[str], None] | None = None, lease_ms: int = DEFAULT_LEASE_MS,
-                 on_snapshot: Callable[[ContextSnapshot], None] | None = None) -> None:
+                 fault_hook: Callable[[str], None] | None = None, lease_ms: int | None = None,
+                 on_snapshot: Callable[[ContextSnapshot], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self._owns_redis = redis is None
         self.redis = redis if redis is not None else connect_async(settings, block_ms=settings.capture_block_ms)
@@ -116,15 +116,21 @@ class CaptureWorker:
             raise ValueError(f"shards must be within 0..{settings.shards - 1}: {self.shards}")
         self.burst = burst
         self.fault_hook = fault_hook
-        self.lease_ms = lease_ms
+        self.lease_ms = lease_ms if lease_ms is not None else settings.capture_lease_ms
+        self.clock = clock
+        """Judges the restart backoff of crashed shard consumers (tests pass a fake one)."""
         self.on_snapshot = on_snapshot
         self.keys = Keys(settings.key_prefix)
         self.stats = CaptureStats()
         self.consumers: dict[int, ShardConsumer] = {}
         self.stopping = False
         self._wake = asyncio.Event()
-        self.ov_slots = asyncio.Semaphore(OV_CONCURRENCY)
+        self.ov_slots = asyncio.Semaphore(settings.capture_ov_concurrency)
         self._burst_done: set[int] = set()
+        self.crashes: dict[int, int] = {}
+        """Shard -> crashes of its consumer in a row."""
+        self.restart_at: dict[int, float] = {}
+        """Shard -> ``clock()`` time before which its crashed consumer is not started again."""
         self._scoped: dict[tuple[str | None, str], OVClient] = {}
         # rotate the preferred shard order by consumer name so workers start on different shards
         offset = sum(self.consumer.encode()) % max(1, len(self.shards))
@@ -193,10 +199,10 @@ class CaptureWorker:
                 if first and self.burst:  # a burst covers the shards it could take at the start
                     self._burst_done.update(s for s in self.shards if s not in self.consumers)
                 first = False
-                if (self.stopping or self.burst) and not self.consumers:
+                if not self.consumers and (self.stopping or (self.burst and not self.restart_at)):
                     break
                 try:
-                    await asyncio.wait_for(self._wake.wait(), self.lease_ms / 3000)
+                    await asyncio.wait_for(self._wake.wait(), self._wait_s())
                 except TimeoutError:
                     pass
                 self._wake.clear()
@@ -236,7 +242,10 @@ class CaptureWorker:
                 break
             if shard in self.consumers or shard in self._burst_done:
                 continue
+            if self.restart_at.get(shard, 0.0) > self.clock():  # crashed: backing off
+                continue
             if await self.redis.eval(_ACQUIRE, 1, self.keys.capture_lease(shard), self.consumer, self.lease_ms):
+                self.restart_at.pop(shard, None)
                 self._start(shard)
                 active.append(shard)
         for shard in reversed(self._preference):  # hand back the least preferred extras
@@ -257,8 +266,32 @@ class CaptureWorker:
         base, extra = divmod(len(self.shards), len(live))
         return base + (1 if live.index(self.consumer) < extra else 0)
 
+    def _wait_s(self) -> float:
+        """How long the loop may sleep: a third of the lease, less when a restart is due sooner."""
+        wait = self.lease_ms / 3000
+        if self.restart_at:
+            wait = min(wait, max(0.0, min(self.restart_at.values()) - self.clock()))
+        return wait
+
+    def restart_delay(self, crashes: int) -> float:
+        """Backoff before the ``crashes``-th crash in a row of a shard consumer is retaken."""
+        delay = defaults.CAPTURE_RESTART_BACKOFF_S * 2 ** (max(1, crashes) - 1)
+        return min(defaults.CAPTURE_RESTART_BACKOFF_MAX_S, delay)
+
+    def _crashed(self, shard: int, consumer: ShardConsumer, exc: BaseException) -> None:
+        # a consumer that ran longer than the longest backoff before crashing starts the count afresh
+        if self.clock() - consumer.started_at > defaults.CAPTURE_RESTART_BACKOFF_MAX_S:
+            self.crashes.pop(shard, None)
+        crashes = self.crashes[shard] = self.crashes.get(shard, 0) + 1
+        delay = self.restart_delay(crashes)
+        self.restart_at[shard] = self.clock() + delay
+        trace = crashes == 1 or log.isEnabledFor(logging.DEBUG)
+        log.error("shard %d consumer crashed (%d in a row): %s: %s; retaking it in %.1fs", shard, crashes,
+                  type(exc).__name__, exc, delay, exc_info=exc if trace else None)
+
     def _start(self, shard: int) -> None:
         consumer = ShardConsumer(self, shard)
+        consumer.started_at = self.clock()
         consumer.task = asyncio.create_task(consumer.run(), name=f"capture-shard-{shard}")
         consumer.task.add_done_callback(lambda _: self._wake.set())
         self.consumers[shard] = consumer
@@ -276,8 +309,10 @@ class CaptureWorker:
             if isinstance(exc, WorkerKilled):
                 raise exc
             if exc is not None:
-                log.error("shard %d consumer crashed; retaking it", shard, exc_info=exc)
-            elif self.burst and consumer.released:
+                self._crashed(shard, consumer, exc)
+                continue
+            self.crashes.pop(shard, None)
+            if self.burst and consumer.released:
                 self._burst_done.add(shard)
 
     async def _shutdown(self) -> None:

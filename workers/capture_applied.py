@@ -6,12 +6,16 @@ Stream delivery is at-least-once, so every session keeps a Redis hash
 - ``last_id``: every entry up to this stream id is in OV (or was skipped);
 - ``total``: OV's ``total_message_count`` after our last write (a cache, valid
   while no intent is recorded, so steady state needs no OV read);
-- ``captured``: ``len(event.messages)`` of the last applied event;
+- ``captured``: how many of OpenClaw's transcript messages are in OV:
+  ``len(event.messages)`` of the last applied afterTurn event, or that plus the
+  turn's messages for a commitTurn event (which carries only its turn);
 - ``intent``: written just before an OV write: the total before it and the
   (stream id, OV message count) of each entry in it;
 - ``partial_id`` / ``partial_skip``: an entry whose first messages are already
   in OV (learned from an intent), and how many;
-- ``adv``: recent commitTurn advancement keys, to drop a re-sent turn.
+- ``adv``: recent commitTurn advancement keys, to drop a re-sent turn;
+- ``ev``: recent event ids, to drop an event the publisher re-sent as a new
+  entry (it lost the XADD reply), which stream ids cannot tell apart.
 
 After a write, one MULTI sets ``last_id``/``total``, drops the intent and
 XACKs. A redelivered entry at or below ``last_id`` is acked and skipped; an
@@ -26,6 +30,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.defaults import CAPTURE_ADVANCEMENTS_KEPT, CAPTURE_EVENT_IDS_KEPT
+
+ADVANCEMENTS_KEPT = CAPTURE_ADVANCEMENTS_KEPT
+EVENT_IDS_KEPT = CAPTURE_EVENT_IDS_KEPT
+
 LAST_ID = "last_id"
 TOTAL = "total"
 CAPTURED_THROUGH = "captured"
@@ -33,9 +42,7 @@ INTENT = "intent"
 PARTIAL_ID = "partial_id"
 PARTIAL_SKIP = "partial_skip"
 ADVANCEMENTS = "adv"
-
-ADVANCEMENTS_KEPT = 256
-"""Advancement keys remembered per session (a re-sent commitTurn arrives soon after the first)."""
+EVENT_IDS = "ev"
 
 
 def parse_id(stream_id: str) -> tuple[int, int]:
@@ -91,6 +98,9 @@ class AppliedState:
     partial_id: str | None = None
     partial_skip: int = 0
     advancements: list[str] = field(default_factory=list)
+    event_ids: list[str] = field(default_factory=list)
+    settled_ids: set[str] = field(default_factory=set)
+    """Entries ``settle_intent`` found fully stored (this round only, never persisted)."""
 
     @classmethod
     def from_hash(cls, raw: dict[Any, Any]) -> AppliedState:
@@ -104,6 +114,7 @@ class AppliedState:
             partial_id=h.get(PARTIAL_ID) or None,
             partial_skip=int(h.get(PARTIAL_SKIP) or 0),
             advancements=json.loads(h[ADVANCEMENTS]) if h.get(ADVANCEMENTS) else [],
+            event_ids=json.loads(h[EVENT_IDS]) if h.get(EVENT_IDS) else [],
         )
 
     def is_applied(self, stream_id: str) -> bool:
@@ -116,6 +127,12 @@ class AppliedState:
     def remember_advancement(self, key: str) -> None:
         self.advancements.append(key)
         del self.advancements[:-ADVANCEMENTS_KEPT]
+
+    def remember_event(self, event_id: str) -> None:
+        if event_id in self.event_ids:
+            return
+        self.event_ids.append(event_id)
+        del self.event_ids[:-EVENT_IDS_KEPT]
 
     def settle_intent(self, ov_total: int) -> None:
         """Learn from OV's total what the recorded write stored; forget the intent.
@@ -132,6 +149,8 @@ class AppliedState:
         self.partial_id, self.partial_skip = None, 0
         for stream_id, count in intent.entries:
             if done + count <= written:
+                if not self.is_applied(stream_id):
+                    self.settled_ids.add(stream_id)
                 self.advance(stream_id)
                 done += count
                 continue
@@ -156,6 +175,7 @@ class AppliedState:
             TOTAL: str(self.total if self.total is not None else 0),
             CAPTURED_THROUGH: str(self.captured),
             ADVANCEMENTS: json.dumps(self.advancements, separators=(",", ":")),
+            EVENT_IDS: json.dumps(self.event_ids, separators=(",", ":")),
         }
         if self.last_id is not None:
             out[LAST_ID] = self.last_id

@@ -26,9 +26,6 @@ from core.streams import publish_turn
 
 log = logging.getLogger(__name__)
 
-DEAD_LETTER_MAXLEN = 100_000
-"""Approximate cap of the dead-letter stream."""
-
 REASON_UNDECODABLE = "undecodable"
 REASON_FAILED = "failed"
 REASON_REDELIVERED = "redelivered"
@@ -96,7 +93,7 @@ def replay_dead_letters(redis: redis_lib.Redis, settings: Settings, ids: list[st
     """
     key = Keys(settings.key_prefix).dead_letters()
     if ids is None:
-        letters = list_dead_letters(redis, settings, limit=DEAD_LETTER_MAXLEN)
+        letters = list_dead_letters(redis, settings, limit=settings.dead_letter_maxlen)
     else:
         letters = []
         for dlq_id in ids:

@@ -1,11 +1,15 @@
 """What one capture round does for one session (pure): entries in, OV messages out.
 
 The seed's afterTurn rules, in order, per entry: already applied (at or below
-the session's ``last_id``) -> skip; autoCapture off, heartbeat, bypassed
-session, or an advancement key seen before -> skip; else the new messages
+the session's ``last_id``) -> skip; an event id seen before (the publisher
+re-sent it as a new entry after losing the XADD reply) -> skip; autoCapture
+off, heartbeat, bypassed session, or an advancement key seen before -> skip;
+else the new messages
 (``core.convert.turn_to_ov_messages`` slices from prePromptMessageCount and
 strips recall blocks), minus any already in OV from an interrupted write.
-A skipped entry is still acked and moves ``last_id``.
+A skipped entry is still acked and moves ``last_id``; a duplicate (event id or
+advancement key seen) leaves ``captured`` alone, so a replayed older event
+never moves it backwards.
 
 Consecutive entries of a session are merged into one OV batch write. In
 *isolate* mode (after a merged write failed) a round carries at most one
@@ -123,6 +127,14 @@ def drop_written(messages: list[dict[str, Any]], written: int) -> list[dict[str,
     return []
 
 
+SKIP_APPLIED = "applied before"
+SKIP_EVENT_SEEN = "event seen"
+SKIP_ADVANCEMENT_SEEN = "advancement seen"
+SKIP_SETTLED = "written before a crash"
+_DUPLICATES = frozenset({SKIP_APPLIED, SKIP_EVENT_SEEN, SKIP_ADVANCEMENT_SEEN})
+"""Skips that say nothing new about the transcript (``captured`` stays)."""
+
+
 def _skip_reason(settings: Settings, event: TurnEvent, seen_advancements: set[str]) -> str | None:
     if not settings.auto_capture:
         return "autoCapture off"
@@ -131,7 +143,7 @@ def _skip_reason(settings: Settings, event: TurnEvent, seen_advancements: set[st
     if is_bypassed(settings.bypass_session_patterns, event.session_id, event.session_key):
         return "bypassed"
     if event.advancement_key and event.advancement_key in seen_advancements:
-        return "advancement seen"
+        return SKIP_ADVANCEMENT_SEEN
     return None
 
 
@@ -140,15 +152,26 @@ def plan_round(settings: Settings, session: SessionRef, entries: list[Entry], st
     """The units of this round, in stream order; stops before an entry that fails to convert."""
     plan = SessionRound(session, state)
     seen = set(state.advancements)
+    seen_events = set(state.event_ids)
     writing = False
     for entry in entries:
         event = entry.event
         assert event is not None
+        if entry.id in state.settled_ids:  # stored whole by the interrupted write just settled
+            plan.units.append(Unit(entry, [], SKIP_SETTLED))
+            seen_events.add(event.event_id)
+            if event.advancement_key:
+                seen.add(event.advancement_key)
+            continue
         if state.is_applied(entry.id):
-            plan.units.append(Unit(entry, [], "applied before"))
+            plan.units.append(Unit(entry, [], SKIP_APPLIED))
+            continue
+        if event.event_id in seen_events:
+            plan.units.append(Unit(entry, [], SKIP_EVENT_SEEN))
             continue
         reason = _skip_reason(settings, event, seen)
         if reason is not None:
+            seen_events.add(event.event_id)
             plan.units.append(Unit(entry, [], reason))
             continue
         try:
@@ -161,6 +184,7 @@ def plan_round(settings: Settings, session: SessionRef, entries: list[Entry], st
         if isolate and writing and messages:
             break
         writing = writing or bool(messages)
+        seen_events.add(event.event_id)
         if event.advancement_key:
             seen.add(event.advancement_key)
         plan.units.append(Unit(entry, messages, None if messages else "no new messages"))
@@ -171,14 +195,19 @@ def finish_state(plan: SessionRound) -> AppliedState:
     """The session's applied state once every unit of ``plan`` is in OV."""
     state = plan.state
     for unit in plan.units:
-        if unit.skip == "applied before":
+        if unit.skip == SKIP_APPLIED:
             continue
         state.advance(unit.entry.id)
+        if unit.skip in _DUPLICATES:
+            continue
         event = unit.entry.event
         assert event is not None
-        state.captured = len(event.messages)
-        if event.advancement_key and unit.skip != "advancement seen":
+        state.remember_event(event.event_id)
+        if event.advancement_key:  # commitTurn: the event carries only its own turn
+            state.captured += max(0, len(event.messages) - event.pre_prompt_message_count)
             state.remember_advancement(event.advancement_key)
+        else:  # afterTurn: the event carries the whole transcript
+            state.captured = len(event.messages)
     if plan.base is not None:
         state.total = plan.base + plan.added
     if state.partial_id is not None and any(u.entry.id == state.partial_id for u in plan.units):

@@ -9,7 +9,7 @@ read by a Lua script that checks the lease and runs XREADGROUP atomically:
 a consumer that lost its lease cannot take new entries.
 
 Entries read but not acked stay in ``backlog`` (at most
-``READS_PER_ROUND x capture_batch``). Each round groups them by session and applies sessions
+``capture_reads_per_round x capture_batch``). Each round groups them by session and applies sessions
 concurrently (workers.capture_round); a session whose entry failed waits for
 its retry time, and OV being down pauses the whole shard with capped
 exponential backoff, counting nothing toward the dead-letter limit.
@@ -26,7 +26,7 @@ import redis as redis_lib
 from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
 from core.keys import Keys
 from workers.capture_dlq import (
-    DEAD_LETTER_MAXLEN, REASON_FAILED, REASON_REDELIVERED, REASON_UNDECODABLE, dead_letter_fields,
+    REASON_FAILED, REASON_REDELIVERED, REASON_UNDECODABLE, dead_letter_fields,
 )
 from workers.capture_plan import Entry, LeaseLost, session_of
 from workers.capture_round import RoundOutcome, run_round
@@ -36,12 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HANDLER_BACKOFF_MAX_S = 5.0
-"""Longest wait before a failed entry is tried again."""
-OV_DOWN_BACKOFF_MAX_S = 30.0
-"""Longest pause of a shard while OV is unavailable."""
-READS_PER_ROUND = 4
-"""Full XREADGROUP batches one round may gather when the stream has a backlog."""
 
 # KEYS[1] stream, KEYS[2] lease. ARGV: consumer, group, count.
 # -1: the lease is not ours. {1, entries}: new entries. {0, last id}: nothing new;
@@ -98,6 +92,8 @@ class ShardConsumer:
         self.ov_down_until = 0.0
         self.ov_backoff = 0.0
         self.task: asyncio.Task[None] | None = None
+        self.started_at = 0.0
+        """``worker.clock()`` when the worker started this consumer."""
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -167,11 +163,11 @@ class ShardConsumer:
         """Read new entries into the backlog; block (briefly) only when nothing can be done.
 
         While reads come back full (a backlog in the stream) up to
-        ``READS_PER_ROUND`` of them feed one round: more entries per session
+        ``capture_reads_per_round`` of them feed one round: more entries per session
         merge into fewer OV writes and snapshot refreshes.
         """
         loop = asyncio.get_running_loop()
-        room = self.settings.capture_batch * READS_PER_ROUND - len(self.backlog)
+        room = self.settings.capture_batch * self.settings.capture_reads_per_round - len(self.backlog)
         if room <= 0 or self.stop_requested:
             wait = self._wait_s(loop.time())
             if wait > 0 and not self._ready(loop.time()):
@@ -322,7 +318,7 @@ class ShardConsumer:
         pending_sids = {e.session.ov_session_id for e in self.backlog if e.session}
         self.isolate &= pending_sids
         if outcome.unavailable:
-            self.ov_backoff = min(OV_DOWN_BACKOFF_MAX_S, max(self.settings.ov_backoff_s, self.ov_backoff * 2))
+            self.ov_backoff = min(self.settings.capture_ov_down_backoff_max_s, max(self.settings.ov_backoff_s, self.ov_backoff * 2))
             self.ov_down_until = now + self.ov_backoff
             log.warning("shard %d: OV unavailable (%s); retrying in %.2fs, nothing acked", self.shard,
                         outcome.unavailable, self.ov_backoff)
@@ -339,7 +335,7 @@ class ShardConsumer:
         # XCLAIM to ourselves bumps the PEL delivery count: the failure survives a restart.
         await self.redis.xclaim(self.stream, self.group, self.consumer, 0, [entry.id], justid=False)
         entry.deliveries += 1
-        delay = min(HANDLER_BACKOFF_MAX_S, max(self.settings.ov_backoff_s, 0.01) * 2 ** (entry.deliveries - 2))
+        delay = min(self.settings.capture_retry_backoff_max_s, max(self.settings.ov_backoff_s, 0.01) * 2 ** (entry.deliveries - 2))
         entry.retry_at = asyncio.get_running_loop().time() + delay
         self.worker.stats.failures += 1
         log.warning("shard %d: entry %s failed (delivery %d): %s; retry in %.2fs", self.shard, entry.id,
@@ -353,7 +349,7 @@ class ShardConsumer:
                 pipe.xadd(dlq, dead_letter_fields(stream=self.stream, entry_id=entry.id, payload=entry.payload,
                                                   reason=reason, error=error, deliveries=entry.deliveries,
                                                   consumer=self.consumer),
-                          maxlen=DEAD_LETTER_MAXLEN, approximate=True)
+                          maxlen=self.settings.dead_letter_maxlen, approximate=True)
             pipe.xack(self.stream, self.group, *[e.id for e, _, _ in items])
             await pipe.execute()
         gone = {e.id for e, _, _ in items}

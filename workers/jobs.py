@@ -7,13 +7,16 @@ again returns it. Every request takes the next number of the session's
 ``Keys.commit_generation``; the RQ job id is ``commit_<hash of scope and
 session>_<generation>``, so a finished commit never blocks the next one.
 
-``commit_session`` calls OV's commit (phase 1, archiving) and schedules
+``commit_session`` first takes its OV tenant's lock (workers.jobs_tenant: OV
+0.5.2 loses the memories of one user's overlapping phase 2s), scheduling
+itself again after ``commit_tenant_wait_s`` while another commit holds it;
+then it calls OV's commit (phase 1, archiving) and schedules
 ``poll_phase2`` with ``queue.enqueue_in``; each poll reads the task once and
 schedules the next, tolerating ``phase2_read_retries`` consecutive failed
 reads, until a final status or ``phase2_deadline_s``. The outcome
 (completed / failed / timeout / skipped) is written to ``Keys.commits`` — the
 record of truth, the first final outcome wins — and appended to
-``Keys.commit_outcomes()``.
+``Keys.commit_outcomes()``; recording it releases the tenant's lock.
 
 Jobs carry the request and the non-secret settings; a worker process that
 called ``register_settings`` uses its own settings (with its API keys).
@@ -39,18 +42,18 @@ from rq.exceptions import DuplicateJobError, NoSuchJobError
 from rq.job import Job, JobStatus
 
 from core.config import Settings
+from core.defaults import COMMIT_RETRY_INTERVALS_S
 from core.events import CommitOutcome, CommitRequest, decode, encode
 from core.keys import Keys, scope_of, shard_of
 from core.ov_client import OVClient
+from workers import jobs_tenant
 
 log = logging.getLogger(__name__)
 
 FINAL_STATUSES = frozenset({"completed", "failed", "timeout", "skipped"})
 OUTCOME_FIELD = "o"
-OUTCOME_STREAM_MAXLEN = 10_000
-"""Approximate cap of the commit-outcome stream (the per-session hash keeps every outcome)."""
-COMMIT_RETRY = Retry(max=3, interval=[1, 5, 15])
-"""RQ retries of a commit whose OV call found OV down (the request never got through)."""
+COMMIT_RETRY = Retry(max=len(COMMIT_RETRY_INTERVALS_S), interval=list(COMMIT_RETRY_INTERVALS_S))
+"""RQ retries of a commit whose OV call found OV down (``core.defaults.COMMIT_RETRY_INTERVALS_S``)."""
 _SECRET_FIELDS = frozenset({"api_key", "user_api_keys"})
 COMMIT_JOB = "workers.jobs_run.commit_session"
 POLL_JOB = "workers.jobs_run.poll_phase2"
@@ -184,8 +187,9 @@ def record_outcome(redis: redis_lib.Redis, settings: Settings, request: CommitRe
             except redis_lib.WatchError:
                 continue
     if outcome.status in FINAL_STATUSES:
+        jobs_tenant.release(redis, settings, request)  # the tenant's next phase 2 may start
         redis.xadd(Keys(settings.key_prefix).commit_outcomes(), {OUTCOME_FIELD: encode(outcome)},
-                   maxlen=OUTCOME_STREAM_MAXLEN, approximate=True)
+                   maxlen=settings.commit_outcome_stream_maxlen, approximate=True)
         log.info("commit %s of session %s: %s%s", request.commit_id, request.ov_session_id, outcome.status,
                  f" ({outcome.error})" if outcome.error else "")
     return True
@@ -322,6 +326,20 @@ def schedule_poll(redis: redis_lib.Redis, settings: Settings, request: CommitReq
             job_id=job_id, unique=True, description=f"poll phase 2 of {request.commit_id}")
     except DuplicateJobError:
         log.debug("poll job %s already exists", job_id)
+
+
+def schedule_commit_retry(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *,
+                          attempt: int) -> None:
+    """Run ``commit_session`` again after ``commit_tenant_wait_s`` (its tenant's lock was held)."""
+    job_id = f"{request.commit_id}_wait{attempt}"
+    redis.hset(_request_keys(settings, request).inflight, "job", job_id)  # as schedule_poll does
+    try:
+        commit_queue(redis, settings).enqueue_in(
+            timedelta(seconds=settings.commit_tenant_wait_s), COMMIT_JOB, encode(request).decode(),
+            _settings_dump(settings), attempt, job_id=job_id, unique=True, retry=COMMIT_RETRY,
+            description=f"commit {request.ov_session_id} ({request.reason}), waiting for its tenant")
+    except DuplicateJobError:
+        log.debug("commit job %s already exists", job_id)
 
 
 def _job_error(job: Job | None) -> str:

@@ -20,7 +20,7 @@ from rq import get_current_job
 from core.config import Settings
 from core.events import CommitOutcome, CommitRequest, decode
 from core.ov_client import OVClient, OVError, OVUnavailable
-from workers import jobs
+from workers import jobs, jobs_tenant
 from workers.jobs import FINAL_STATUSES, commit_outcome, finish_commit, outcome_of, record_outcome
 
 log = logging.getLogger(__name__)
@@ -45,12 +45,15 @@ def _current_redis() -> redis_lib.Redis:
     return job.connection
 
 
-def commit_session(request_json: str, settings_dump: dict[str, Any]) -> str:
-    """RQ job: commit the session in OV and schedule the phase-2 poll. Returns the status."""
+def commit_session(request_json: str, settings_dump: dict[str, Any], attempt: int = 0) -> str:
+    """RQ job: commit the session in OV and schedule the phase-2 poll. Returns the status.
+
+    ``attempt`` counts the times it found its tenant's lock held and scheduled itself again.
+    """
     settings = jobs.job_settings(settings_dump)
     job = get_current_job()
     return run_commit(_current_redis(), settings, decode(request_json, CommitRequest),
-                      may_retry=bool(job and job.retries_left)).status
+                      may_retry=bool(job and job.retries_left), attempt=attempt).status
 
 
 def poll_phase2(request_json: str, settings_dump: dict[str, Any], deadline_at: float,
@@ -62,29 +65,41 @@ def poll_phase2(request_json: str, settings_dump: dict[str, Any], deadline_at: f
 
 
 def run_commit(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *,
-               may_retry: bool = False) -> CommitOutcome:
+               may_retry: bool = False, attempt: int = 0) -> CommitOutcome:
     """Phase 1 of a commit (OV archives the messages); then the first poll is scheduled.
 
-    ``may_retry``: OV being unavailable re-raises so RQ retries the job
-    (the commit never reached OV); otherwise it is recorded as failed.
+    Only one commit per OV tenant runs at a time (workers.jobs_tenant): with the
+    tenant's lock held by another, this schedules itself again and returns the
+    pending outcome. ``may_retry``: OV being unavailable re-raises so RQ
+    retries the job (the commit never reached OV); otherwise it is recorded as failed.
     """
     outcome = commit_outcome(redis, settings, request)
     if outcome is not None and outcome.status in FINAL_STATUSES:
         return outcome
     if outcome is not None and outcome.task_id:  # run again after OV took the commit: poll only
+        jobs_tenant.hold(redis, settings, request)  # renewed when still ours (its phase 2 runs)
         jobs.schedule_poll(redis, settings, request, deadline_at=jobs.now() + settings.phase2_deadline_s,
                            failed_reads=0, attempt=1)
         return outcome
+    if not jobs_tenant.hold(redis, settings, request):
+        log.info("commit %s waits: tenant %s has a phase 2 running (%s)", request.commit_id,
+                 jobs_tenant.tenant_of(settings, request.user), jobs_tenant.holder(redis, settings, request))
+        jobs.schedule_commit_retry(redis, settings, request, attempt=attempt + 1)
+        return outcome or outcome_of(request, "pending")
     record_outcome(redis, settings, request, outcome_of(request, "running"))
     try:
         accepted = _run_async(_commit_and_refresh(redis, settings, request))
     except OVUnavailable as exc:
         if may_retry:
             log.warning("commit %s: OV unavailable (%s); RQ retries it", request.commit_id, exc)
+            jobs_tenant.release(redis, settings, request)  # OV never took it: others may go meanwhile
             raise
         return finish_commit(redis, settings, request, "failed", error=f"OV unavailable: {exc}")
     except OVError as exc:
         return finish_commit(redis, settings, request, "failed", error=str(exc))
+    except Exception:
+        jobs_tenant.release(redis, settings, request)  # the job fails; its tenant must not wait on it
+        raise
     if accepted.status == "skipped":
         return finish_commit(redis, settings, request, "skipped",
                              error=f"skipped: {accepted.reason or 'no reason given'}")
@@ -94,6 +109,7 @@ def run_commit(redis: redis_lib.Redis, settings: Settings, request: CommitReques
         return finish_commit(redis, settings, request, "completed", **fields)
     running = outcome_of(request, "running", **fields)
     record_outcome(redis, settings, request, running)
+    jobs_tenant.hold(redis, settings, request)  # renewed: phase 2's deadline starts now
     jobs.schedule_poll(redis, settings, request, deadline_at=jobs.now() + settings.phase2_deadline_s,
                        failed_reads=0, attempt=1)
     return running

@@ -27,15 +27,13 @@ import httpx
 import uvicorn
 
 from core.config import Settings
+from core.defaults import UP_JOB_THREAD_JOIN_S
 from core.redis_conn import connect
 from workers import jobs
 from workers.capture import CaptureWorker
 from workers.jobs_worker import run_embedded_worker
 
 log = logging.getLogger(__name__)
-
-JOB_THREAD_JOIN_S = 10.0
-"""How long shutdown waits for a job in progress."""
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -117,7 +115,7 @@ async def run_up(settings: Settings, *, fake_ov: bool = False, host: str | None 
     finally:
         runtime.stop()
         results = await asyncio.gather(capture_task, server_task, return_exceptions=True)
-        await asyncio.to_thread(job_thread.join, JOB_THREAD_JOIN_S)
+        await asyncio.to_thread(job_thread.join, UP_JOB_THREAD_JOIN_S)
         if fake_ov:
             jobs.set_ov_transport_factory(None)
         if install_signals:

@@ -35,7 +35,7 @@ def settings(redis_url: str) -> Settings:
         redis_url=redis_url, key_prefix=f"t{next(_prefixes)}", shards=4,
         capture_block_ms=50, claim_idle_ms=300, max_deliveries=2, ov_backoff_s=0.01,
         commit_token_threshold=100_000, phase2_poll_interval_s=0.01, phase2_deadline_s=30,
-        phase2_read_retries=2,
+        phase2_read_retries=2, commit_tenant_wait_s=0.05,
     )
 
 

@@ -10,10 +10,18 @@ they said unless ovstream keeps one user's phase 2s from overlapping.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from e2e_helpers import Conversation, OVSession, Service, check_crosses_at_last_turn
 
 pytest_plugins = ("conftest_e2e",)
+
+
+@pytest.fixture(scope="module")
+def e2e_settings() -> dict[str, Any]:
+    # its own OV user (dev-mode header): the memories this writes stay out of other tests' searches
+    return {"user": "concurrency"}
 
 
 def _turns(preference: str, topic: str) -> list[tuple[str, str]]:
@@ -35,8 +43,6 @@ def _turns(preference: str, topic: str) -> list[tuple[str, str]]:
     ]
 
 
-@pytest.mark.xfail(strict=True, reason="overlapping phase 2s of one user lose their memories in OV 0.5.2; "
-                                       "ovstream does not serialise them (see report)")
 def test_two_sessions_of_one_user_committing_together_keep_both_memories(
         e2e_service: Service, dev_ov: OVSession) -> None:
     a_turns = _turns("I prefer oolong tea served in small clay cups.", "harvest festival")

@@ -46,7 +46,6 @@ def test_turns_published_while_down_are_captured_once_after_restart(
     assert [message_text(m) for m in answer["messages"]] == conv.texts()
 
 
-@pytest.mark.xfail(strict=True, reason="capture does not dedupe a re-published event_id (see report)")
 def test_a_republished_turn_is_not_captured_twice(e2e_service: Service, dev_ov: OVSession) -> None:
     """The plugin's publisher re-sends an event whose XADD reply it lost (same event_id;
     clients/openclaw/src/publisher.ts says so): its messages must land in OV once."""
