@@ -39,6 +39,8 @@ PHASE2_WAIT_MARGIN_S = 30.0
 """Waiting on phase 2 gives up this long after ``phase2_deadline_s`` (the poller records a timeout first)."""
 PROGRESS_EVERY_S = 1.0
 POLL_S = 0.05
+RECALL_INDEX_WAIT_S = 10.0
+"""How long the recall assemble is retried while OV indexes freshly extracted memories."""
 TOKEN_BUDGET = 128_000
 
 Say = Callable[[str], None]
@@ -241,10 +243,17 @@ class Replay:
             "final main assemble")
         recall_sid = str(uuid.uuid4())
         self.result.recall_session_id = recall_sid
-        self.result.recall = await self.assemble(
-            {**self._identity(recall_sid, f"{sample.session_key}:recall-demo"),
-             "messages": [_user(sample.recall_question)], "tokenBudget": TOKEN_BUDGET},
-            "auto-recall assemble in a new session")
+        request = {**self._identity(recall_sid, f"{sample.session_key}:recall-demo"),
+                   "messages": [_user(sample.recall_question)], "tokenBudget": TOKEN_BUDGET}
+        extracted = sum(o.memories_extracted or 0 for o in self.commits())
+        # OV makes a new memory searchable a moment after its task reports completed:
+        # when memories were extracted, give the index a few seconds before concluding.
+        deadline = time.monotonic() + (RECALL_INDEX_WAIT_S if extracted else 0)
+        while True:
+            self.result.recall = await self.assemble(request, "auto-recall assemble in a new session")
+            if recall_block(self.result.recall.get("messages") or []) or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(POLL_S * 5)
 
     async def check(self) -> None:
         r, s = self.result, self.settings
