@@ -87,14 +87,16 @@ async def test_find_read_and_grep_shapes(ov_server) -> None:
         task = await finished(ov, (await ov.commit(s)).task_id)
         assert task.status == "completed", task
         # OV indexes a new memory shortly after its task reports completed: poll for it.
+        # Other modules' memories share this OV user, so look for ours among the hits.
         deadline = time.monotonic() + 30
         while True:
             found = await ov.find("vinyl records", target_uri="viking://~/memories", limit=10)
-            leaves = [h for h in found.memories if h.level == 2]
+            leaves = [h for h in found.memories
+                      if h.level == 2 and h.uri.endswith("/preferences/default/vinyl_records_streaming.md")]
             if leaves or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.25)
-        assert leaves and leaves[0].uri.endswith("/preferences/default/vinyl_records_streaming.md")
+        assert leaves, [h.uri for h in found.memories]
         assert "memory_type=preferences" in leaves[0].tags
         assert "vinyl" in await ov.read(leaves[0].uri)
         grep = await ov.grep(f"viking://~/sessions/{s}/history", "vinyl")
