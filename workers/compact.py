@@ -24,7 +24,7 @@ import redis
 from core.events import CommitOutcome, CommitRequest
 from core.ov_client import OVError, OVUnavailable
 from workers.jobs import FINAL_STATUSES, commit_outcome, request_commit, wait_commit_outcome
-from workers.jobs_run import memories_extracted
+from workers.jobs_run import task_verdict
 from workers.rpc_context import Caller, RpcError, Services
 from workers.rpc_models import CompactRequest
 from workers.snapshot import read_snapshot, refresh_snapshot
@@ -103,12 +103,10 @@ async def _inline_commit(svc: Services, caller: Caller, ov_session_id: str, *, r
                                                error=f"phase 2 unreadable: {exc}")
             continue
         failed_reads = 0
-        if task.status == "completed":
-            return msgspec.structs.replace(outcome, status="completed", finished_at=time.time(),
-                                           memories_extracted=memories_extracted(task.result))
-        if task.status in ("failed", "cancelled"):
-            return msgspec.structs.replace(outcome, status="failed", finished_at=time.time(),
-                                           error=str(task.error or task.status))
+        verdict = task_verdict(task)
+        if verdict is not None:
+            status, fields = verdict
+            return msgspec.structs.replace(outcome, status=status, finished_at=time.time(), **fields)
     return msgspec.structs.replace(outcome, status="timeout", finished_at=time.time(),
                                    error=f"phase 2 not finished within {settings.compact_wait_s:g}s")
 

@@ -156,6 +156,19 @@ def memories_extracted(result: dict[str, Any] | None) -> int | None:
     return len(uris) if isinstance(uris, list) else None
 
 
+def task_verdict(task: Any) -> tuple[str, dict[str, Any]] | None:
+    """What a read of the phase-2 task means for the commit: its final status and the
+    outcome fields to record, or None while the task still runs. Shared by the poller
+    and compact's inline commit so both read OV's task states the same way."""
+    if task.status == "completed":
+        return "completed", {"memories_extracted": memories_extracted(task.result)}
+    if task.status in ("failed", "cancelled"):
+        return "failed", {"error": str(task.error or f"phase 2 {task.status}")}
+    if task.status == "skipped":
+        return "skipped", {}
+    return None
+
+
 def run_poll(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, deadline_at: float,
              failed_reads: int, attempt: int) -> CommitOutcome:
     """One read of the phase-2 task: record the final outcome, or schedule the next read."""
@@ -172,14 +185,10 @@ def run_poll(redis: redis_lib.Redis, settings: Settings, request: CommitRequest,
         log.info("commit %s: task read %d failed (%s)", request.commit_id, failed_reads, exc)
     else:
         failed_reads = 0
-        if task.status == "completed":
-            return finish_commit(redis, settings, request, "completed", outcome,
-                                 memories_extracted=memories_extracted(task.result))
-        if task.status in ("failed", "cancelled"):
-            return finish_commit(redis, settings, request, "failed", outcome,
-                                 error=str(task.error or f"phase 2 {task.status}"))
-        if task.status == "skipped":
-            return finish_commit(redis, settings, request, "skipped", outcome)
+        verdict = task_verdict(task)
+        if verdict is not None:
+            status, fields = verdict
+            return finish_commit(redis, settings, request, status, outcome, **fields)
     if jobs.now() >= deadline_at:
         return finish_commit(redis, settings, request, "timeout", outcome,
                              error=f"phase 2 not finished within {settings.phase2_deadline_s:g}s")
