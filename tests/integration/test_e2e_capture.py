@@ -29,11 +29,11 @@ from core.events import CommitOutcome
 
 pytest_plugins = ("conftest_e2e",)
 
-PREFERENCE = "I prefer jasmine green tea with a little honey in the afternoon."
+PREFERENCE = "I prefer hibiscus lemonade with a little honey in the afternoon."
 ARCHIVED_WORD = "zebrawood"
 GARDEN = [
     ("Hello! We are organising a garden party next Saturday by the lake. " + PREFERENCE,
-     ("Noted. A lakeside garden party sounds lovely; jasmine green tea with honey goes on the list "
+     ("Noted. A lakeside garden party sounds lovely; hibiscus lemonade with honey goes on the list "
      "for the afternoon break.")),
     ((f"The pavilion floor is made of {ARCHIVED_WORD} planks, so guests should wear soft shoes. "
      "Please draft a short note for the invitation cards."),
@@ -109,7 +109,7 @@ def test_auto_recall_injects_the_preference_in_another_session(
         e2e_service: Service, archived: Archived) -> None:
     assert archived.outcomes[0].status == "completed"
     later = Conversation("later")
-    question = "Should I brew jasmine green tea with honey this afternoon?"
+    question = "Should I make hibiscus lemonade with honey this afternoon?"
     messages = [{"role": "user", "content": question}]
 
     def recalled() -> dict | None:
@@ -146,9 +146,9 @@ def test_archive_search_finds_a_word_of_the_archived_turns(e2e_service: Service,
 
 
 def test_archive_search_counts_only_archived_messages(e2e_service: Service, archived: Archived) -> None:
-    # "jasmine" is in one archived user message and one assistant message, and also in the
+    # "hibiscus" is in one archived user message and one assistant message, and also in the
     # extracted preference that the archive's memory_diff.json quotes: only messages count.
-    result = e2e_service.tool("ov_archive_search", {"query": "jasmine"}, conv=archived.conv)
+    result = e2e_service.tool("ov_archive_search", {"query": "hibiscus"}, conv=archived.conv)
     assert result["details"]["matchCount"] == 2, result["content"][0]["text"]
 
 
