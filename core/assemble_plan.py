@@ -176,6 +176,17 @@ class FullContext:
     tail_count: int
 
 
+def passthrough_with(messages: list[dict[str, Any]], recall_block: str) -> FullContext:
+    """The caller's messages unchanged, with the turn's recall block as the system prompt addition."""
+    return FullContext(
+        messages=messages,
+        estimated_tokens=estimate_message_tokens(messages) + estimate_tokens(recall_block),
+        system_prompt_addition=recall_block,
+        session_kept=0,
+        tail_count=0,
+    )
+
+
 def fit_overview(overview: str, budget_tokens: int) -> str:
     """The longest head of ``overview`` whose summary message fits the budget ("" if none).
 
@@ -205,13 +216,29 @@ def _list_overhead(count: int) -> int:
     return -(-(count + 1) // 4)
 
 
+def system_prompt_addition(recall_block: str | None, guide: str | None) -> str | None:
+    """Recalled memories first, then the Session Context Guide.
+
+    The recall block goes into the system prompt addition, not into a message:
+    the 2026.9 host keeps the current user message out of ``messages`` (it
+    appends it after assemble) and prepends the addition to the system prompt
+    of every model request of the run, fresh each time, so the block reaches
+    the model once per request and never enters the transcript (nor OV).
+    """
+    parts = [p for p in (recall_block, guide) if p]
+    return "\n\n".join(parts) if parts else None
+
+
 def build_full_context(
-    base: SessionBase, tail: Sequence[AgentMessage], token_budget: int | float | None
+    base: SessionBase, tail: Sequence[AgentMessage], token_budget: int | float | None,
+    *, recall_block: str | None = None,
 ) -> FullContext | Passthrough:
     """The main call's answer: summary, OV session messages trimmed from the
-    oldest to fit, then the lag tail (kept whole), through the five-step pipeline."""
+    oldest to fit, then the lag tail (kept whole), through the five-step pipeline;
+    the recall block and the guide go into the system prompt addition."""
     guide = session_context_guide(bool(base.overview)) if base.has_archive else None
-    guide_tokens = estimate_tokens(guide) if guide else 0
+    addition = system_prompt_addition(recall_block, guide)
+    guide_tokens = estimate_tokens(addition) if addition else 0
     budget = allocate_context_budget(token_budget, guide_tokens)
     if budget.archive + budget.session <= 0:
         # A budget so small it is all output reserve: we have nothing better than
@@ -247,7 +274,7 @@ def build_full_context(
     return FullContext(
         messages=dumped,
         estimated_tokens=estimate_message_tokens(dumped) + guide_tokens,
-        system_prompt_addition=guide,
+        system_prompt_addition=addition,
         session_kept=len(session),
         tail_count=len(tail),
     )

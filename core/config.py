@@ -99,6 +99,8 @@ class Settings(BaseSettings):
     ov_retries: int = Field(d.OV_RETRIES, ge=0, le=10)
     ov_backoff_s: float = Field(d.OV_BACKOFF_S, ge=0)
     recall_timeout_s: float = Field(d.RECALL_TIMEOUT_S, gt=0)
+    recall_turn_ttl_s: int = Field(d.RECALL_TURN_TTL_S, ge=1)
+    overlay_stream_scan: int = Field(d.OVERLAY_STREAM_SCAN, ge=0, le=10_000)
 
     # snapshots
     snapshot_token_budget: int = Field(d.SNAPSHOT_TOKEN_BUDGET, ge=1)

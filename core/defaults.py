@@ -174,8 +174,12 @@ PHASE2_DEADLINE_S = 300.0
 PHASE2_READ_RETRIES = 5
 """Consecutive failed task reads tolerated before the poller gives up."""
 
-COMPACT_WAIT_S = 330.0
-"""How long compact waits for a commit's outcome."""
+COMPACT_WAIT_S = 150.0
+"""How long compact waits for phase 2. OpenClaw bounds a compaction at 180 s
+(``agents.defaults.compaction.timeoutSeconds``) and the plugin's call at 170 s,
+so compact answers first: when phase 2 is still running then, the archive is
+already done and compact says so (reason ``phase2_pending``); the poller
+goes on and records the commit's outcome."""
 
 # --- OV client -----------------------------------------------------------------------
 
@@ -190,6 +194,15 @@ OV_BACKOFF_S = 0.2
 
 RECALL_TIMEOUT_S = 5.0
 """A recall search slower than this makes assemble pass through."""
+
+RECALL_TURN_TTL_S = 900
+"""How long the recall block of one user turn is kept: every model request of the
+turn (the host's tool loop) carries that block, found by one search."""
+
+OVERLAY_STREAM_SCAN = 64
+"""Newest stream entries of the session's shard that assemble reads to find turns
+published but not yet in its snapshot (other processes' turns; the plugin sends
+its own). 0: read none."""
 
 # --- snapshots -------------------------------------------------------------------------
 

@@ -43,6 +43,13 @@ class TurnEvent(msgspec.Struct, kw_only=True):
     """commitTurn's key (OpenClaw >= 2026.8.1); capture dedupes on it."""
     user: str | None = None
     """Tenant label selecting the OV user key (Settings.user_api_keys); None: the default."""
+    commit: str | None = None
+    """A commit marker (no messages): once every earlier entry of the session is
+    in OV, capture asks for a commit with this reason (``session_end``: the
+    conversation was reset, replaced or ended)."""
+    import_transcript: bool = False
+    """The plugin's bootstrap import of a transcript older than ovstream: written
+    only into a session capture has never applied an entry to (core.turns)."""
 
 
 class CommitRequest(msgspec.Struct, kw_only=True):
@@ -54,7 +61,7 @@ class CommitRequest(msgspec.Struct, kw_only=True):
     ov_session_id: str
     agent_id: str
     user: str | None = None
-    reason: Literal["threshold", "compact", "memory_store", "manual"] = "threshold"
+    reason: Literal["threshold", "compact", "memory_store", "manual", "session_end"] = "threshold"
     keep_recent_count: int
     generation: int
     requested_at: float
@@ -100,6 +107,11 @@ class ContextSnapshot(msgspec.Struct, kw_only=True):
     """Last stream entry reflected in this snapshot."""
     captured_through: int = 0
     """len(messages) of the last applied TurnEvent: OpenClaw messages [0, n) are in OV."""
+    event_ids: list[str] = msgspec.field(default_factory=list)
+    """Recent event ids applied up to ``applied_stream_id``: the turns this snapshot
+    reflects, so assemble's overlay adds each other turn exactly once."""
+    advancements: list[str] = msgspec.field(default_factory=list)
+    """Recent commitTurn advancement keys applied up to ``applied_stream_id``."""
     refreshed_at: float = 0.0
 
 

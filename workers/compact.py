@@ -21,13 +21,15 @@ from typing import Any
 import msgspec
 import redis
 
-from core.events import CommitOutcome, CommitRequest
+from core.assemble_plan import FullContext, build_full_context, build_session_base
+from core.events import CommitOutcome, CommitRequest, ContextSnapshot
 from core.ov_client import OVError, OVUnavailable
 from workers.jobs import FINAL_STATUSES, commit_outcome, request_commit, wait_commit_outcome
 from workers.jobs_run import task_verdict
 from workers.rpc_context import Caller, RpcError, Services
 from workers.rpc_models import CompactRequest
-from workers.snapshot import read_snapshot, refresh_snapshot
+from workers.capture_applied import AppliedState
+from workers.snapshot import fetch_snapshot, read_snapshot, refresh_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -117,17 +119,31 @@ def _valid_count(value: float | None) -> int | None:
     return int(value)
 
 
+def assembled_tokens(snapshot: ContextSnapshot, budget: int) -> int:
+    """What assemble would send for this snapshot, estimated the way assemble does,
+    so tokensBefore and tokensAfter measure the same thing."""
+    base = build_session_base(snapshot.latest_archive_overview, snapshot.pre_archive_abstracts,
+                              snapshot.messages, snapshot.total_archives)
+    if base.empty:
+        return 0
+    result = build_full_context(base, [], budget)
+    return result.estimated_tokens if isinstance(result, FullContext) else snapshot.estimated_tokens
+
+
 async def _context_estimate(svc: Services, caller: Caller, ov_session_id: str, budget: int) -> int:
-    """The session's token estimate: the snapshot's, else OV's; -1 when neither answers."""
+    """The session's assembled token estimate: from the snapshot, else from OV; -1 when neither answers."""
     try:
         snapshot = read_snapshot(svc.redis, svc.settings, ov_session_id=ov_session_id,
                                  agent_id=caller.agent_id, user=caller.user)
         if snapshot is not None:
-            return snapshot.estimated_tokens
+            return assembled_tokens(snapshot, budget)
     except redis.RedisError as exc:
         log.info("compact: no snapshot estimate (Redis: %s)", exc)
     try:
-        return (await svc.ov_for(caller).get_context(ov_session_id, token_budget=budget)).estimated_tokens
+        snapshot, _ = await fetch_snapshot(svc.redis, svc.ov_for(caller), svc.settings,
+                                           ov_session_id=ov_session_id, agent_id=caller.agent_id,
+                                           user=caller.user, applied=AppliedState())
+        return assembled_tokens(snapshot, budget)
     except OVError as exc:
         log.info("compact: no context estimate for %s: %s", ov_session_id, exc)
         return -1
@@ -184,7 +200,10 @@ async def _compact(svc: Services, req: CompactRequest, caller: Caller) -> dict[s
 
     if outcome.status == "failed":
         return _failure("commit_failed", tokens_before, outcome)
-    if outcome.status not in ("completed", "skipped"):
+    # Still running at our bound (below the host's compaction timeout): the archive
+    # is made, only memory extraction goes on, and its poller records the outcome.
+    phase2_pending = outcome.status not in ("completed", "skipped") and outcome.archived
+    if outcome.status not in ("completed", "skipped") and not phase2_pending:
         return _failure("commit_timeout", tokens_before, outcome)
     if outcome.status == "skipped" or not outcome.archived:
         return {"ok": True, "compacted": False, "reason": "commit_no_archive",
@@ -197,11 +216,14 @@ async def _compact(svc: Services, req: CompactRequest, caller: Caller) -> dict[s
     try:
         snapshot = await refresh_snapshot(svc.redis, ov, svc.settings, ov_session_id=ov_sid,
                                           agent_id=caller.agent_id, user=caller.user)
-        summary, tokens_after = snapshot.latest_archive_overview.strip(), snapshot.estimated_tokens
+        summary, tokens_after = snapshot.latest_archive_overview.strip(), assembled_tokens(snapshot, budget)
     except (OVError, redis.RedisError) as exc:
         log.warning("compact: session %s committed, but its context could not be re-read: %s", ov_sid, exc)
         details["contextError"] = str(exc)
     first_kept = (outcome.archive_uri or "").rstrip("/").rsplit("/", 1)[-1]
-    return {"ok": True, "compacted": True, "reason": "commit_completed",
+    if phase2_pending:
+        details["phase2"] = (f"still running after {svc.settings.compact_wait_s:g}s; the commit completes "
+                             f"in the background and is recorded (ovstream commits)")
+    return {"ok": True, "compacted": True, "reason": "phase2_pending" if phase2_pending else "commit_completed",
             "result": {"summary": summary, "firstKeptEntryId": first_kept,
                        "tokensBefore": tokens_before, "tokensAfter": tokens_after, "details": details}}

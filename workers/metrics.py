@@ -179,6 +179,10 @@ class RpcMetrics:
             "ovstream_lag_overlays", "Assembles that appended turns the snapshot had not captured yet",
             registry=r,
         )
+        self.recall_turn_cache = Counter(
+            "ovstream_recall_turn_cache", "Main-call recalls answered from the turn's kept block (hit) or searched (miss)",
+            ["result"], registry=r,
+        )
         self.recall_timeouts = Counter(
             "ovstream_recall_timeouts", "Auto-recall searches abandoned after recall_timeout_s", registry=r
         )

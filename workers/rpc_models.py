@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
+from core.events import TurnEvent
 from workers.rpc_context import RpcError
 
 SESSION_ID_MAX = 1024
@@ -57,6 +58,15 @@ class AssembleRequest(msgspec.Struct, forbid_unknown_fields=False):
     availableTools: Any = msgspec.UNSET
     citationsMode: Any = msgspec.UNSET
     model: Any = None
+    heldTurns: list[TurnEvent] | None = None
+    """Turn events the plugin has not got into Redis yet (Redis away): certainly not in OV.
+    With ``recentTurns`` present (even empty) the lag overlay goes by event identity."""
+    recentTurns: list[TurnEvent] | None = None
+    """Turn events the plugin published recently; those the snapshot lacks are appended."""
+
+    def overlay_by_identity(self) -> bool:
+        """A plugin that sends its turns: the overlay ignores what the host passes as messages."""
+        return self.heldTurns is not None or self.recentTurns is not None
 
     def is_main_call(self) -> bool:
         """OpenClaw's main assemble carries prompt/availableTools/citationsMode;

@@ -23,7 +23,7 @@ import msgspec
 from core.config import Settings
 from core.events import ContextSnapshot, decode, encode
 from core.keys import Keys, scope_of, shard_of
-from workers.capture_applied import CAPTURED_THROUGH, LAST_ID
+from workers.capture_applied import AppliedState
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +53,6 @@ async def _resolved(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-def _text(value: bytes | str | None) -> str | None:
-    if value is None:
-        return None
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def snapshot_key(settings: Settings, *, ov_session_id: str, agent_id: str, user: str | None) -> str:
     return Keys(settings.key_prefix).snapshot(
         shard_of(ov_session_id, settings.shards), scope_of(user, agent_id), ov_session_id
@@ -73,23 +67,18 @@ async def fetch_snapshot(
     ov_session_id: str,
     agent_id: str,
     user: str | None,
-    applied_stream_id: str | None = None,
-    captured_through: int | None = None,
+    applied: AppliedState | None = None,
 ) -> tuple[ContextSnapshot, int]:
     """Read OV /context into a snapshot; returns it with the time (ms) the read began.
 
-    Without ``applied_stream_id`` / ``captured_through`` (a commit job) the
-    values come from the session's applied offset, read *before* OV so the tag
-    never claims more than the content holds.
+    ``applied`` is the session's applied offset the content reflects (capture
+    passes the one it just wrote). Without it (a commit job) the offset is read
+    here, *before* OV, so the tag never claims more than the content holds.
     """
-    if applied_stream_id is None or captured_through is None:
+    if applied is None:
         shard, scope = shard_of(ov_session_id, settings.shards), scope_of(user, agent_id)
         applied_key = Keys(settings.key_prefix).applied(shard, scope, ov_session_id)
-        last_id, captured = await _resolved(redis.hmget(applied_key, LAST_ID, CAPTURED_THROUGH))
-        if applied_stream_id is None:
-            applied_stream_id = _text(last_id) or ZERO_ID
-        if captured_through is None:
-            captured_through = int(captured) if captured is not None else 0
+        applied = AppliedState.from_hash(await _resolved(redis.hgetall(applied_key)))
     fetched_ms = int(time.time() * 1000)
     ctx = await ov.get_context(ov_session_id, token_budget=settings.snapshot_token_budget)
     snapshot = ContextSnapshot(
@@ -102,8 +91,10 @@ async def fetch_snapshot(
         estimated_tokens=ctx.estimated_tokens,
         total_archives=ctx.stats.total_archives,
         failed_archives=ctx.stats.failed_archives,
-        applied_stream_id=applied_stream_id,
-        captured_through=captured_through,
+        applied_stream_id=applied.last_id or ZERO_ID,
+        captured_through=applied.captured,
+        event_ids=list(applied.event_ids),
+        advancements=list(applied.advancements),
         refreshed_at=time.time(),
     )
     return snapshot, fetched_ms
@@ -135,8 +126,7 @@ async def refresh_snapshot(
     ov_session_id: str,
     agent_id: str,
     user: str | None,
-    applied_stream_id: str | None = None,
-    captured_through: int | None = None,
+    applied: AppliedState | None = None,
 ) -> ContextSnapshot:
     """Read OV /context and store it as the session's snapshot unless a newer one is stored.
 
@@ -145,8 +135,7 @@ async def refresh_snapshot(
     one when this refresh lost).
     """
     snapshot, fetched_ms = await fetch_snapshot(
-        redis, ov, settings, ov_session_id=ov_session_id, agent_id=agent_id, user=user,
-        applied_stream_id=applied_stream_id, captured_through=captured_through)
+        redis, ov, settings, ov_session_id=ov_session_id, agent_id=agent_id, user=user, applied=applied)
     reply = await _resolved(store_snapshot(redis, settings, snapshot, fetched_ms))
     return stored_snapshot(snapshot, reply)
 

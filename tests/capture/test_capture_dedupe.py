@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import msgspec
+
 from capture_helpers import expected_texts, make_worker, ov_texts, publish, turn
 
 from core.config import Settings
@@ -119,3 +121,42 @@ async def test_the_snapshot_of_commit_turns_counts_the_whole_transcript(redis_cl
     snapshot = read_snapshot(redis_client, settings, ov_session_id="ct", agent_id="main", user=None)
     # 8 OpenClaw messages are in OV: the lag overlay must not append the transcript again
     assert snapshot is not None and snapshot.captured_through == 8
+
+
+# --- conversation ends and bootstrap imports ------------------------------------------------
+
+
+def _marker(session: str) -> TurnEvent:
+    return TurnEvent(event_id=f"{session}-end", session_id=session, messages=[], commit="session_end",
+                     published_at=time.time())
+
+
+def _import(session: str, texts: list[str]) -> TurnEvent:
+    return TurnEvent(event_id=f"import-{session}", session_id=session, import_transcript=True,
+                     messages=[{"role": "user", "content": t} for t in texts], published_at=time.time())
+
+
+async def test_a_commit_marker_commits_after_every_earlier_turn(redis_client, settings, fake_ov):
+    from workers.jobs import list_commits
+
+    publish(redis_client, settings, [turn("end", 0), turn("end", 1), _marker("end")])
+    worker = make_worker(settings, fake_ov, burst=True)
+    await worker.run()
+    assert ov_texts(fake_ov, "end") == expected_texts("end", 2)  # the turns went first
+    [commit] = list_commits(redis_client, settings, "end", agent_id="main", user=None)
+    assert commit.reason == "session_end"
+    assert worker.stats.commits_requested == 1
+
+
+async def test_an_import_is_written_only_into_a_session_capture_never_touched(redis_client, settings, fake_ov):
+    publish(redis_client, settings, [_import("imp", ["old one", "old two"]), turn("imp", 0)])
+    worker = make_worker(settings, fake_ov, burst=True)
+    await worker.run()
+    assert ov_texts(fake_ov, "imp")[:2] == ["old one", "old two"]
+    # Another gateway (or a lost marker) imports again, under a new event id: nothing is written.
+    again = msgspec.structs.replace(_import("imp", ["old one", "old two"]), event_id="import-imp-2")
+    publish(redis_client, settings, [again])
+    later = make_worker(settings, fake_ov, burst=True)
+    await later.run()
+    assert ov_texts(fake_ov, "imp").count("old one") == 1 and later.stats.ov_writes == 0
+

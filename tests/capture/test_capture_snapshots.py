@@ -14,6 +14,7 @@ from core.ov_client import OVClient
 from core.redis_conn import connect, reset_fake_server
 from workers.jobs_worker import drain_jobs
 from workers.jobs import commit_outcome, request_commit
+from workers.capture_applied import AppliedState
 from workers.snapshot import read_snapshot, refresh_snapshot, snapshot_key
 
 
@@ -43,24 +44,20 @@ async def test_an_older_snapshot_never_replaces_a_newer_one(redis_client, settin
     await make_worker(settings, fake_ov, burst=True).run()
     ov = OVClient.from_settings(settings, transport=fake_ov.transport()).scoped(peer="main")
     kw = dict(ov_session_id="order", agent_id="main", user=None)
-    newest = await refresh_snapshot(redis_client, ov, settings, applied_stream_id="9000000000000-5",
-                                    captured_through=2, **kw)
+    newest = await refresh_snapshot(redis_client, ov, settings, applied=AppliedState(last_id="9000000000000-5", captured=2), **kw)
     assert _snap(redis_client, settings, "order").applied_stream_id == "9000000000000-5"
     for stale in ("8999999999999-9", "9000000000000-4", "1-0"):
-        kept = await refresh_snapshot(redis_client, ov, settings, applied_stream_id=stale, captured_through=1, **kw)
+        kept = await refresh_snapshot(redis_client, ov, settings, applied=AppliedState(last_id=stale, captured=1), **kw)
         assert kept.applied_stream_id == "9000000000000-5" and kept.refreshed_at == newest.refreshed_at
     # same stream id: a read that began later (a commit's refresh) wins, an earlier one loses
     key = snapshot_key(settings, **kw)
     redis_client.hset(key, "fetched_ms", int(time.time() * 1000) + 60_000)
-    kept = await refresh_snapshot(redis_client, ov, settings, applied_stream_id="9000000000000-5",
-                                  captured_through=2, **kw)
+    kept = await refresh_snapshot(redis_client, ov, settings, applied=AppliedState(last_id="9000000000000-5", captured=2), **kw)
     assert kept.refreshed_at == newest.refreshed_at
     redis_client.hset(key, "fetched_ms", 0)
-    again = await refresh_snapshot(redis_client, ov, settings, applied_stream_id="9000000000000-5",
-                                   captured_through=2, **kw)
+    again = await refresh_snapshot(redis_client, ov, settings, applied=AppliedState(last_id="9000000000000-5", captured=2), **kw)
     assert again.refreshed_at > newest.refreshed_at
-    assert (await refresh_snapshot(redis_client, ov, settings, applied_stream_id="9000000000001-0",
-                                   captured_through=3, **kw)).applied_stream_id == "9000000000001-0"
+    assert (await refresh_snapshot(redis_client, ov, settings, applied=AppliedState(last_id="9000000000001-0", captured=3), **kw)).applied_stream_id == "9000000000001-0"
 
 
 async def test_a_commit_refreshes_the_snapshot_at_the_applied_stream_id(redis_client, settings, fake_ov):

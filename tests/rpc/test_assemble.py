@@ -10,6 +10,7 @@ from core.fake_ov import FakeOV
 from core.recall_text import AUTO_RECALL_SOURCE_MARKER
 from core.tokens import estimate_message_tokens
 from workers.rpc_context import OVBreaker
+from workers.capture_applied import AppliedState
 from workers.snapshot import read_snapshot
 
 pytestmark = pytest.mark.redis
@@ -187,8 +188,7 @@ async def test_new_snapshot_version_is_picked_up(rpc: Any) -> None:
 
     await rpc.ov.add_messages(SID, ov_turns("q2", "a2"))
     await refresh_snapshot(rpc.redis, rpc.ov.scoped(peer="main"), rpc.settings, ov_session_id=SID,
-                           agent_id="main", user=None, applied_stream_id="1700000000001-0",
-                           captured_through=4)
+                           agent_id="main", user=None, applied=AppliedState(last_id="1700000000001-0", captured=4))
     body = (await rpc.assemble(main_call(oc_turns("q1", "a1", "q2", "a2")))).json()
     assert body["messages"][-1] == {"role": "assistant", "content": [{"type": "text", "text": "a2"}]}
 

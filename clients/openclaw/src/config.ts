@@ -36,6 +36,10 @@ export interface PluginConfig {
   bufferMaxBytes: number;
   apiKey?: string;
   user?: string;
+  /** Where the spool and import markers live; default `<OpenClaw state dir>/ovstream`. */
+  stateDir?: string;
+  /** Tool name -> the name to register it under (a name another plugin holds). */
+  toolNames: Record<string, string>;
 }
 
 export const DEFAULTS: Readonly<PluginConfig> = Object.freeze({
@@ -55,11 +59,13 @@ export const DEFAULTS: Readonly<PluginConfig> = Object.freeze({
   shards: 4,
   keyPrefix: "ovstream",
   rpcTimeoutMs: 8000,
-  compactTimeoutMs: 340_000,
+  // OpenClaw bounds compaction at 180 s; the service answers within 150 s.
+  compactTimeoutMs: 170_000,
   toolTimeoutMs: 120_000,
   streamMaxLen: 100_000,
   bufferMaxEvents: 1000,
   bufferMaxBytes: 64 * 1024 * 1024,
+  toolNames: {} as Record<string, string>,
 });
 
 /** Seed keys the service applies from its own config, not the plugin. */
@@ -78,7 +84,9 @@ export class ConfigError extends Error {
   override name = "ConfigError";
 }
 
-type Kind = "string" | "boolean" | "int" | "number" | "patterns";
+type Kind = "string" | "boolean" | "int" | "number" | "patterns" | "names";
+
+const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 
 interface KeySpec {
   kind: Kind;
@@ -116,6 +124,8 @@ export const KEY_SPECS: Record<keyof PluginConfig, KeySpec> = {
   bufferMaxBytes: { kind: "int", min: 1024, description: "Bytes of turn events kept in memory while Redis is unreachable" },
   apiKey: { kind: "string", optional: true, description: "OV user key sent to the RPC as X-OpenViking-API-Key (the tenant of assemble/compact/tools)" },
   user: { kind: "string", optional: true, description: "Tenant label put on turn events (selects the service's user_api_keys entry)" },
+  stateDir: { kind: "string", optional: true, description: "Directory for the turn spool and import markers (default: <OpenClaw state dir>/ovstream)" },
+  toolNames: { kind: "names", description: "Register a tool under another name, e.g. {\"memory_search\": \"ov_memory_search\"} when another plugin holds the name" },
 };
 
 function describe(value: unknown): string {
@@ -149,6 +159,15 @@ function checkValue(key: string, spec: KeySpec, value: unknown): unknown {
       if (spec.max !== undefined && num > spec.max) fail(`at most ${spec.max}`);
       return num;
     }
+    case "names": {
+      if (typeof value !== "object" || value === null || Array.isArray(value)) fail("an object of tool name -> new name");
+      const out: Record<string, string> = {};
+      for (const [from, to] of Object.entries(value as Record<string, unknown>)) {
+        if (typeof to !== "string" || !TOOL_NAME.test(to.trim())) fail(`an object whose values are tool names (${from})`);
+        out[from] = (to as string).trim();
+      }
+      return out;
+    }
     case "patterns": {
       if (typeof value === "string") {
         return value.split(",").map((p) => p.trim()).filter((p) => p.length > 0);
@@ -173,7 +192,11 @@ export function parseConfigDetailed(raw: unknown): ParsedConfig {
     throw new ConfigError(`ovstream config must be an object, got ${describe(raw)}`);
   }
   const input = (raw ?? {}) as Record<string, unknown>;
-  const out: Record<string, unknown> = { ...DEFAULTS, bypassSessionPatterns: [...DEFAULTS.bypassSessionPatterns] };
+  const out: Record<string, unknown> = {
+    ...DEFAULTS,
+    bypassSessionPatterns: [...DEFAULTS.bypassSessionPatterns],
+    toolNames: { ...DEFAULTS.toolNames },
+  };
   const unknownKeys: string[] = [];
   for (const [key, value] of Object.entries(input)) {
     const spec = (KEY_SPECS as Record<string, KeySpec | undefined>)[key];
@@ -223,6 +246,10 @@ export function configJsonSchema(): Record<string, unknown> {
       case "patterns":
         prop.type = "array";
         prop.items = { type: "string" };
+        break;
+      case "names":
+        prop.type = "object";
+        prop.additionalProperties = { type: "string", pattern: TOOL_NAME.source };
         break;
     }
     if (spec.min !== undefined) prop.minimum = spec.min;

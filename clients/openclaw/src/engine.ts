@@ -3,13 +3,17 @@
  *
  * - afterTurn / commitTurn: build a TurnEvent and hand it to the publisher
  *   (Redis stream of the session's shard); they return once it is buffered.
- * - assemble: POST /v1/assemble; any failure or timeout passes the messages
- *   through unchanged with a local token estimate, so the agent keeps going.
+ * - assemble: POST /v1/assemble with the session's own turns (those Redis
+ *   has not taken, those published lately), so the service appends every turn
+ *   its snapshot lacks exactly once, whatever the host passes as `messages`;
+ *   any failure or timeout passes the messages through unchanged with a local
+ *   token estimate, so the agent keeps going.
+ * - bootstrap: imports a transcript older than ovstream, once per session.
  * - compact: POST /v1/compact; a failure reports ok:false.
  * Bypassed sessions never leave the process.
  */
 
-import { isBypassed, resolveSessionKey } from "./ids.js";
+import { isBypassed, ovSessionId, resolveSessionKey } from "./ids.js";
 import { RpcError } from "./rpc.js";
 import { turnFingerprint, type PluginRuntime } from "./runtime.js";
 import { estimateMessageTokens } from "./tokens.js";
@@ -18,6 +22,8 @@ import type {
   AgentMessage,
   AssembleParams,
   AssembleResult,
+  BootstrapParams,
+  BootstrapResult,
   CommitTurnParams,
   CommitTurnResult,
   CompactParams,
@@ -63,6 +69,35 @@ function agentIdOf(...candidates: unknown[]): string | undefined {
     }
   }
   return undefined;
+}
+
+/** Pages of the host's visible transcript, read through its SDK (the contract's cursor API). */
+const TRANSCRIPT_MAX_PAGES = 100;
+
+async function readTranscript(identity: { agentId?: string; sessionKey?: string; sessionId: string }): Promise<AgentMessage[] | undefined> {
+  type Page = { kind: string; cursor?: string; hasMore?: boolean; entries?: Array<{ message?: AgentMessage }> };
+  type Sdk = { readSessionTranscriptVisibleMessageDelta?: (p: Record<string, unknown>) => Promise<Page> };
+  let sdk: Sdk;
+  try {
+    // Resolved by the host at run time; absent outside OpenClaw (then nothing is imported).
+    sdk = (await import("openclaw/plugin-sdk/session-transcript-runtime" as string)) as Sdk;
+  } catch {
+    return undefined;
+  }
+  const read = sdk.readSessionTranscriptVisibleMessageDelta;
+  if (typeof read !== "function") return undefined;
+  const messages: AgentMessage[] = [];
+  let cursor: string | undefined;
+  for (let page = 0; page < TRANSCRIPT_MAX_PAGES; page++) {
+    const res = await read({ ...identity, ...(cursor ? { cursor } : {}) });
+    if (res.kind !== "page") return page === 0 && res.kind === "missing" ? [] : undefined;
+    for (const entry of res.entries ?? []) {
+      if (entry.message && typeof entry.message === "object") messages.push(entry.message);
+    }
+    if (!res.hasMore || !res.cursor) return messages;
+    cursor = res.cursor;
+  }
+  return messages;
 }
 
 function describeError(err: unknown): string {
@@ -197,6 +232,15 @@ export function createEngine(rt: PluginRuntime): ContextEngine {
         body.availableTools = tools instanceof Set ? [...tools] : Array.isArray(tools) ? tools : null;
       }
       if (has(params, "citationsMode")) body.citationsMode = params.citationsMode ?? null;
+      if (cfg.autoCapture) {
+        try {
+          const turns = rt.turnsFor(ovSessionId(params.sessionId, sessionKey));
+          body.heldTurns = turns.held;
+          body.recentTurns = turns.recent;
+        } catch {
+          // no usable session id: the service answers 400 and we pass through
+        }
+      }
       try {
         const res = await rt.rpc.post<Partial<AssembleResult>>("/v1/assemble", body, { timeoutMs: cfg.rpcTimeoutMs });
         if (!res || !Array.isArray(res.messages) || typeof res.estimatedTokens !== "number") {
@@ -246,6 +290,40 @@ export function createEngine(rt: PluginRuntime): ContextEngine {
         rt.compactLog.failed(describeError(err));
         const reason = err instanceof RpcError && err.kind === "timeout" ? "rpc_timeout" : "rpc_error";
         return { ok: false, compacted: false, reason };
+      }
+    },
+
+    async bootstrap(params: BootstrapParams): Promise<BootstrapResult> {
+      try {
+        if (!cfg.autoCapture) return { bootstrapped: false, reason: "autoCapture off" };
+        const sessionKey = resolveSessionKey(params);
+        if (bypassed(params.sessionId, sessionKey)) return { bootstrapped: false, reason: "session_bypassed" };
+        const ovSid = ovSessionId(params.sessionId, sessionKey);
+        if (rt.importDone(ovSid)) return { bootstrapped: false, reason: "imported before" };
+        const messages = await readTranscript({
+          agentId: params.sessionTarget?.agentId ?? agentIdOf(params.runtimeContext?.agentId),
+          sessionKey,
+          sessionId: params.sessionId,
+        });
+        if (messages === undefined) return { bootstrapped: false, reason: "transcript unreadable" };
+        if (messages.length > 0) {
+          // One id per session: a second import (another gateway, a lost marker) is the
+          // same event to capture, and capture writes an import only into a new session.
+          rt.publishTurn({
+            sessionId: params.sessionId,
+            sessionKey,
+            agentId: params.sessionTarget?.agentId ?? agentIdOf(params.runtimeContext?.agentId),
+            messages,
+            importTranscript: true,
+            eventId: `import-${ovSid}`,
+          });
+          rt.logger.info(`ovstream: importing ${messages.length} earlier message(s) of session ${params.sessionId}`);
+        }
+        rt.markImported(ovSid);
+        return { bootstrapped: true, importedMessages: messages.length };
+      } catch (err) {
+        rt.logger.warn(`ovstream: bootstrap: ${describeError(err)}`);
+        return { bootstrapped: false, reason: describeError(err) };
       }
     },
 

@@ -33,6 +33,10 @@ export interface TurnEvent {
   advancement_key: string | null;
   /** Tenant label selecting the OV user key on the service; null: the default. */
   user: string | null;
+  /** A commit marker (no messages): capture commits the session after every earlier turn. */
+  commit: string | null;
+  /** bootstrap's import of a transcript older than ovstream (written only into a new session). */
+  import_transcript: boolean;
 }
 
 export interface TurnInput {
@@ -45,6 +49,8 @@ export interface TurnInput {
   tokenBudget?: unknown;
   advancementKey?: string | null;
   user?: string | null;
+  commit?: string | null;
+  importTranscript?: boolean;
   /** Injected in tests. */
   now?: () => number;
   eventId?: string;
@@ -105,6 +111,8 @@ export function buildTurnEvent(input: TurnInput): TurnEvent {
     published_at: now() / 1000,
     advancement_key: nonEmptyString(input.advancementKey),
     user: nonEmptyString(input.user),
+    commit: nonEmptyString(input.commit),
+    import_transcript: input.importTranscript === true,
   };
 }
 

@@ -68,6 +68,7 @@ export function registerOvstream(api: PluginApi, options: RuntimeOptions = {}): 
   } else {
     logger.warn("ovstream: registerContextEngine is unavailable (OpenClaw too old?); turns will not be captured");
   }
+  registerSessionEndHooks(api, rt);
   if (typeof api.registerService === "function") {
     api.registerService({
       id: "ovstream-turn-publisher",
@@ -81,6 +82,31 @@ export function registerOvstream(api: PluginApi, options: RuntimeOptions = {}): 
       `(redis ${redact(config.redisUrl)}, ${config.shards} shards, prefix "${config.keyPrefix}", rpc ${config.rpcUrl})`,
   );
   return rt;
+}
+
+/** session_end reasons after which the conversation does not go on: commit it. */
+export const COMMIT_ON_SESSION_END = new Set(["new", "reset", "idle", "daily", "deleted", "unknown"]);
+
+/**
+ * Commit a conversation that ends (/reset, /new, idle or daily rollover,
+ * deletion): a commit marker follows its turns through the stream, so the
+ * commit sees every turn. Shutdown and restart do not end a conversation.
+ */
+function registerSessionEndHooks(api: PluginApi, rt: PluginRuntime): void {
+  if (typeof api.on !== "function") {
+    rt.logger.warn("ovstream: api.on is unavailable; conversations are not committed when they end");
+    return;
+  }
+  api.on("before_reset", (_event, ctx) => {
+    rt.endSession(ctx, "reset");
+  });
+  api.on("session_end", (event, ctx) => {
+    const reason = typeof event.reason === "string" ? event.reason : "unknown";
+    if (!COMMIT_ON_SESSION_END.has(reason)) return;
+    const sessionId = typeof event.sessionId === "string" ? event.sessionId : ctx.sessionId;
+    const sessionKey = typeof event.sessionKey === "string" ? event.sessionKey : ctx.sessionKey;
+    rt.endSession({ sessionId, sessionKey, agentId: ctx.agentId }, reason);
+  });
 }
 
 /** A URL with its password hidden, for logs. */

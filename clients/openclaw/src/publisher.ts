@@ -13,7 +13,17 @@
  * event_id), so the stream can, rarely, hold one event twice. An event Redis
  * refuses with an error reply (say WRONGTYPE on the key) is dropped and
  * logged, so it cannot block the events behind it.
+ *
+ * With a `spoolDir` every event is also written there (one file each, synchronously,
+ * before `enqueue` returns) and removed once Redis took it, so a process that
+ * exits or dies with events buffered (a one-shot `openclaw agent --local` while
+ * Redis is down) loses none: the next publisher on that directory delivers them
+ * first. Two processes sharing the directory may both deliver a file; capture
+ * and assemble drop the second copy by its event_id.
  */
+
+import { mkdirSync, readdirSync, readFileSync, unlinkSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 
 import { createClient, ErrorReply } from "redis";
 
@@ -35,12 +45,29 @@ export interface PublisherOptions {
   connectTimeoutMs?: number;
   /** A batch not answered within this is treated as a broken connection. */
   commandTimeoutMs?: number;
+  /** Where undelivered events survive the process (see above); none: memory only. */
+  spoolDir?: string;
+}
+
+/** What identifies a buffered event: its event_id and (OV) session. */
+export interface EventMeta {
+  id: string;
+  session: string;
 }
 
 interface Pending {
   key: string;
   payload: string;
   bytes: number;
+  meta?: EventMeta;
+  /** Its spool file, removed once the event is delivered or dropped. */
+  file?: string;
+}
+
+interface SpoolRecord {
+  key: string;
+  payload: string;
+  meta?: EventMeta;
 }
 
 type Client = ReturnType<typeof createClient>;
@@ -89,6 +116,7 @@ export class TurnPublisher {
   private deliveredInOutage = 0;
   private retriesInOutage = 0;
   private drainWaiters: Array<() => void> = [];
+  private spoolSeq = 0;
   private stats = { delivered: 0, dropped: 0, failures: 0 };
 
   constructor(options: PublisherOptions) {
@@ -98,23 +126,93 @@ export class TurnPublisher {
       batchSize: 100,
       connectTimeoutMs: 3000,
       commandTimeoutMs: 15_000,
+      spoolDir: "",
       ...options,
     };
     this.backoffMs = this.opts.initialBackoffMs;
+    this.loadSpool();
   }
 
-  /** Buffer one encoded event for `key` and wake the sender; returns at once. */
-  enqueue(key: string, payload: string): void {
+  /** Buffer one encoded event for `key` and wake the sender; returns once it is spooled. */
+  enqueue(key: string, payload: string, meta?: EventMeta): void {
     if (this.closed) {
       this.stats.dropped += 1;
       this.opts.logger.warn(`ovstream: turn event for ${key} dropped: publisher is closed`);
       return;
     }
-    const bytes = Buffer.byteLength(payload, "utf8") + key.length;
-    this.queue.push({ key, payload, bytes });
-    this.queuedBytes += bytes;
-    this.enforceCaps();
+    const item: Pending = { key, payload, bytes: Buffer.byteLength(payload, "utf8") + key.length, meta };
+    item.file = this.spool({ key, payload, meta });
+    this.push(item);
     this.kick();
+  }
+
+  /** Payloads of the events still buffered for `session`, oldest first. */
+  pendingFor(session: string): string[] {
+    const out: string[] = [];
+    for (let i = this.head; i < this.queue.length; i++) {
+      const item = this.queue[i];
+      if (item?.meta?.session === session) out.push(item.payload);
+    }
+    return out;
+  }
+
+  private push(item: Pending): void {
+    this.queue.push(item);
+    this.queuedBytes += item.bytes;
+    this.enforceCaps();
+  }
+
+  private spool(record: SpoolRecord): string | undefined {
+    const dir = this.opts.spoolDir;
+    if (!dir) return undefined;
+    this.spoolSeq += 1;
+    const name = `${Date.now().toString().padStart(15, "0")}-${process.pid}-${this.spoolSeq}.json`;
+    try {
+      mkdirSync(dir, { recursive: true });
+      writeFileSync(join(dir, name), JSON.stringify(record), { mode: 0o600 });
+      return name;
+    } catch (err) {
+      this.opts.logger.warn(`ovstream: cannot spool a turn event to ${dir} (${errorText(err)}); it is kept in memory only`);
+      return undefined;
+    }
+  }
+
+  private unspool(item: Pending | undefined): void {
+    if (!item?.file) return;
+    try {
+      unlinkSync(join(this.opts.spoolDir, item.file));
+    } catch {
+      // another process delivered (and removed) it first
+    }
+    item.file = undefined;
+  }
+
+  /** Events an earlier process spooled and did not deliver go first, oldest first. */
+  private loadSpool(): void {
+    const dir = this.opts.spoolDir;
+    if (!dir) return;
+    let names: string[];
+    try {
+      names = readdirSync(dir).filter((n) => n.endsWith(".json")).sort();
+    } catch {
+      return; // no spool yet
+    }
+    let loaded = 0;
+    for (const name of names) {
+      try {
+        const record = JSON.parse(readFileSync(join(dir, name), "utf8")) as SpoolRecord;
+        if (typeof record.key !== "string" || typeof record.payload !== "string") throw new Error("not a spooled event");
+        const bytes = Buffer.byteLength(record.payload, "utf8") + record.key.length;
+        this.push({ key: record.key, payload: record.payload, bytes, meta: record.meta, file: name });
+        loaded += 1;
+      } catch (err) {
+        this.opts.logger.warn(`ovstream: spool file ${join(dir, name)} is unreadable (${errorText(err)}); left in place`);
+      }
+    }
+    if (loaded > 0) {
+      this.opts.logger.info(`ovstream: delivering ${loaded} turn event(s) an earlier run left in ${dir}`);
+      this.kick();
+    }
   }
 
   /** Retry now (resetting the backoff) instead of waiting for the timer. */
@@ -172,10 +270,19 @@ export class TurnPublisher {
       clearTimeout(this.retryTimer);
       this.retryTimer = null;
     }
-    const lost = this.pendingCount();
-    if (lost > 0) {
-      this.stats.dropped += lost;
-      this.opts.logger.warn(`ovstream: ${lost} turn event(s) not delivered to Redis at shutdown`);
+    const left = this.pendingCount();
+    if (left > 0) {
+      const spooled = this.queue.slice(this.head).filter((item) => item.file).length;
+      this.stats.dropped += left - spooled;
+      if (spooled > 0) {
+        this.opts.logger.warn(
+          `ovstream: Redis did not take ${left} turn event(s) before shutdown; ${spooled} are kept in ` +
+            `${this.opts.spoolDir} and the next run delivers them` +
+            (left > spooled ? `, ${left - spooled} are lost` : ""),
+        );
+      } else {
+        this.opts.logger.warn(`ovstream: ${left} turn event(s) not delivered to Redis at shutdown`);
+      }
       this.queue.length = 0;
       this.head = 0;
       this.queuedBytes = 0;
@@ -210,6 +317,7 @@ export class TurnPublisher {
       this.head += 1;
       if (old) {
         this.queuedBytes -= old.bytes;
+        this.unspool(old);
       }
       dropped += 1;
     }
@@ -341,6 +449,7 @@ export class TurnPublisher {
         this.head += 1;
         this.queuedBytes -= item.bytes;
       }
+      this.unspool(item);
       if (result.status === "fulfilled") {
         this.stats.delivered += 1;
         this.deliveredInOutage += 1;

@@ -8,9 +8,12 @@
  */
 
 import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
 
 import type { PluginConfig } from "./config.js";
-import { buildTurnEvent, encodeTurnEvent, type TurnInput } from "./events.js";
+import { buildTurnEvent, encodeTurnEvent, type TurnEvent, type TurnInput } from "./events.js";
 import { ovSessionId } from "./ids.js";
 import { shardOf, streamKey } from "./keys.js";
 import { TurnPublisher, type PublisherOptions } from "./publisher.js";
@@ -64,6 +67,45 @@ export interface RuntimeOptions {
   fetchImpl?: typeof fetch;
 }
 
+/** OpenClaw's state directory, as the host resolves it (OPENCLAW_STATE_DIR, else OPENCLAW_HOME/.openclaw). */
+export function openclawStateDir(env: NodeJS.ProcessEnv = process.env): string {
+  const blank = (v: string | undefined) => !v || !v.trim() || ["undefined", "null"].includes(v.trim());
+  if (!blank(env.OPENCLAW_STATE_DIR)) return env.OPENCLAW_STATE_DIR!.trim();
+  const home = blank(env.OPENCLAW_HOME) ? homedir() : env.OPENCLAW_HOME!.trim();
+  return join(home, ".openclaw");
+}
+
+/** Where ovstream keeps its files: `config.stateDir`, else `<OpenClaw state dir>/ovstream`. */
+export function pluginStateDir(config: PluginConfig): string {
+  return config.stateDir ?? join(openclawStateDir(), "ovstream");
+}
+
+/** Runtimes still open when the process exits say what became of their buffered turns. */
+const openRuntimes = new Set<PluginRuntime>();
+let exitHookInstalled = false;
+
+function reportAtExit(): void {
+  for (const rt of openRuntimes) {
+    const { pending } = rt.publisher.getStats();
+    if (pending > 0) {
+      rt.logger.warn(
+        `ovstream: exiting with ${pending} turn event(s) Redis has not taken; they are kept in ` +
+          `${join(rt.stateDir, "spool")} and the next run delivers them`,
+      );
+    }
+  }
+}
+
+/** Turns published recently are sent with assemble until the snapshot reflects them. */
+export const RECENT_TURNS_PER_SESSION = 16;
+export const RECENT_TURNS_MAX_AGE_MS = 15 * 60_000;
+
+interface Recent {
+  id: string;
+  payload: string;
+  at: number;
+}
+
 export class PluginRuntime {
   readonly publisher: TurnPublisher;
   readonly rpc: RpcClient;
@@ -75,21 +117,33 @@ export class PluginRuntime {
   readonly turnFingerprints = new RecentSet(1024);
   readonly assembleLog: FailureLog;
   readonly compactLog: FailureLog;
+  readonly stateDir: string;
+  /** Per OV session: the turns this process published lately (assemble's overlay). */
+  private readonly recent = new Map<string, Recent[]>();
+  /** OV sessions a commit marker went out for lately (before_reset and session_end both fire). */
+  private readonly ended = new RecentSet(1024);
 
   constructor(
     readonly config: PluginConfig,
     readonly logger: PluginLogger,
     options: RuntimeOptions = {},
   ) {
+    this.stateDir = pluginStateDir(config);
     this.publisher = new TurnPublisher({
       redisUrl: config.redisUrl,
       logger,
       maxLen: config.streamMaxLen,
       maxEvents: config.bufferMaxEvents,
       maxBytes: config.bufferMaxBytes,
+      spoolDir: join(this.stateDir, "spool"),
       ...options.publisher,
     });
     this.rpc = new RpcClient({ baseUrl: config.rpcUrl, apiKey: config.apiKey, fetchImpl: options.fetchImpl });
+    openRuntimes.add(this);
+    if (!exitHookInstalled) {
+      exitHookInstalled = true;
+      process.once("exit", reportAtExit);
+    }
     this.assembleLog = new FailureLog(logger, "assemble RPC");
     this.compactLog = new FailureLog(logger, "compact RPC");
   }
@@ -116,13 +170,86 @@ export class PluginRuntime {
       return false;
     }
     const key = streamKey(this.config.keyPrefix, shardOf(ovSid, this.config.shards));
-    this.publisher.enqueue(key, payload);
+    this.publisher.enqueue(key, payload, { id: event.event_id, session: ovSid });
+    if (event.messages.length > 0) this.remember(ovSid, event.event_id, payload);
     return true;
   }
 
+  private remember(ovSid: string, id: string, payload: string): void {
+    const list = this.recent.get(ovSid) ?? [];
+    list.push({ id, payload, at: Date.now() });
+    if (list.length > RECENT_TURNS_PER_SESSION) list.splice(0, list.length - RECENT_TURNS_PER_SESSION);
+    this.recent.delete(ovSid); // re-insert: the map stays in least-recently-used order
+    this.recent.set(ovSid, list);
+    if (this.recent.size > 4096) {
+      const oldest = this.recent.keys().next().value;
+      if (oldest !== undefined) this.recent.delete(oldest);
+    }
+  }
+
+  /**
+   * The session's turns for assemble's overlay: `held`, those Redis has not
+   * taken yet (certainly not in OV); `recent`, those published lately. The
+   * service appends each one its snapshot does not reflect, once.
+   */
+  turnsFor(ovSid: string): { held: TurnEvent[]; recent: TurnEvent[] } {
+    const heldPayloads = this.publisher.pendingFor(ovSid);
+    const heldSet = new Set(heldPayloads);
+    const cutoff = Date.now() - RECENT_TURNS_MAX_AGE_MS;
+    const recent = (this.recent.get(ovSid) ?? []).filter((r) => r.at >= cutoff && !heldSet.has(r.payload));
+    const parse = (p: string) => JSON.parse(p) as TurnEvent;
+    return { held: heldPayloads.map(parse), recent: recent.map((r) => parse(r.payload)) };
+  }
+
+  /**
+   * The conversation ended (reset, /new, idle, deleted): publish a commit
+   * marker after its turns, so capture commits the session once they are all
+   * in OV. One marker per session, though several hooks report the same end.
+   */
+  endSession(params: { sessionId?: string; sessionKey?: string; agentId?: string }, reason: string): boolean {
+    if (!this.config.autoCapture || !params.sessionId) return false;
+    let ovSid: string;
+    try {
+      ovSid = ovSessionId(params.sessionId, params.sessionKey);
+    } catch {
+      return false;
+    }
+    if (this.ended.has(ovSid)) return false;
+    this.ended.add(ovSid);
+    const published = this.publishTurn({
+      sessionId: params.sessionId,
+      sessionKey: params.sessionKey,
+      agentId: params.agentId,
+      messages: [],
+      commit: "session_end",
+    });
+    if (published) this.logger.info(`ovstream: session ${params.sessionId} ended (${reason}); commit requested after its turns`);
+    return published;
+  }
+
+  /** Whether this session's earlier transcript was imported (or found empty) before. */
+  importDone(ovSid: string): boolean {
+    return existsSync(join(this.stateDir, "imported", importMarker(ovSid)));
+  }
+
+  markImported(ovSid: string): void {
+    try {
+      const dir = join(this.stateDir, "imported");
+      mkdirSync(dir, { recursive: true });
+      writeFileSync(join(dir, importMarker(ovSid)), "");
+    } catch (err) {
+      this.logger.debug?.(`ovstream: import marker not written: ${(err as Error).message}`);
+    }
+  }
+
   async close(timeoutMs = 2000): Promise<void> {
+    openRuntimes.delete(this);
     await this.publisher.close(timeoutMs);
   }
+}
+
+function importMarker(ovSid: string): string {
+  return createHash("sha256").update(ovSid).digest("hex").slice(0, 32);
 }
 
 /** Identity of one turn's own messages, the same for afterTurn and commitTurn. */

@@ -29,6 +29,8 @@ const SCORE = { minimum: 0, maximum: 1 };
 
 export interface ToolSpec {
   name: string;
+  /** The service's name of a renamed tool (the RPC route). */
+  serviceName?: string;
   label: string;
   description: string;
   parameters: Schema;
@@ -181,7 +183,7 @@ export function makeTool(rt: PluginRuntime, spec: ToolSpec, ctx: ToolContext): A
       if (sessionKey) runtimeContext.sessionKey = sessionKey;
       if (Object.keys(runtimeContext).length > 0) body.runtimeContext = runtimeContext;
       try {
-        const res = await rt.rpc.post<unknown>(`/v1/tools/${spec.name}`, body, {
+        const res = await rt.rpc.post<unknown>(`/v1/tools/${spec.serviceName ?? spec.name}`, body, {
           timeoutMs: rt.config.toolTimeoutMs,
           signal,
         });
@@ -205,14 +207,42 @@ export function makeTool(rt: PluginRuntime, spec: ToolSpec, ctx: ToolContext): A
   };
 }
 
-/** Register every tool as a factory, so each call knows its session. */
+/** Tools another bundled plugin registers under the same name (the host lets one shadow the other). */
+export const NAMES_HELD_ELSEWHERE: Readonly<Record<string, string>> = { memory_search: "memory-core" };
+
+/** Whether the bundled memory-core plugin is active in this host config. */
+function memoryCoreActive(config: unknown): boolean {
+  const plugins = (config as { plugins?: Record<string, unknown> } | undefined)?.plugins as
+    | { enabled?: boolean; entries?: Record<string, { enabled?: boolean }>; slots?: { memory?: string } }
+    | undefined;
+  if (plugins?.enabled === false) return false;
+  if (plugins?.entries?.["memory-core"]?.enabled === false) return false;
+  const slot = plugins?.slots?.memory;
+  return slot === undefined || slot === "memory-core";
+}
+
+/** Register every tool as a factory, so each call knows its session; `toolNames` renames. */
 export function registerTools(api: PluginApi, rt: PluginRuntime): number {
   if (typeof api.registerTool !== "function") {
     rt.logger.warn("ovstream: registerTool is unavailable; the memory tools are not registered");
     return 0;
   }
-  for (const spec of TOOL_SPECS) {
-    api.registerTool((ctx: ToolContext) => makeTool(rt, spec, ctx ?? {}), { name: spec.name });
+  const renames = rt.config.toolNames;
+  for (const unknown of Object.keys(renames).filter((n) => !TOOL_NAMES.includes(n))) {
+    rt.logger.warn(`ovstream: toolNames.${unknown}: no ovstream tool has that name (known: ${TOOL_NAMES.join(", ")})`);
+  }
+  for (const base of TOOL_SPECS) {
+    const name = renames[base.name] ?? base.name;
+    const owner = NAMES_HELD_ELSEWHERE[name];
+    if (owner && memoryCoreActive(api.config)) {
+      rt.logger.warn(
+        `ovstream: tool name ${name} is also registered by ${owner} (OpenClaw's bundled memory plugin); ` +
+          `one shadows the other. Rename ours with plugins.entries.ovstream.config.toolNames.${base.name} ` +
+          `(e.g. "ov_${base.name}"), or disable ${owner}`,
+      );
+    }
+    const spec = name === base.name ? base : { ...base, name, serviceName: base.name };
+    api.registerTool((ctx: ToolContext) => makeTool(rt, spec, ctx ?? {}), { name });
   }
   return TOOL_SPECS.length;
 }

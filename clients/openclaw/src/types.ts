@@ -92,6 +92,20 @@ export interface CompactResult {
   };
 }
 
+export interface BootstrapParams {
+  sessionId: string;
+  sessionKey?: string;
+  sessionFile?: string;
+  sessionTarget?: { agentId?: string; sessionId?: string; sessionKey?: string; [k: string]: unknown };
+  runtimeContext?: RuntimeContext;
+}
+
+export interface BootstrapResult {
+  bootstrapped: boolean;
+  importedMessages?: number;
+  reason?: string;
+}
+
 export interface ContextEngineInfo {
   id: string;
   name: string;
@@ -109,6 +123,7 @@ export interface ContextEngine {
   ingestBatch(params: { sessionId: string; sessionKey?: string; messages: AgentMessage[]; isHeartbeat?: boolean }): Promise<{ ingestedCount: number }>;
   afterTurn(params: AfterTurnParams): Promise<void>;
   commitTurn(params: CommitTurnParams): Promise<CommitTurnResult>;
+  bootstrap(params: BootstrapParams): Promise<BootstrapResult>;
   assemble(params: AssembleParams): Promise<AssembleResult>;
   compact(params: CompactParams): Promise<CompactResult>;
   dispose(): Promise<void>;
@@ -149,11 +164,24 @@ export interface PluginService {
   stop?: (ctx?: unknown) => void | Promise<void>;
 }
 
+/** The context of a session hook (before_reset: the agent context; session_end: the session's). */
+export interface HookContext {
+  agentId?: string;
+  sessionId?: string;
+  sessionKey?: string;
+  [k: string]: unknown;
+}
+
+export type HookHandler = (event: Record<string, unknown>, ctx: HookContext) => void | Promise<void>;
+
 /** The members of OpenClawPluginApi this plugin uses. */
 export interface PluginApi {
   id?: string;
   name?: string;
   pluginConfig?: Record<string, unknown>;
+  /** The host's whole config (read for tool-name conflicts). */
+  config?: unknown;
+  on?: (hook: string, handler: HookHandler, opts?: { priority?: number; timeoutMs?: number }) => void;
   logger: PluginLogger;
   registerTool?: (tool: AgentTool | ToolFactory, opts?: { name?: string; names?: string[]; optional?: boolean }) => void;
   registerContextEngine?: (id: string, factory: (ctx?: unknown) => ContextEngine | Promise<ContextEngine>) => void;

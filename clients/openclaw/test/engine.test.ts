@@ -128,6 +128,8 @@ describe("assemble", () => {
       prompt: null,
       availableTools: ["memory_recall", "read"],
       citationsMode: null,
+      heldTurns: [],
+      recentTurns: [],
     });
   });
 

@@ -17,6 +17,8 @@ const FIELDS = [
   "published_at",
   "advancement_key",
   "user",
+  "commit",
+  "import_transcript",
 ].sort();
 
 const user = (text: string) => ({ role: "user", content: text, timestamp: 1_760_000_000_000 });

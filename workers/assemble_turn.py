@@ -1,0 +1,115 @@
+"""The IO of assemble's two per-turn questions (the rules are core.turns'):
+
+- which turns the session's snapshot does not hold yet: the newest entries of
+  the session's stream shard after the snapshot's stream id (turns other
+  processes published) plus the turns the plugin sends with the call (those
+  it still holds while Redis is away, and those it published recently);
+- the recall block of the current user turn: searched once per turn and kept
+  in Redis, so every model request of the host's tool loop carries the same
+  block, whichever RPC process answers it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import redis
+
+from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
+from core.keys import scope_of, shard_of
+from core.turns import PendingTurn, last_event_id, recall_turn_key, uncaptured_turns
+from workers.capture_plan import session_of
+from workers.rpc_context import Caller, Services
+from workers.rpc_models import AssembleRequest
+
+log = logging.getLogger(__name__)
+
+ZERO_ID = "0-0"
+
+
+def _json_str(value: str) -> bytes:
+    return json.dumps(value).encode()
+
+
+def scan_session_events(svc: Services, caller: Caller, after_id: str) -> list[TurnEvent]:
+    """This session's events among the newest ``overlay_stream_scan`` entries of its
+    shard that come after ``after_id``, oldest first. Redis errors propagate."""
+    count = svc.settings.overlay_stream_scan
+    ov_sid = caller.require_session()
+    if count <= 0:
+        return []
+    stream = svc.keys.stream(shard_of(ov_sid, svc.settings.shards))
+    low = f"({after_id}" if after_id and after_id != ZERO_ID else "-"
+    entries = svc.redis.xrevrange(stream, "+", low, count=count)
+    # A cheap byte test first: most entries of a busy shard are other sessions'.
+    needles = [_json_str(v) for v in (caller.session_id, caller.session_key) if v]
+    scope = scope_of(caller.user, caller.agent_id)
+    events: list[TurnEvent] = []
+    for _, fields in reversed(entries):
+        raw = fields.get(STREAM_FIELD.encode()) or fields.get(STREAM_FIELD)
+        if not isinstance(raw, (bytes, str)):
+            continue
+        data = raw.encode() if isinstance(raw, str) else raw
+        if not any(n in data for n in needles):
+            continue
+        try:
+            event = decode(data, TurnEvent)
+            ref = session_of(svc.settings, event)
+        except (EventDecodeError, ValueError):
+            continue  # capture dead-letters it; it is no turn of anyone's
+        if ref.ov_session_id == ov_sid and ref.scope == scope:
+            events.append(event)
+    return events
+
+
+def pending_turns(svc: Services, caller: Caller, req: AssembleRequest, *, after_id: str,
+                  reflected_event_ids: list[str], reflected_advancements: list[str],
+                  session_known: bool, read_stream: bool = True) -> list[PendingTurn]:
+    """The turns to append to the snapshot, each once (core.turns.uncaptured_turns).
+
+    ``read_stream`` False (Redis is away, or no snapshot tag to start from):
+    only the turns the plugin still holds count; the ones it published are in
+    Redis, where capture will find them.
+    """
+    events: list[TurnEvent] = []
+    if read_stream:
+        try:
+            events += scan_session_events(svc, caller, after_id)
+        except redis.RedisError as exc:
+            log.warning("assemble: stream of session=%s unreadable, using the plugin's turns only: %s",
+                        caller.ov_session_id, exc)
+        events += req.recentTurns or []
+    events += req.heldTurns or []
+    return uncaptured_turns(svc.settings, events, reflected_event_ids=reflected_event_ids,
+                            reflected_advancements=reflected_advancements, session_known=session_known)
+
+
+def turn_key(caller: Caller, req: AssembleRequest, prompt: str, reflected_event_ids: list[str],
+             pending: list[PendingTurn]) -> str:
+    return recall_turn_key(caller.require_session(), scope_of(caller.user, caller.agent_id), prompt,
+                           last_event_id(reflected_event_ids, pending), len(req.messages))
+
+
+def recall_key(svc: Services, caller: Caller, turn: str) -> str:
+    ov_sid = caller.require_session()
+    return svc.keys.recall_turn(shard_of(ov_sid, svc.settings.shards), scope_of(caller.user, caller.agent_id),
+                                ov_sid, turn)
+
+
+def cached_recall(svc: Services, key: str) -> str | None:
+    """The turn's block ("" when it has none), or None when no search ran yet (or Redis is away)."""
+    try:
+        raw = svc.redis.get(key)
+    except redis.RedisError:
+        return None
+    if raw is None:
+        return None
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def keep_recall(svc: Services, key: str, block: str | None) -> None:
+    try:
+        svc.redis.set(key, block or "", ex=svc.settings.recall_turn_ttl_s)
+    except redis.RedisError as exc:
+        log.info("assemble: recall block not kept (Redis: %s); the next request of the turn searches again", exc)
