@@ -9,12 +9,12 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  echo "run-tests.sh: node and npm are required (Node >= 20)" >&2
+  echo "run-tests.sh: node and npm are required (Node >= 24.16, the OpenClaw host's)" >&2
   exit 1
 fi
 major="$(node -p 'process.versions.node.split(".")[0]')"
-if [ "$major" -lt 20 ]; then
-  echo "run-tests.sh: Node >= 20 is required, found $(node --version)" >&2
+if [ "$major" -lt 24 ]; then
+  echo "run-tests.sh: Node >= 24 is required, found $(node --version)" >&2
   exit 1
 fi
 
