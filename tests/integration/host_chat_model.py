@@ -29,17 +29,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from workers.model_answers import content_text
+
 MODEL_ID = "scripted"
 _TOOL_RE = re.compile(r"\[\[tool:([A-Za-z0-9_.-]+)\s*(\{.*?\})?\]\]", re.S)
-
-
-def content_text(content: Any) -> str:
-    """The text of an OpenAI message content (a string or a list of parts)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return ""
 
 
 INTERNAL_CONTEXT_MARK = "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>"
