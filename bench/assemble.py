@@ -7,7 +7,12 @@ ways, in one run, in process:
 
 - snapshot: ovstream's path (snapshot in Redis, caches in process);
 - direct: the reference plugin's path (OV /context fetched and converted on
-  every call), served by the same app code with ``direct=True``.
+  every call), served by the same app code with ``direct=True``;
+- snapshot, 2026.9 plugin: ovstream's path as the 2026.9 host's plugin calls
+  it: the user's question as ``prompt`` (its recall block kept for the turn,
+  so one Redis GET), the session's two latest turns as ``recentTurns``
+  (already in the snapshot), and the shard's stream holding
+  ``overlay_stream_scan`` newer entries of other sessions (read every call).
 
 Each way is timed three times: through httpx's ASGITransport (an HTTP client
 included; httpx adds a few hundred microseconds per call of its own), straight
@@ -32,13 +37,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
+import msgspec  # noqa: E402
 import redis  # noqa: E402
 
 from core.config import Settings  # noqa: E402
+from core.events import TurnEvent  # noqa: E402
 from core.fake_ov import FakeOV  # noqa: E402
+from core.streams import publish_turn  # noqa: E402
 from core.keys import Keys, scope_of, shard_of  # noqa: E402
 from workers.assemble import assemble  # noqa: E402
-from workers.capture_applied import CAPTURED_THROUGH, LAST_ID  # noqa: E402
+from workers.capture_applied import CAPTURED_THROUGH, EVENT_IDS, LAST_ID  # noqa: E402
 from workers.rpc import create_app  # noqa: E402
 from workers.rpc_context import resolve_caller  # noqa: E402
 from workers.rpc_models import decode_assemble_request  # noqa: E402
@@ -131,21 +139,33 @@ async def run(args: argparse.Namespace) -> None:
         await snapshot_app.state.services.ov.add_messages(SESSION_ID, ov_messages)
         # What capture records after applying the session's last turn.
         shard, scope = shard_of(SESSION_ID, settings.shards), scope_of(None, AGENT)
+        recent = [TurnEvent(event_id=f"turn-{i}", session_id=SESSION_ID, messages=openclaw[i:i + 2],
+                            advancement_key=f"adv-{i}", published_at=1_760_000_000.0 + i)
+                  for i in (len(openclaw) - 4, len(openclaw) - 2)]
         rds.hset(Keys(settings.key_prefix).applied(shard, scope, SESSION_ID),
-                 mapping={LAST_ID: "1760000000000-0", CAPTURED_THROUGH: len(openclaw)})
+                 mapping={LAST_ID: "1760000000000-0", CAPTURED_THROUGH: len(openclaw),
+                          EVENT_IDS: json.dumps([e.event_id for e in recent])})
+        others = (f"other-{k}" for k in range(100_000))
+        for i in range(settings.overlay_stream_scan):  # other sessions' turns on the same shard
+            other = next(o for o in others if shard_of(o, settings.shards) == shard)
+            publish_turn(rds, settings, TurnEvent(event_id=f"o{i}", session_id=other, messages=openclaw[:2],
+                                                  published_at=1_770_000_000.0 + i))
         fake.latency_s = {"get_context": args.ov_latency_ms / 1000}
 
         body = {"sessionId": SESSION_ID, "messages": openclaw, "tokenBudget": 128_000, "prompt": "next"}
-        request = decode_assemble_request(json.dumps(body).encode())
+        plugin_body = {**body, "prompt": "Which tea do I prefer in the morning?", "heldTurns": [],
+                       "recentTurns": [json.loads(msgspec.json.encode(e)) for e in recent]}
         results: dict[str, list[float]] = {}
-        for name, app in (("snapshot", snapshot_app), ("direct", direct_app)):
+        for name, app, sent in (("snapshot", snapshot_app, body), ("direct", direct_app, body),
+                                ("2026.9 plugin", snapshot_app, plugin_body)):
+            request = decode_assemble_request(json.dumps(sent).encode())
             svc = app.state.services
             caller = resolve_caller(settings, session_id=SESSION_ID, session_key=None,
                                     runtime_context=None, api_key=None)
             first = await assemble(svc, request, caller)
             assert len(first["messages"]) >= args.messages // 2, "assemble did not use the session"
             # The body is encoded once: a client's own JSON encoding is not the server's latency.
-            payload = json.dumps(body).encode()
+            payload = json.dumps(sent).encode()
             headers = {"content-type": "application/json"}
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://bench") as c:
                 async def over_http() -> None:
@@ -166,8 +186,11 @@ async def run(args: argparse.Namespace) -> None:
                   f"{statistics.fmean(samples):9.3f}")
         for mode in ("via HTTP (ASGI)", "ASGI app (server)", "handler only"):
             snap, direct = results[f"snapshot {mode}"], results[f"direct {mode}"]
+            plugin = results[f"2026.9 plugin {mode}"]
             print(f"\nspeed-up {mode}: p50 {statistics.median(direct) / statistics.median(snap):.1f}x, "
-                  f"p99 {percentile(direct, 0.99) / percentile(snap, 0.99):.1f}x")
+                  f"p99 {percentile(direct, 0.99) / percentile(snap, 0.99):.1f}x; "
+                  f"2026.9 plugin vs direct p50 {statistics.median(direct) / statistics.median(plugin):.1f}x, "
+                  f"vs snapshot p50 {statistics.median(plugin) / statistics.median(snap):.2f} times the time")
         for app in (snapshot_app, direct_app):
             await app.state.services.ov.aclose()
         rds.close()

@@ -20,6 +20,7 @@ from typing import Any
 from core.budget import allocate_context_budget
 from core.convert import archive_summary_message, ov_to_agent_messages, trim_to_budget
 from core.defaults import RECALL_QUERY_MIN_CHARS
+from core.events import ContextSnapshot
 from core.messages import AgentMessage, dump_message, dump_messages
 from core.pipeline import run_pipeline
 from core.recall_text import has_recall_marker, message_text, prepare_recall_query
@@ -135,6 +136,12 @@ def build_session_base(
         messages=messages,
         suffix_tokens=tuple(suffix),
     )
+
+
+def snapshot_base(snapshot: ContextSnapshot) -> SessionBase:
+    """``build_session_base`` of a stored snapshot."""
+    return build_session_base(snapshot.latest_archive_overview, snapshot.pre_archive_abstracts,
+                              snapshot.messages, snapshot.total_archives)
 
 
 @dataclass(frozen=True, slots=True)

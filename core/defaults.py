@@ -202,7 +202,11 @@ turn (the host's tool loop) carries that block, found by one search."""
 OVERLAY_STREAM_SCAN = 64
 """Newest stream entries of the session's shard that assemble reads to find turns
 published but not yet in its snapshot (other processes' turns; the plugin sends
-its own). 0: read none."""
+its own). Read only when the session's newest published turn (``Keys.last_turn``)
+is neither in the snapshot nor among the plugin's. 0: read none."""
+
+LAST_TURN_TTL_S = 7 * 24 * 3600
+"""How long the marker of a session's newest published turn is kept (as snapshots)."""
 
 # --- snapshots -------------------------------------------------------------------------
 

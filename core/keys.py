@@ -30,6 +30,12 @@ class Keys:
         """Turn events of one shard (a Redis stream)."""
         return f"{self.prefix}:{{s{shard}}}:turns"
 
+    def last_turn(self, shard: int, ov_session_id: str) -> str:
+        """String: the event_id of the newest turn published for the session, by any
+        process (the publisher sets it with the XADD), so assemble reads the stream
+        only when the session has a turn it does not know of."""
+        return f"{self.prefix}:{{s{shard}}}:last-turn:{ov_session_id}"
+
     def dead_letters(self) -> str:
         """Dead-letter stream: entries that could not be handled, with the reason."""
         return f"{self.prefix}:dlq"

@@ -26,7 +26,7 @@ import redis
 
 from core.assemble_plan import (
     FullContext, Overlay, Passthrough, SessionBase, build_full_context, build_session_base,
-    passthrough_with, plan_overlay, recall_query,
+    passthrough_with, plan_overlay, recall_query, snapshot_base,
 )
 from core.defaults import DEFAULT_TOKEN_BUDGET, RECALL_QUERY_MIN_CHARS
 from core.events import ContextSnapshot
@@ -39,7 +39,7 @@ from core.recall import (
 from core.recall_text import prepare_recall_query
 from core.tokens import estimate_message_tokens
 from core.turns import PendingTurn
-from workers.assemble_turn import cached_recall, keep_recall, pending_turns, recall_key, turn_key
+from workers.assemble_turn import cached_recall, keep_recall, pending_turns, recall_key
 from workers.rpc_context import Caller, Services
 from workers.rpc_models import AssembleRequest
 from workers.snapshot import ZERO_ID, read_snapshot, refresh_snapshot
@@ -146,7 +146,7 @@ async def _turn_recall(svc: Services, caller: Caller, req: AssembleRequest, refl
     query = prepare_recall_query(prompt)
     if len(query) < RECALL_QUERY_MIN_CHARS:
         return None
-    key = recall_key(svc, caller, turn_key(caller, req, prompt, reflected_event_ids, pending))
+    key = recall_key(svc, caller, req, prompt, reflected_event_ids, pending)
     cached = cached_recall(svc, key)
     if cached is not None:
         svc.metrics.recall_turn_cache.labels("hit").inc()
@@ -239,13 +239,15 @@ class Snap:
 
 
 _NO_SNAPSHOT = Snap(None, build_session_base(None), 0, ZERO_ID, [], [])
+_NEW_SESSION = frozenset({"session_not_found", "no_ov_data"})
+"""Passthrough reasons of a session OV does not have yet (its turns may be in flight)."""
 
 
 async def _full_path(svc: Services, req: AssembleRequest, caller: Caller) -> Passthrough | FullContext:
     if svc.direct:
         return await _direct_full_path(svc, req, caller)
     try:
-        snap = _cached_snap(svc, caller)
+        snap, last_turn = _cached_snap(svc, caller)
     except redis.RedisError as exc:
         log.warning("assemble: Redis unavailable, reading OV directly: %s", exc)
         return await _direct_full_path(svc, req, caller)
@@ -260,39 +262,37 @@ async def _full_path(svc: Services, req: AssembleRequest, caller: Caller) -> Pas
             snap = _remember(svc, None, snapshot)
     else:
         svc.metrics.snapshot_hit()
-    return await _answer(svc, req, caller, snap)
+    return await _answer(svc, req, caller, snap, last_turn=last_turn)
 
 
-_NEW_SESSION = frozenset({"session_not_found", "no_ov_data"})
-
-
-def _cached_snap(svc: Services, caller: Caller) -> Snap | None:
+def _cached_snap(svc: Services, caller: Caller) -> tuple[Snap | None, str | None]:
     """The converted snapshot of the caller's session, from the cache when its
-    version is known, else read from Redis; None when there is no snapshot."""
+    version is known, else read from Redis (None when there is no snapshot),
+    and the event id of the session's newest published turn, in the same round trip."""
     key = svc.snapshot_key(caller)
     pipe = svc.redis.pipeline(transaction=False)
     pipe.hmget(key, "id", "fetched_ms")
     pipe.hstrlen(key, "data")
-    (stream_id, fetched_ms), size = pipe.execute()
+    pipe.get(svc.last_turn_key(caller))
+    (stream_id, fetched_ms), size, newest = pipe.execute()
+    last_turn = newest.decode() if newest else None
     if not size:
-        return None
+        return None, last_turn
     # (key, stream id, fetch time, size) names one stored snapshot: the write
     # script sets all of them at once.
     version = (key, stream_id, _int(fetched_ms), size)
     cached = svc.bases.get(version)
     if cached is not None:
-        return cached
+        return cached, last_turn
     snapshot = read_snapshot(svc.redis, svc.settings, ov_session_id=caller.require_session(),
                              agent_id=caller.agent_id, user=caller.user)
     if snapshot is None:
-        return None
-    return _remember(svc, version, snapshot)
+        return None, last_turn
+    return _remember(svc, version, snapshot), last_turn
 
 
 def _remember(svc: Services, version: Any, snapshot: ContextSnapshot) -> Snap:
-    base = build_session_base(snapshot.latest_archive_overview, snapshot.pre_archive_abstracts,
-                              snapshot.messages, snapshot.total_archives)
-    snap = Snap(version, base, snapshot.captured_through, snapshot.applied_stream_id,
+    snap = Snap(version, snapshot_base(snapshot), snapshot.captured_through, snapshot.applied_stream_id,
                 snapshot.event_ids, snapshot.advancements)
     if version is not None:
         svc.bases.put(version, snap)
@@ -346,7 +346,7 @@ def _budget(req: AssembleRequest) -> int:
     return int(budget) if budget is not None and budget >= 1 else DEFAULT_TOKEN_BUDGET
 
 
-def _lag_tail(svc: Services, req: AssembleRequest, caller: Caller, snap: Snap, *,
+def _lag_tail(svc: Services, req: AssembleRequest, caller: Caller, snap: Snap, *, last_turn: str | None,
               direct: bool) -> tuple[list[dict[str, Any]], list[PendingTurn]] | Passthrough:
     """The messages to append to the snapshot: the turns it lacks, by event identity
     when the plugin sends its turns, else by count of the caller's transcript."""
@@ -358,15 +358,16 @@ def _lag_tail(svc: Services, req: AssembleRequest, caller: Caller, snap: Snap, *
         return (req.messages[plan.tail_start:] if isinstance(plan, Overlay) else []), []
     pending = pending_turns(svc, caller, req, after_id=snap.applied_id, reflected_event_ids=snap.event_ids,
                             reflected_advancements=snap.advancements, session_known=snap.capture_known,
-                            read_stream=not direct)
+                            last_turn=last_turn, redis_away=direct)
     if snap.base.empty and not pending:
         return Passthrough("no_ov_data")
     return [m for turn in pending for m in turn.messages], pending
 
 
 async def _answer(svc: Services, req: AssembleRequest, caller: Caller, snap: Snap, *,
-                  direct: bool = False) -> Passthrough | FullContext:
-    lag = _lag_tail(svc, req, caller, snap, direct=direct)
+                  last_turn: str | None = None, direct: bool = False) -> Passthrough | FullContext:
+    """``last_turn``: the session's newest published turn; ``direct``: OV read without Redis."""
+    lag = _lag_tail(svc, req, caller, snap, last_turn=last_turn, direct=direct)
     if isinstance(lag, Passthrough):
         # Nothing of ours to assemble (a new session, say), but the turn still gets its memories.
         recall = await _turn_recall(svc, caller, req, snap.event_ids, [])

@@ -22,10 +22,9 @@ from core.turns import PendingTurn, last_event_id, recall_turn_key, uncaptured_t
 from workers.capture_plan import session_of
 from workers.rpc_context import Caller, Services
 from workers.rpc_models import AssembleRequest
+from workers.snapshot import ZERO_ID
 
 log = logging.getLogger(__name__)
-
-ZERO_ID = "0-0"
 
 
 def _json_str(value: str) -> bytes:
@@ -47,11 +46,8 @@ def scan_session_events(svc: Services, caller: Caller, after_id: str) -> list[Tu
     scope = scope_of(caller.user, caller.agent_id)
     events: list[TurnEvent] = []
     for _, fields in reversed(entries):
-        raw = fields.get(STREAM_FIELD.encode()) or fields.get(STREAM_FIELD)
-        if not isinstance(raw, (bytes, str)):
-            continue
-        data = raw.encode() if isinstance(raw, str) else raw
-        if not any(n in data for n in needles):
+        data = fields.get(STREAM_FIELD.encode())  # the clients here speak bytes (core.redis_conn)
+        if data is None or not any(n in data for n in needles):
             continue
         try:
             event = decode(data, TurnEvent)
@@ -65,36 +61,35 @@ def scan_session_events(svc: Services, caller: Caller, after_id: str) -> list[Tu
 
 def pending_turns(svc: Services, caller: Caller, req: AssembleRequest, *, after_id: str,
                   reflected_event_ids: list[str], reflected_advancements: list[str],
-                  session_known: bool, read_stream: bool = True) -> list[PendingTurn]:
+                  session_known: bool, last_turn: str | None, redis_away: bool = False) -> list[PendingTurn]:
     """The turns to append to the snapshot, each once (core.turns.uncaptured_turns).
 
-    ``read_stream`` False (Redis is away, or no snapshot tag to start from):
-    only the turns the plugin still holds count; the ones it published are in
-    Redis, where capture will find them.
+    ``last_turn``, the session's newest published turn, decides whether the
+    stream is read: only when that turn is neither in the snapshot nor among
+    the plugin's (another process published it). ``redis_away``: only the
+    turns the plugin still holds count; the ones it published are in Redis,
+    where capture will find them.
     """
-    events: list[TurnEvent] = []
-    if read_stream:
-        try:
-            events += scan_session_events(svc, caller, after_id)
-        except redis.RedisError as exc:
-            log.warning("assemble: stream of session=%s unreadable, using the plugin's turns only: %s",
-                        caller.ov_session_id, exc)
+    events: list[TurnEvent] = [*(req.heldTurns or [])]
+    if not redis_away:
         events += req.recentTurns or []
-    events += req.heldTurns or []
+        known = {*reflected_event_ids, *(e.event_id for e in events)}
+        if last_turn is not None and last_turn not in known:
+            try:
+                events += scan_session_events(svc, caller, after_id)
+            except redis.RedisError as exc:
+                log.warning("assemble: stream of session=%s unreadable, using the plugin's turns only: %s",
+                            caller.ov_session_id, exc)
     return uncaptured_turns(svc.settings, events, reflected_event_ids=reflected_event_ids,
                             reflected_advancements=reflected_advancements, session_known=session_known)
 
 
-def turn_key(caller: Caller, req: AssembleRequest, prompt: str, reflected_event_ids: list[str],
-             pending: list[PendingTurn]) -> str:
-    return recall_turn_key(caller.require_session(), scope_of(caller.user, caller.agent_id), prompt,
+def recall_key(svc: Services, caller: Caller, req: AssembleRequest, prompt: str,
+               reflected_event_ids: list[str], pending: list[PendingTurn]) -> str:
+    """The Redis key of the current user turn's recall block (core.turns.recall_turn_key)."""
+    turn = recall_turn_key(caller.require_session(), scope_of(caller.user, caller.agent_id), prompt,
                            last_event_id(reflected_event_ids, pending), len(req.messages))
-
-
-def recall_key(svc: Services, caller: Caller, turn: str) -> str:
-    ov_sid = caller.require_session()
-    return svc.keys.recall_turn(shard_of(ov_sid, svc.settings.shards), scope_of(caller.user, caller.agent_id),
-                                ov_sid, turn)
+    return svc.recall_turn_key(caller, turn)
 
 
 def cached_recall(svc: Services, key: str) -> str | None:

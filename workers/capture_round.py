@@ -184,7 +184,7 @@ async def _commit_on_markers(c: ShardConsumer, finished: list[_Run]) -> None:
             try:
                 await c.worker.request_commit(session, reason)
                 log.info("session %s: %s commit requested", session.ov_session_id, reason)
-            except Exception as exc:  # the marker is acked; say so loudly, the next turn's threshold retries
+            except Exception as exc:  # the marker is acked: this commit is not asked again
                 log.error("session %s: %s commit request failed: %s", session.ov_session_id, reason, exc)
 
 

@@ -21,14 +21,14 @@ from typing import Any
 import msgspec
 import redis
 
-from core.assemble_plan import FullContext, build_full_context, build_session_base
+from core.assemble_plan import FullContext, build_full_context, snapshot_base
 from core.events import CommitOutcome, CommitRequest, ContextSnapshot
 from core.ov_client import OVError, OVUnavailable
+from workers.capture_applied import AppliedState
 from workers.jobs import FINAL_STATUSES, commit_outcome, request_commit, wait_commit_outcome
 from workers.jobs_run import task_verdict
 from workers.rpc_context import Caller, RpcError, Services
 from workers.rpc_models import CompactRequest
-from workers.capture_applied import AppliedState
 from workers.snapshot import fetch_snapshot, read_snapshot, refresh_snapshot
 
 log = logging.getLogger(__name__)
@@ -122,8 +122,7 @@ def _valid_count(value: float | None) -> int | None:
 def assembled_tokens(snapshot: ContextSnapshot, budget: int) -> int:
     """What assemble would send for this snapshot, estimated the way assemble does,
     so tokensBefore and tokensAfter measure the same thing."""
-    base = build_session_base(snapshot.latest_archive_overview, snapshot.pre_archive_abstracts,
-                              snapshot.messages, snapshot.total_archives)
+    base = snapshot_base(snapshot)
     if base.empty:
         return 0
     result = build_full_context(base, [], budget)
@@ -202,8 +201,9 @@ async def _compact(svc: Services, req: CompactRequest, caller: Caller) -> dict[s
         return _failure("commit_failed", tokens_before, outcome)
     # Still running at our bound (below the host's compaction timeout): the archive
     # is made, only memory extraction goes on, and its poller records the outcome.
-    phase2_pending = outcome.status not in ("completed", "skipped") and outcome.archived
-    if outcome.status not in ("completed", "skipped") and not phase2_pending:
+    finished = outcome.status in ("completed", "skipped")
+    phase2_pending = not finished and outcome.archived
+    if not finished and not phase2_pending:
         return _failure("commit_timeout", tokens_before, outcome)
     if outcome.status == "skipped" or not outcome.archived:
         return {"ok": True, "compacted": False, "reason": "commit_no_archive",

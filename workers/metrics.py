@@ -180,7 +180,8 @@ class RpcMetrics:
             registry=r,
         )
         self.recall_turn_cache = Counter(
-            "ovstream_recall_turn_cache", "Main-call recalls answered from the turn's kept block (hit) or searched (miss)",
+            "ovstream_recall_turn_cache",
+            "Main-call recalls answered from the turn's kept block (hit) or searched (miss)",
             ["result"], registry=r,
         )
         self.recall_timeouts = Counter(

@@ -207,7 +207,18 @@ class Services:
         """OV client acting as the caller: their key (if any) and their agent as peer."""
         return self.ov.scoped(peer=caller.agent_id, api_key=caller.api_key)
 
-    def snapshot_key(self, caller: Caller) -> str:
+    def _session_slot(self, caller: Caller) -> tuple[int, str, str]:
+        """(shard, scope, OV session id) naming the caller's session in Redis."""
         ov_sid = caller.require_session()
-        shard = shard_of(ov_sid, self.settings.shards)
-        return self.keys.snapshot(shard, scope_of(caller.user, caller.agent_id), ov_sid)
+        return shard_of(ov_sid, self.settings.shards), scope_of(caller.user, caller.agent_id), ov_sid
+
+    def snapshot_key(self, caller: Caller) -> str:
+        return self.keys.snapshot(*self._session_slot(caller))
+
+    def last_turn_key(self, caller: Caller) -> str:
+        shard, _, ov_sid = self._session_slot(caller)
+        return self.keys.last_turn(shard, ov_sid)
+
+    def recall_turn_key(self, caller: Caller, turn: str) -> str:
+        """Where the recall block of one user turn of the caller's session is kept."""
+        return self.keys.recall_turn(*self._session_slot(caller), turn)

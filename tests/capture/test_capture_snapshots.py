@@ -44,20 +44,25 @@ async def test_an_older_snapshot_never_replaces_a_newer_one(redis_client, settin
     await make_worker(settings, fake_ov, burst=True).run()
     ov = OVClient.from_settings(settings, transport=fake_ov.transport()).scoped(peer="main")
     kw = dict(ov_session_id="order", agent_id="main", user=None)
-    newest = await refresh_snapshot(redis_client, ov, settings, applied=AppliedState(last_id="9000000000000-5", captured=2), **kw)
+
+    async def refresh(last_id: str, captured: int):
+        return await refresh_snapshot(redis_client, ov, settings,
+                                      applied=AppliedState(last_id=last_id, captured=captured), **kw)
+
+    newest = await refresh("9000000000000-5", 2)
     assert _snap(redis_client, settings, "order").applied_stream_id == "9000000000000-5"
     for stale in ("8999999999999-9", "9000000000000-4", "1-0"):
-        kept = await refresh_snapshot(redis_client, ov, settings, applied=AppliedState(last_id=stale, captured=1), **kw)
+        kept = await refresh(stale, 1)
         assert kept.applied_stream_id == "9000000000000-5" and kept.refreshed_at == newest.refreshed_at
     # same stream id: a read that began later (a commit's refresh) wins, an earlier one loses
     key = snapshot_key(settings, **kw)
     redis_client.hset(key, "fetched_ms", int(time.time() * 1000) + 60_000)
-    kept = await refresh_snapshot(redis_client, ov, settings, applied=AppliedState(last_id="9000000000000-5", captured=2), **kw)
+    kept = await refresh("9000000000000-5", 2)
     assert kept.refreshed_at == newest.refreshed_at
     redis_client.hset(key, "fetched_ms", 0)
-    again = await refresh_snapshot(redis_client, ov, settings, applied=AppliedState(last_id="9000000000000-5", captured=2), **kw)
+    again = await refresh("9000000000000-5", 2)
     assert again.refreshed_at > newest.refreshed_at
-    assert (await refresh_snapshot(redis_client, ov, settings, applied=AppliedState(last_id="9000000000001-0", captured=3), **kw)).applied_stream_id == "9000000000001-0"
+    assert (await refresh("9000000000001-0", 3)).applied_stream_id == "9000000000001-0"
 
 
 async def test_a_commit_refreshes_the_snapshot_at_the_applied_stream_id(redis_client, settings, fake_ov):

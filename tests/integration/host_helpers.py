@@ -185,7 +185,8 @@ class HostStack:
 
     # --- driving -----------------------------------------------------------------------------
 
-    def openclaw(self, *args: str, check: bool = True, timeout_s: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    def openclaw(self, *args: str, check: bool = True,
+                 timeout_s: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run([str(OPENCLAW), *args], cwd=self.workdir, env=self.env, capture_output=True,
                               text=True, timeout=timeout_s)
         if check and proc.returncode != 0:

@@ -64,15 +64,17 @@ def compacted(e2e_service: Service, dev_ov: OVSession) -> tuple[Conversation, di
     return conv, answer, dev_ov.context(conv.ov_session_id)
 
 
-def test_compact_answers_the_seeds_compact_result(compacted: tuple[Conversation, dict, dict]) -> None:
+def test_compact_answers_the_seeds_compact_result(e2e_service: Service,
+                                                 compacted: tuple[Conversation, dict, dict]) -> None:
     conv, answer, context = compacted
     assert (answer["ok"], answer["compacted"], answer["reason"]) == (True, True, "commit_completed"), answer
     result = answer["result"]
     assert result["firstKeptEntryId"] == "archive_002"  # last segment of the new archive's URI
     assert result["tokensBefore"] == estimate_message_tokens(conv.messages)
-    # after: what OV's context costs now (everything archived: the overview only)
+    # after: what assemble sends now (everything archived: the summary and the guide only)
     assert context["messages"] == [] and context["stats"]["totalArchives"] == 2
-    assert result["tokensAfter"] == context["estimatedTokens"] > 0
+    assembled = e2e_service.assemble(conv, main=True, tokenBudget=128_000)
+    assert result["tokensAfter"] == assembled["estimatedTokens"] > 0
     assert result["summary"] == context["latest_archive_overview"].strip()
     assert result["summary"].startswith("# Working Memory")
     assert "plants" in result["summary"]  # the turn captured after the first commit is in it

@@ -300,11 +300,8 @@ export function createEngine(rt: PluginRuntime): ContextEngine {
         if (bypassed(params.sessionId, sessionKey)) return { bootstrapped: false, reason: "session_bypassed" };
         const ovSid = ovSessionId(params.sessionId, sessionKey);
         if (rt.importDone(ovSid)) return { bootstrapped: false, reason: "imported before" };
-        const messages = await readTranscript({
-          agentId: params.sessionTarget?.agentId ?? agentIdOf(params.runtimeContext?.agentId),
-          sessionKey,
-          sessionId: params.sessionId,
-        });
+        const agentId = agentIdOf(params.sessionTarget?.agentId, params.runtimeContext?.agentId);
+        const messages = await readTranscript({ agentId, sessionKey, sessionId: params.sessionId });
         if (messages === undefined) return { bootstrapped: false, reason: "transcript unreadable" };
         if (messages.length > 0) {
           // One id per session: a second import (another gateway, a lost marker) is the
@@ -312,7 +309,7 @@ export function createEngine(rt: PluginRuntime): ContextEngine {
           rt.publishTurn({
             sessionId: params.sessionId,
             sessionKey,
-            agentId: params.sessionTarget?.agentId ?? agentIdOf(params.runtimeContext?.agentId),
+            agentId,
             messages,
             importTranscript: true,
             eventId: `import-${ovSid}`,

@@ -1,5 +1,5 @@
 /**
- * Redis stream names, as core/keys.py defines them.
+ * Redis key names the plugin writes, as core/keys.py defines them.
  *
  * A session's turns always go to one shard: the first 4 bytes of
  * sha256(ov_session_id), big-endian, mod the shard count. The stream key
@@ -19,3 +19,11 @@ export function shardOf(ovSessionId: string, shards: number): number {
 export function streamKey(prefix: string, shard: number): string {
   return `${prefix}:{s${shard}}:turns`;
 }
+
+/** The event_id of the session's newest published turn (core/keys.py Keys.last_turn). */
+export function lastTurnKey(prefix: string, shard: number, ovSessionId: string): string {
+  return `${prefix}:{s${shard}}:last-turn:${ovSessionId}`;
+}
+
+/** How long that marker is kept (core/defaults.py LAST_TURN_TTL_S). */
+export const LAST_TURN_TTL_S = 7 * 24 * 3600;

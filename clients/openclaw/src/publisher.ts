@@ -49,25 +49,25 @@ export interface PublisherOptions {
   spoolDir?: string;
 }
 
-/** What identifies a buffered event: its event_id and (OV) session. */
-export interface EventMeta {
-  id: string;
-  session: string;
+/** What the publisher knows of an event besides its stream and payload. */
+export interface EventTags {
+  /** The event's (OV) session, for `pendingFor`. */
+  session?: string;
+  /** SET with the XADD, in the same pipeline: the session's newest turn. */
+  lastTurn?: { key: string; eventId: string; ttlS: number };
 }
 
-interface Pending {
+interface Pending extends EventTags {
   key: string;
   payload: string;
   bytes: number;
-  meta?: EventMeta;
   /** Its spool file, removed once the event is delivered or dropped. */
   file?: string;
 }
 
-interface SpoolRecord {
+interface SpoolRecord extends EventTags {
   key: string;
   payload: string;
-  meta?: EventMeta;
 }
 
 type Client = ReturnType<typeof createClient>;
@@ -134,14 +134,14 @@ export class TurnPublisher {
   }
 
   /** Buffer one encoded event for `key` and wake the sender; returns once it is spooled. */
-  enqueue(key: string, payload: string, meta?: EventMeta): void {
+  enqueue(key: string, payload: string, tags: EventTags = {}): void {
     if (this.closed) {
       this.stats.dropped += 1;
       this.opts.logger.warn(`ovstream: turn event for ${key} dropped: publisher is closed`);
       return;
     }
-    const item: Pending = { key, payload, bytes: Buffer.byteLength(payload, "utf8") + key.length, meta };
-    item.file = this.spool({ key, payload, meta });
+    const item: Pending = { key, payload, bytes: Buffer.byteLength(payload, "utf8") + key.length, ...tags };
+    item.file = this.spool({ key, payload, ...tags });
     this.push(item);
     this.kick();
   }
@@ -151,7 +151,7 @@ export class TurnPublisher {
     const out: string[] = [];
     for (let i = this.head; i < this.queue.length; i++) {
       const item = this.queue[i];
-      if (item?.meta?.session === session) out.push(item.payload);
+      if (item?.session === session) out.push(item.payload);
     }
     return out;
   }
@@ -203,7 +203,7 @@ export class TurnPublisher {
         const record = JSON.parse(readFileSync(join(dir, name), "utf8")) as SpoolRecord;
         if (typeof record.key !== "string" || typeof record.payload !== "string") throw new Error("not a spooled event");
         const bytes = Buffer.byteLength(record.payload, "utf8") + record.key.length;
-        this.push({ key: record.key, payload: record.payload, bytes, meta: record.meta, file: name });
+        this.push({ ...record, bytes, file: name });
         loaded += 1;
       } catch (err) {
         this.opts.logger.warn(`ovstream: spool file ${join(dir, name)} is unreadable (${errorText(err)}); left in place`);
@@ -424,10 +424,16 @@ export class TurnPublisher {
     const end = Math.min(this.queue.length, this.head + this.opts.batchSize);
     const batch = this.queue.slice(this.head, end);
     const maxLen = String(this.opts.maxLen);
-    // Commands issued in one tick go out as one pipeline.
-    const replies = batch.map((item) =>
-      client.sendCommand(["XADD", item.key, "MAXLEN", "~", maxLen, "*", "e", item.payload]),
-    );
+    // Commands issued in one tick go out as one pipeline; a turn's mark follows its XADD.
+    const replies = batch.map((item) => {
+      const reply = client.sendCommand(["XADD", item.key, "MAXLEN", "~", maxLen, "*", "e", item.payload]);
+      const mark = item.lastTurn;
+      if (mark) {
+        // Best effort: without it assemble misses only another process's lagging turn.
+        client.sendCommand(["SET", mark.key, mark.eventId, "EX", String(mark.ttlS)]).catch(() => undefined);
+      }
+      return reply;
+    });
     const timer = setTimeout(() => safeDestroy(client), this.opts.commandTimeoutMs);
     timer.unref();
     let results: PromiseSettledResult<unknown>[];

@@ -15,7 +15,7 @@ import { join } from "node:path";
 import type { PluginConfig } from "./config.js";
 import { buildTurnEvent, encodeTurnEvent, type TurnEvent, type TurnInput } from "./events.js";
 import { ovSessionId } from "./ids.js";
-import { shardOf, streamKey } from "./keys.js";
+import { LAST_TURN_TTL_S, lastTurnKey, shardOf, streamKey } from "./keys.js";
 import { TurnPublisher, type PublisherOptions } from "./publisher.js";
 import { RpcClient } from "./rpc.js";
 import type { AgentMessage, PluginLogger } from "./types.js";
@@ -101,7 +101,6 @@ export const RECENT_TURNS_PER_SESSION = 16;
 export const RECENT_TURNS_MAX_AGE_MS = 15 * 60_000;
 
 interface Recent {
-  id: string;
   payload: string;
   at: number;
 }
@@ -169,15 +168,19 @@ export class PluginRuntime {
       this.logger.warn(`ovstream: turn of session ${input.sessionId} not published: ${(err as Error).message}`);
       return false;
     }
-    const key = streamKey(this.config.keyPrefix, shardOf(ovSid, this.config.shards));
-    this.publisher.enqueue(key, payload, { id: event.event_id, session: ovSid });
-    if (event.messages.length > 0) this.remember(ovSid, event.event_id, payload);
+    const shard = shardOf(ovSid, this.config.shards);
+    const isTurn = event.messages.length > 0 && event.commit === null;
+    const lastTurn = isTurn
+      ? { key: lastTurnKey(this.config.keyPrefix, shard, ovSid), eventId: event.event_id, ttlS: LAST_TURN_TTL_S }
+      : undefined;
+    this.publisher.enqueue(streamKey(this.config.keyPrefix, shard), payload, { session: ovSid, lastTurn });
+    if (isTurn) this.remember(ovSid, payload);
     return true;
   }
 
-  private remember(ovSid: string, id: string, payload: string): void {
+  private remember(ovSid: string, payload: string): void {
     const list = this.recent.get(ovSid) ?? [];
-    list.push({ id, payload, at: Date.now() });
+    list.push({ payload, at: Date.now() });
     if (list.length > RECENT_TURNS_PER_SESSION) list.splice(0, list.length - RECENT_TURNS_PER_SESSION);
     this.recent.delete(ovSid); // re-insert: the map stays in least-recently-used order
     this.recent.set(ovSid, list);

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
-import { shardOf, streamKey } from "../src/keys.js";
+import { lastTurnKey, LAST_TURN_TTL_S, shardOf, streamKey } from "../src/keys.js";
 import { pythonHasModule, runPython } from "./helpers/proc.js";
 
 // Pinned from core.keys.shard_of so a change on either side shows here.
@@ -54,13 +54,17 @@ describe("cross-check with core/keys.py", () => {
     }
     const code = `
 import json, sys
+from core.defaults import LAST_TURN_TTL_S
 from core.keys import Keys, shard_of
 cases = json.load(sys.stdin)
 json.dump({"shards": [shard_of(s, n) for s, n in cases],
-           "keys": [Keys("pfx").stream(shard_of(s, n)) for s, n in cases]}, sys.stdout)
+           "keys": [Keys("pfx").stream(shard_of(s, n)) for s, n in cases],
+           "last": [Keys("pfx").last_turn(shard_of(s, n), s) for s, n in cases], "ttl": LAST_TURN_TTL_S}, sys.stdout)
 `;
-    const py = runPython<{ shards: number[]; keys: string[] }>(code, cases);
+    const py = runPython<{ shards: number[]; keys: string[]; last: string[]; ttl: number }>(code, cases);
     assert.deepEqual(py.shards, cases.map(([s, n]) => shardOf(s, n)));
     assert.deepEqual(py.keys, cases.map(([s, n]) => streamKey("pfx", shardOf(s, n))));
+    assert.deepEqual(py.last, cases.map(([s, n]) => lastTurnKey("pfx", shardOf(s, n), s)));
+    assert.equal(py.ttl, LAST_TURN_TTL_S);
   });
 });
