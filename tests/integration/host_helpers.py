@@ -104,6 +104,7 @@ class HostStack:
         self.redis = HostRedis(workdir)
         self.service = Service(ov_url=ov_url, redis_url=self.redis.url, workdir=workdir, **settings)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.install_output = ""
         self.model_port = free_port()
         self.model = serve("127.0.0.1", self.model_port, workdir / "model-requests.jsonl")
         self.model_thread = threading.Thread(target=self.model.serve_forever, daemon=True)
@@ -150,7 +151,8 @@ class HostStack:
                             "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
                             "contextWindow": 128000, "maxTokens": 4096}]}}},
         }))
-        self.openclaw("plugins", "install", "-l", str(PLUGIN_DIR), "--force", "--accept-capabilities")
+        installed = self.openclaw("plugins", "install", "-l", str(PLUGIN_DIR), "--force", "--accept-capabilities")
+        self.install_output = installed.stdout + installed.stderr
         plugin_config = {"redisUrl": self.redis.url, "rpcUrl": self.service.url,
                          "shards": self.service.settings.shards, "keyPrefix": self.service.settings.key_prefix}
         self.openclaw("config", "set", "plugins.entries.ovstream.config", json.dumps(plugin_config), "--strict-json")

@@ -62,6 +62,8 @@ def session_id_of(answer: dict[str, Any]) -> str:
 def test_install_as_the_readme_says_registers_engine_and_tools(host: HostStack) -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert "plugins install -l ./ --force --accept-capabilities" in readme  # the command this stack ran
+    assert "Linked plugin path" in host.install_output
+    assert "differs from npm package name" not in host.install_output  # manifest id == package name
     gateway_log = host.log("gateway")
     assert 'registered context engine "ovstream" and 8 tools' in gateway_log
     assert "memory_search is also registered by memory-core" in gateway_log  # the collision is said once
