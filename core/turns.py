@@ -36,10 +36,12 @@ def skip_reason(settings: Settings, event: TurnEvent, seen_advancements: Collect
                 session_known: bool) -> str | None:
     """Why ``event`` writes nothing to OV, or None when it is a turn to capture.
 
-    ``session_known``: capture has applied an entry of this session before. An
-    import (the transcript from before ovstream, sent once by the plugin's
-    bootstrap) is written only into a session capture has never touched, so a
-    second import, from another gateway or after a restart, writes nothing.
+    ``session_known``: capture has applied an entry of this session before, or
+    an earlier entry of it is in the same batch. An import (the transcript as
+    the host held it when a process first saw the session) is written only into
+    a session capture has never touched: after any turn ovstream published it
+    would repeat that turn, and a second import (another gateway, a restart)
+    writes nothing.
     """
     if event.import_transcript and session_known:
         return SKIP_SESSION_KNOWN
@@ -83,8 +85,9 @@ def uncaptured_turns(
     the plugin, or re-sent by the publisher) and events the snapshot already
     reflects (by event id, or a commitTurn retried under a new event id with
     the same advancement key): each turn comes out once. Events capture would
-    skip (heartbeats, bypassed sessions, an import into a known session) and
-    commit markers add nothing, as in OV.
+    skip (heartbeats, bypassed sessions, an import into a known session, which
+    includes one after any earlier event of the session) and commit markers
+    add nothing, as in OV.
     """
     seen_events = set(reflected_event_ids)
     seen_advancements = set(reflected_advancements)
@@ -94,9 +97,10 @@ def uncaptured_turns(
         if event.event_id in seen_events:
             continue
         seen_events.add(event.event_id)
+        known, session_known = session_known, True  # as capture: any earlier entry makes it known
         if event.commit is not None:
             continue
-        if skip_reason(settings, event, seen_advancements, session_known=session_known) is not None:
+        if skip_reason(settings, event, seen_advancements, session_known=known) is not None:
             continue
         if event.advancement_key:
             seen_advancements.add(event.advancement_key)

@@ -160,8 +160,10 @@ def plan_round(settings: Settings, session: SessionRef, entries: list[Entry], st
         if event.event_id in seen_events:
             plan.units.append(Unit(entry, [], SKIP_EVENT_SEEN))
             continue
+        # Known: capture applied an entry of the session before, or one comes earlier in this round.
+        known = state.last_id is not None or state.captured > 0 or bool(plan.units)
         reason = SKIP_COMMIT_MARKER if event.commit is not None else skip_reason(
-            settings, event, seen, session_known=state.last_id is not None or state.captured > 0)
+            settings, event, seen, session_known=known)
         if reason is not None:
             seen_events.add(event.event_id)
             plan.units.append(Unit(entry, [], reason))

@@ -160,3 +160,13 @@ async def test_an_import_is_written_only_into_a_session_capture_never_touched(re
     await later.run()
     assert ov_texts(fake_ov, "imp").count("old one") == 1 and later.stats.ov_writes == 0
 
+
+
+async def test_an_import_after_a_turn_in_the_same_round_writes_nothing(redis_client, settings, fake_ov):
+    # A process that first sees a session after it published turn 0 imports the
+    # transcript, turn 0 included: capture must not write turn 0 twice.
+    first = turn("late", 0)
+    publish(redis_client, settings, [first, _import("late", ["late:q0", "late:a0"])])
+    worker = make_worker(settings, fake_ov, burst=True)
+    await worker.run()
+    assert ov_texts(fake_ov, "late") == expected_texts("late", 1)

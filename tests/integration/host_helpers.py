@@ -110,6 +110,7 @@ class HostStack:
         self.model_thread = threading.Thread(target=self.model.serve_forever, daemon=True)
         self.gateway_port = free_port()
         self.home = workdir / "openclaw-home"
+        self.spool = self.home / ".openclaw" / "ovstream" / "spool"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENCLAW_", "OVSTREAM_"))}
         self.env.update({
             "OPENCLAW_HOME": str(self.home), "PATH": f"{NODE_BIN}:{os.environ.get('PATH', '')}",
@@ -162,6 +163,9 @@ class HostStack:
         self.procs["gateway"] = subprocess.Popen([str(OPENCLAW), "gateway", "run"], cwd=self.workdir, env=self.env,
                                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         wait_for(self._gateway_ready, "OpenClaw gateway ready", timeout_s=120)
+
+    def stop_gateway(self) -> None:
+        _stop(self.procs.pop("gateway", None))
 
     def _gateway_ready(self) -> bool:
         proc = self.procs["gateway"]

@@ -169,6 +169,26 @@ def test_every_turn_exactly_once_while_redis_is_down(host: HostStack) -> None:
     assert all(count_in_user_messages(r, token) == 1 for r in requests)
 
 
+def test_a_one_shot_run_with_redis_down_keeps_its_turn(host: HostStack) -> None:
+    host.stop_gateway()  # one-shot runs own the state while they run
+    key = f"agent:main:{unique('oneshot')}"
+    token = f"oneshot{os.getpid()}"
+    host.redis.stop()
+    try:
+        first = host.openclaw("agent", "--local", "--session-key", key, "--message", f"one-shot {token}", "--json")
+        assert "next run delivers them" in first.stderr, first.stderr[-3000:]  # it says what it did
+        assert list(host.spool.glob("*.json"))
+    finally:
+        host.redis.start()
+    before = len(host.requests())
+    second = host.openclaw("agent", "--local", "--session-key", key, "--message", "what did I say last run?",
+                           "--json")
+    assert "delivering 1 turn event(s) an earlier run left" in second.stderr, second.stderr[-3000:]
+    requests = host.requests()[before:]
+    assert requests and all(count_in_user_messages(r, token) == 1 for r in requests)
+    assert not list(host.spool.glob("*.json"))
+
+
 def _metric(host: HostStack, line_start: str) -> float:
     text = host.service.http.get("/metrics").text
     for line in text.splitlines():

@@ -102,3 +102,12 @@ def test_recall_turn_key_is_stable_within_a_turn_and_changes_with_the_next() -> 
     assert recall_turn_key("sid", "-.main", "hello", last_event_id(["e4", "e5", "e6"], []), 12) != within
     assert recall_turn_key("sid", "-.main", "other", "e5", 10) != within
     assert recall_turn_key("sid", "-.main", "hello", "", 3) != recall_turn_key("sid", "-.main", "hello", "", 5)
+
+
+def test_an_import_after_a_pending_turn_adds_nothing() -> None:
+    # The import a process sends when it first sees a session repeats the turns before it.
+    events = [event("t1", user("one"), at=1), event("i", user("one"), at=2, import_transcript=True),
+              event("t2", user("two"), at=3)]
+    turns = uncaptured_turns(SETTINGS, events, reflected_event_ids=[], reflected_advancements=[],
+                             session_known=False)
+    assert texts(turns) == ["one", "two"]
