@@ -40,12 +40,15 @@ def as_json(event: TurnEvent) -> dict[str, Any]:
     return json.loads(encode(event))
 
 
+def text_of(message: dict[str, Any]) -> str:
+    content = message["content"]
+    return content if isinstance(content, str) else content[0]["text"]
+
+
 async def captured(rpc: Any, *events: TurnEvent) -> None:
     """OV holds ``events`` and capture recorded them (the snapshot will reflect their ids)."""
-    await rpc.ov.add_messages(SID, [
-        {"role": "user" if m["role"] == "user" else "assistant",
-         "parts": [{"type": "text", "text": m["content"] if isinstance(m["content"], str) else m["content"][0]["text"]}]}
-        for e in events for m in e.messages])
+    await rpc.ov.add_messages(SID, [{"role": m["role"], "parts": [{"type": "text", "text": text_of(m)}]}
+                                    for e in events for m in e.messages])
     key = Keys(rpc.settings.key_prefix).applied(shard_of(SID, rpc.settings.shards), scope_of(None, "main"), SID)
     rpc.redis.hset(key, mapping={LAST_ID: "1700000000000-0", CAPTURED_THROUGH: 2 * len(events),
                                  EVENT_IDS: json.dumps([e.event_id for e in events])})
@@ -58,11 +61,7 @@ def plugin_call(prompt: str = "hello there", *, held: list[TurnEvent] = (), rece
 
 
 def texts(body: dict[str, Any]) -> list[str]:
-    out = []
-    for m in body["messages"]:
-        c = m["content"]
-        out.append(c if isinstance(c, str) else c[0]["text"])
-    return out
+    return [text_of(m) for m in body["messages"]]
 
 
 async def test_every_turn_once_whatever_the_host_passes(rpc: Any) -> None:
