@@ -71,9 +71,11 @@ def test_compact_answers_the_seeds_compact_result(e2e_service: Service,
     result = answer["result"]
     assert result["firstKeptEntryId"] == "archive_002"  # last segment of the new archive's URI
     assert result["tokensBefore"] == estimate_message_tokens(conv.messages)
-    # after: what assemble sends now (everything archived: the summary and the guide only)
+    # after: what assemble sends now (everything archived: the summary and the guide only);
+    # prompt null: the session's context without a turn's recalled memories
     assert context["messages"] == [] and context["stats"]["totalArchives"] == 2
-    assembled = e2e_service.assemble(conv, main=True, tokenBudget=128_000)
+    assembled = e2e_service.post("/v1/assemble", {**conv.ref, "messages": conv.messages, "prompt": None,
+                                                  "tokenBudget": 128_000})
     assert result["tokensAfter"] == assembled["estimatedTokens"] > 0
     assert result["summary"] == context["latest_archive_overview"].strip()
     assert result["summary"].startswith("# Working Memory")
