@@ -82,6 +82,8 @@ ensure_openclaw() {
     log "installing openclaw@$OPENCLAW_VERSION into $CACHE/openclaw (about 650 MB)"
     npm_prefix_install "$CACHE/openclaw" "openclaw@$OPENCLAW_VERSION"
   fi
+  # The plugin's own modules (typescript among them) before its build.
+  ensure_node
   log "building the plugin with Node $NODE24_VERSION"
   (cd "$ROOT/clients/openclaw" && PATH="$NODE24_BIN:$PATH" npm run --silent build)
 }
