@@ -42,15 +42,15 @@ import redis  # noqa: E402
 
 from core.config import Settings  # noqa: E402
 from core.events import TurnEvent  # noqa: E402
-from core.fake_ov import FakeOV  # noqa: E402
-from core.streams import publish_turn  # noqa: E402
-from core.keys import Keys, scope_of, shard_of  # noqa: E402
-from workers.assemble import assemble  # noqa: E402
-from workers.capture_applied import CAPTURED_THROUGH, EVENT_IDS, LAST_ID  # noqa: E402
-from workers.rpc import create_app  # noqa: E402
-from workers.rpc_context import resolve_caller  # noqa: E402
-from workers.rpc_models import decode_assemble_request  # noqa: E402
-from workers.local_redis import start_redis_server  # noqa: E402
+from workers.dev.fake_ov.app import FakeOV  # noqa: E402
+from workers.store.streams import publish_turn  # noqa: E402
+from workers.store.keys import Keys, scope_of, shard_of  # noqa: E402
+from workers.rpc.assemble import assemble  # noqa: E402
+from workers.store.applied import CAPTURED_THROUGH, EVENT_IDS, LAST_ID  # noqa: E402
+from workers.rpc.app import create_app  # noqa: E402
+from workers.rpc.context import resolve_caller  # noqa: E402
+from workers.rpc.models import decode_assemble_request  # noqa: E402
+from workers.dev.local_redis import start_redis_server  # noqa: E402
 
 SESSION_ID = "bench-session"
 AGENT = "main"

@@ -32,11 +32,11 @@ import redis  # noqa: E402
 
 from core.config import Settings  # noqa: E402
 from core.events import ContextSnapshot, TurnEvent, encode  # noqa: E402
-from core.fake_ov import FakeOV  # noqa: E402
-from core.streams import publish_raw, stream_of_event  # noqa: E402
-from workers.capture import CaptureWorker  # noqa: E402
-from workers.capture_applied import parse_id  # noqa: E402
-from workers.local_redis import start_redis_server  # noqa: E402
+from workers.dev.fake_ov.app import FakeOV  # noqa: E402
+from workers.store.streams import publish_raw, stream_of_event  # noqa: E402
+from workers.capture.worker import CaptureWorker  # noqa: E402
+from workers.store.applied import parse_id  # noqa: E402
+from workers.dev.local_redis import start_redis_server  # noqa: E402
 
 RAW_BATCH = 100
 

@@ -47,17 +47,17 @@ import redis  # noqa: E402
 
 from core.config import Settings  # noqa: E402
 from core.events import TurnEvent  # noqa: E402
-from core.keys import Keys, scope_of, shard_of  # noqa: E402
-from core.ov_client import OVClient  # noqa: E402
-from core.streams import publish_turn  # noqa: E402
-from workers.assemble import assemble  # noqa: E402
-from workers.capture import CaptureWorker  # noqa: E402
-from workers.capture_applied import CAPTURED_THROUGH, LAST_ID  # noqa: E402
-from workers.demo_services import ov_answers, start_local_stack  # noqa: E402
-from workers.local_redis import redis_answers, start_redis_server  # noqa: E402
-from workers.rpc import create_app  # noqa: E402
-from workers.rpc_context import resolve_caller  # noqa: E402
-from workers.rpc_models import decode_assemble_request  # noqa: E402
+from workers.store.keys import Keys, scope_of, shard_of  # noqa: E402
+from core.ov.client import OVClient  # noqa: E402
+from workers.store.streams import publish_turn  # noqa: E402
+from workers.rpc.assemble import assemble  # noqa: E402
+from workers.capture.worker import CaptureWorker  # noqa: E402
+from workers.store.applied import CAPTURED_THROUGH, LAST_ID  # noqa: E402
+from workers.dev.demo_services import ov_answers, start_local_stack  # noqa: E402
+from workers.dev.local_redis import redis_answers, start_redis_server  # noqa: E402
+from workers.rpc.app import create_app  # noqa: E402
+from workers.rpc.context import resolve_caller  # noqa: E402
+from workers.rpc.models import decode_assemble_request  # noqa: E402
 
 
 def _load_bench_assemble() -> Any:

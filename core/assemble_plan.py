@@ -8,7 +8,7 @@ Two entry points mirror the two kinds of OpenClaw call:
   cached OV context (a ``SessionBase``, built once per snapshot version) and
   the caller's transcript, the messages to send and their estimate.
 
-The IO around them (Redis, OV, caching) is workers.assemble's.
+The IO around them (Redis, OV, caching) is workers.rpc.assemble's.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.budget import allocate_context_budget
-from core.convert import archive_summary_message, ov_to_agent_messages, trim_to_budget
+from core.messages.convert import archive_summary_message, ov_to_agent_messages, trim_to_budget
 from core.defaults import RECALL_QUERY_MIN_CHARS
 from core.events import ContextSnapshot
-from core.messages import AgentMessage, dump_message, dump_messages
-from core.pipeline import run_pipeline
-from core.recall_text import has_recall_marker, message_text, prepare_recall_query
-from core.tokens import estimate_message_tokens, estimate_tokens
+from core.messages.model import AgentMessage, dump_message, dump_messages
+from core.messages.pipeline import run_pipeline
+from core.recall.text import has_recall_marker, message_text, prepare_recall_query
+from core.messages.tokens import estimate_message_tokens, estimate_tokens
 
 _TRUNCATION_MARK = "\n…"
 

@@ -11,6 +11,8 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
+from core.session import SessionAddress
+
 EVENT_VERSION = 1
 """The one version this code writes and reads."""
 
@@ -65,6 +67,10 @@ class CommitRequest(msgspec.Struct, kw_only=True):
     keep_recent_count: int
     generation: int
     requested_at: float
+
+    @property
+    def address(self) -> SessionAddress:
+        return SessionAddress(self.ov_session_id, self.agent_id, self.user)
 
 
 CommitStatus = Literal["pending", "running", "completed", "failed", "timeout", "skipped"]

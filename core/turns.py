@@ -1,6 +1,6 @@
 """What one TurnEvent contributes to a session, decided without IO.
 
-Capture (workers.capture_plan) and assemble's lag overlay ask the same two
+Capture (workers.capture.plan) and assemble's lag overlay ask the same two
 questions of an event, so the answers live here once:
 
 - ``skip_reason``: the seed's rules for events that are never written to OV

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from workers.local_redis import LocalRedisError, free_port, start_redis_server  # noqa: F401 (free_port for tests)
+from workers.dev.local_redis import LocalRedisError, free_port, start_redis_server  # noqa: F401 (free_port for tests)
 
 
 @pytest.fixture(scope="session")

@@ -17,15 +17,15 @@ from core.config import ConfigError, Settings, load_settings
 
 # subcommand -> ("module:function", help). The function takes (settings, args) -> int | None.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "capture": ("workers.capture:cli_capture", "run a capture worker (Redis Streams consumer)"),
-    "worker": ("workers.jobs:cli_worker", "run an RQ worker with scheduler for commit/poll jobs"),
-    "rpc": ("workers.rpc:cli_rpc", "serve assemble/compact/tools over HTTP"),
-    "up": ("workers.up:cli_up", "run capture, worker and rpc in one process"),
-    "commits": ("workers.jobs:cli_commits", "show the commit outcomes of a session"),
-    "dlq": ("workers.capture:cli_dlq", "list or replay dead-lettered turn events"),
-    "demo": ("workers.demo:cli_demo", "replay the sample conversation and print assemble's answer"),
-    "model-server": ("workers.model_server:cli_model_server", "run the deterministic OpenAI-compatible model server"),
-    "fake-ov": ("workers.fake_ov_server:cli_fake_ov", "serve the in-memory OpenViking fake over HTTP (tests, demos)"),
+    "capture": ("workers.capture.worker:cli_capture", "run a capture worker (Redis Streams consumer)"),
+    "worker": ("workers.commits.worker:cli_worker", "run an RQ worker with scheduler for commit/poll jobs"),
+    "rpc": ("workers.rpc.app:cli_rpc", "serve assemble/compact/tools over HTTP"),
+    "up": ("workers.dev.up:cli_up", "run capture, worker and rpc in one process"),
+    "commits": ("workers.commits.worker:cli_commits", "show the commit outcomes of a session"),
+    "dlq": ("workers.store.dead_letters:cli_dlq", "list or replay dead-lettered turn events"),
+    "demo": ("workers.dev.demo:cli_demo", "replay the sample conversation and print assemble's answer"),
+    "model-server": ("workers.dev.model_server:cli_model_server", "run the deterministic OpenAI-compatible model server"),
+    "fake-ov": ("workers.dev.fake_ov.server:cli_fake_ov", "serve the in-memory OpenViking fake over HTTP (tests, demos)"),
 }
 
 # Extra arguments per subcommand, added by the owning module's ``add_arguments(parser)``

@@ -12,10 +12,10 @@ import redis
 
 from core.config import Settings
 from core.events import TurnEvent
-from core.fake_ov import FakeOV
-from core.keys import Keys
-from core.streams import publish_turn
-from workers.capture import CaptureWorker
+from workers.dev.fake_ov.app import FakeOV
+from workers.store.keys import Keys
+from workers.store.streams import publish_turn
+from workers.capture.worker import CaptureWorker
 
 
 def turn(session: str, index: int, *, per_turn: int = 2, **fields: Any) -> TurnEvent:

@@ -2,7 +2,7 @@
 
 Every test here is marked ``redis``. ``settings`` has short timings so
 takeovers and retries happen within a test; ``fake_ov`` is also what RQ jobs
-reach (workers.jobs.set_ov_transport_factory). capture_helpers.py builds turns
+reach (workers.commits.context.set_ov_transport_factory). capture_helpers.py builds turns
 whose messages say which session and turn they came from, so the order in OV
 can be checked message by message.
 """
@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from core.config import Settings
-from core.fake_ov import FakeOV
-from workers import jobs
+from workers.dev.fake_ov.app import FakeOV
+from workers.commits import context as jobs
+from workers.store import commit_queue
 
 _HERE = Path(__file__).parent
 _prefixes = itertools.count()
@@ -48,4 +49,4 @@ def fake_ov() -> Iterator[FakeOV]:
         yield fake
     finally:
         jobs.set_ov_transport_factory(None)
-        jobs.set_clock(None)
+        commit_queue.set_clock(None)

@@ -11,24 +11,28 @@ from rq.job import Job
 from capture_helpers import make_worker, ov_texts, publish, turn
 from core.config import Settings
 from core.events import CommitRequest
-from core.keys import Keys
-from workers import jobs
-from workers.jobs import commit_outcome, list_commits, request_commit, wait_commit_outcome
-from workers.jobs_run import memories_extracted, run_commit, run_poll
-from workers.jobs_worker import drain_jobs, jobs_waiting
+from workers.store.keys import Keys
+from workers.commits.context import context_of
+from workers.commits import context as jobs
+from workers.store import commit_queue
+from core.session import SessionAddress
+from workers.store.commit_queue import request_commit, wait_commit_outcome
+from workers.store.commit_records import CommitRecords
+from workers.commits.run import memories_extracted, run_commit, run_poll
+from workers.commits.worker import drain_jobs, jobs_waiting
 from workers.cli import main
 
 FINAL = ("completed", "failed", "timeout", "skipped")
 
 
 def _final(client, settings: Settings, request: CommitRequest):
-    return lambda: (o := commit_outcome(client, settings, request)) is not None and o.status in FINAL
+    return lambda: (o := CommitRecords(client, settings).outcome(request)) is not None and o.status in FINAL
 
 
 def _request(client, settings, sid="s", **kw) -> CommitRequest:
     kw.setdefault("reason", "compact")
     kw.setdefault("keep_recent_count", 0)
-    return request_commit(client, settings, ov_session_id=sid, agent_id="main", user=None, **kw)
+    return request_commit(client, settings, SessionAddress(sid, "main", None), **kw)
 
 
 def _seed(fake, sid: str, n: int = 4, text: str = "hello there") -> None:
@@ -44,12 +48,12 @@ async def test_threshold_crossings_enqueue_one_commit_until_it_finishes(redis_cl
         worker = make_worker(low, fake_ov, burst=True)
         await worker.run()
         assert worker.stats.commits_requested == 1
-    [pending] = list_commits(redis_client, low, "busy", agent_id="main", user=None)
+    [pending] = CommitRecords(redis_client, low).list(SessionAddress("busy", "main", None))
     assert pending.status == "pending" and pending.reason == "threshold"
     assert jobs_waiting(redis_client, low) == 1
 
     assert drain_jobs(redis_client, low, until=_final(redis_client, low, _as_request(pending)))
-    [done] = list_commits(redis_client, low, "busy", agent_id="main", user=None)
+    [done] = CommitRecords(redis_client, low).list(SessionAddress("busy", "main", None))
     assert done.status == "completed" and done.archived and done.task_id
     [commit_call] = [r for r in fake_ov.requests if r.url.path.endswith("/commit")]
     assert json.loads(commit_call.content) == {"keep_recent_count": 2, "enable_working_memory": True}
@@ -57,10 +61,10 @@ async def test_threshold_crossings_enqueue_one_commit_until_it_finishes(redis_cl
     # a finished commit does not block the next one
     publish(redis_client, low, [turn("busy", t) for t in range(4, 8)])
     await make_worker(low, fake_ov, burst=True).run()
-    first, second = list_commits(redis_client, low, "busy", agent_id="main", user=None)
+    first, second = CommitRecords(redis_client, low).list(SessionAddress("busy", "main", None))
     assert first.commit_id != second.commit_id and second.status == "pending"
     assert drain_jobs(redis_client, low, until=_final(redis_client, low, _as_request(second)))
-    assert [o.status for o in list_commits(redis_client, low, "busy", agent_id="main", user=None)] == [
+    assert [o.status for o in CommitRecords(redis_client, low).list(SessionAddress("busy", "main", None))] == [
         "completed", "completed"]
     assert len(ov_texts(fake_ov, "busy")) == 16  # archived ones included: nothing lost
 
@@ -87,7 +91,7 @@ def test_poller_records_completed_with_the_memory_count(redis_client, settings, 
     _seed(fake_ov, "s", text="remember that I prefer tea")
     request = _request(redis_client, settings)
     assert drain_jobs(redis_client, settings, until=_final(redis_client, settings, request))
-    outcome = commit_outcome(redis_client, settings, request)
+    outcome = CommitRecords(redis_client, settings).outcome(request)
     assert outcome.status == "completed" and outcome.memories_extracted == 2
     assert outcome.finished_at and outcome.archive_uri.endswith("archive_001")
     stream = redis_client.xrange(Keys(settings.key_prefix).commit_outcomes())
@@ -104,24 +108,24 @@ def test_poller_records_a_failed_phase2(redis_client, settings, fake_ov):
 
 def wait_for_outcome(client, settings, request):
     assert drain_jobs(client, settings, until=_final(client, settings, request))
-    return commit_outcome(client, settings, request)
+    return CommitRecords(client, settings).outcome(request)
 
 
 def test_poller_records_a_timeout_past_the_deadline(redis_client, settings, fake_ov):
     now = [1_000.0]
-    jobs.set_clock(lambda: now[0])
+    commit_queue.set_clock(lambda: now[0])
     fake_ov.phase2 = "hang"
     _seed(fake_ov, "s")
     request = _request(redis_client, settings)
-    running = run_commit(redis_client, settings, request)
+    running = run_commit(redis_client, context_of(settings), request)
     assert running.status == "running" and running.task_id
     deadline = now[0] + settings.phase2_deadline_s
     now[0] += settings.phase2_deadline_s - 1
-    assert run_poll(redis_client, settings, request, deadline_at=deadline, failed_reads=0, attempt=1).status == "running"
+    assert run_poll(redis_client, context_of(settings), request, deadline_at=deadline, failed_reads=0, attempt=1).status == "running"
     now[0] += 2
-    outcome = run_poll(redis_client, settings, request, deadline_at=deadline, failed_reads=0, attempt=2)
+    outcome = run_poll(redis_client, context_of(settings), request, deadline_at=deadline, failed_reads=0, attempt=2)
     assert outcome.status == "timeout" and outcome.finished_at == now[0]
-    assert run_poll(redis_client, settings, request, deadline_at=deadline, failed_reads=0,
+    assert run_poll(redis_client, context_of(settings), request, deadline_at=deadline, failed_reads=0,
                     attempt=3).status == "timeout"  # the first final outcome stands
 
 
@@ -161,7 +165,7 @@ def test_wait_gives_a_timeout_outcome_when_nothing_runs_the_job(redis_client, se
     request = _request(redis_client, settings)
     outcome = wait_commit_outcome(redis_client, settings, request, timeout_s=0.1)
     assert outcome.status == "timeout" and "still pending" in outcome.error
-    assert commit_outcome(redis_client, settings, request).status == "pending"  # not recorded
+    assert CommitRecords(redis_client, settings).outcome(request).status == "pending"  # not recorded
 
 
 def test_a_lost_commit_job_is_enqueued_again(redis_client, settings, fake_ov):
@@ -183,12 +187,12 @@ def test_memories_extracted_reads_every_known_shape():
 
 
 def test_commit_snapshot_shows_the_archive_overview(redis_client, settings, fake_ov):
-    from workers.snapshot import read_snapshot
+    from workers.store.snapshots import read_snapshot
 
     _seed(fake_ov, "s")
     request = _request(redis_client, settings)
     assert wait_for_outcome(redis_client, settings, request).status == "completed"
-    snap = read_snapshot(redis_client, settings, ov_session_id="s", agent_id="main", user=None)
+    snap = read_snapshot(redis_client, settings, SessionAddress("s", "main", None))
     assert snap is not None and snap.latest_archive_overview and snap.total_archives == 1
 
 

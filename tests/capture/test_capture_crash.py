@@ -8,9 +8,9 @@ import httpx
 import pytest
 
 from capture_helpers import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
-from core.keys import Keys, shard_of
-from workers.capture import CaptureWorker, WorkerKilled
-from workers.capture_dlq import list_dead_letters
+from workers.store.keys import Keys, shard_of
+from workers.capture.worker import CaptureWorker, WorkerKilled
+from workers.store.dead_letters import list_dead_letters
 
 SESSIONS = [f"c{i}" for i in range(6)]
 
@@ -136,7 +136,7 @@ async def test_an_entry_that_kills_every_worker_ends_in_the_dead_letters(redis_c
 
 
 async def test_total_message_count_is_monotonic_across_commits(fake_ov):
-    from core.ov_client import OVClient
+    from core.ov.client import OVClient
 
     async with OVClient("http://ov", transport=fake_ov.transport()) as ov:
         await ov.add_messages("mono", [{"role": "user", "parts": [{"type": "text", "text": f"m{i}"}]}
@@ -150,16 +150,18 @@ async def test_total_message_count_is_monotonic_across_commits(fake_ov):
 
 
 async def test_a_commit_between_the_crash_and_the_redelivery_changes_nothing(redis_client, settings, fake_ov):
-    from workers.jobs import commit_outcome, request_commit
-    from workers.jobs_worker import drain_jobs
+    from core.session import SessionAddress
+    from workers.store.commit_queue import request_commit
+    from workers.store.commit_records import CommitRecords
+    from workers.commits.worker import drain_jobs
 
     publish(redis_client, settings, [turn("arch", t) for t in range(3)])
     victim = make_worker(settings, fake_ov, consumer="victim", fault_hook=kill_at("before_ack", 1))
     [ended] = await run_until([victim], lambda: False, timeout_s=20)
     assert isinstance(ended, WorkerKilled) and len(ov_texts(fake_ov, "arch")) == 6
-    request = request_commit(redis_client, settings, ov_session_id="arch", agent_id="main", user=None,
+    request = request_commit(redis_client, settings, SessionAddress("arch", "main", None),
                              reason="compact", keep_recent_count=0)
-    done = lambda: commit_outcome(redis_client, settings, request).status == "completed"  # noqa: E731
+    done = lambda: CommitRecords(redis_client, settings).outcome(request).status == "completed"  # noqa: E731
     assert await asyncio.to_thread(drain_jobs, redis_client, settings, until=done)
     assert fake_ov.sessions["arch"].messages == []  # all archived before the redelivery
     publish(redis_client, settings, [turn("arch", 3)])

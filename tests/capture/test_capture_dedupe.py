@@ -11,9 +11,10 @@ from capture_helpers import expected_texts, make_worker, ov_texts, publish, turn
 
 from core.config import Settings
 from core.events import TurnEvent
-from workers.capture_applied import EVENT_IDS_KEPT, AppliedState, Intent
-from workers.capture_plan import Entry, finish_state, plan_round, session_of
-from workers.snapshot import read_snapshot
+from workers.store.applied import EVENT_IDS_KEPT, AppliedState, Intent
+from workers.capture.plan import Entry, finish_state, plan_round, session_of
+from core.session import SessionAddress
+from workers.store.snapshots import read_snapshot
 
 
 def _entry(settings: Settings, event: TurnEvent, entry_id: str) -> Entry:
@@ -54,7 +55,7 @@ async def test_a_republished_event_is_captured_once(redis_client, settings, fake
     state = _applied(redis_client, settings, first)
     assert state.captured == 4  # the replayed older event did not move it back
     assert {first.event_id, second.event_id} <= set(state.event_ids)
-    snapshot = read_snapshot(redis_client, settings, ov_session_id="rep", agent_id="main", user=None)
+    snapshot = read_snapshot(redis_client, settings, SessionAddress("rep", "main", None))
     assert snapshot is not None and snapshot.captured_through == 4
 
 
@@ -118,7 +119,7 @@ async def test_the_snapshot_of_commit_turns_counts_the_whole_transcript(redis_cl
     publish(redis_client, settings, [commit_turn("ct", 3)])
     await make_worker(settings, fake_ov, burst=True).run()
     assert ov_texts(fake_ov, "ct") == expected_texts("ct", 4)
-    snapshot = read_snapshot(redis_client, settings, ov_session_id="ct", agent_id="main", user=None)
+    snapshot = read_snapshot(redis_client, settings, SessionAddress("ct", "main", None))
     # 8 OpenClaw messages are in OV: the lag overlay must not append the transcript again
     assert snapshot is not None and snapshot.captured_through == 8
 
@@ -137,13 +138,14 @@ def _import(session: str, texts: list[str]) -> TurnEvent:
 
 
 async def test_a_commit_marker_commits_after_every_earlier_turn(redis_client, settings, fake_ov):
-    from workers.jobs import list_commits
+    from core.session import SessionAddress
+    from workers.store.commit_records import CommitRecords
 
     publish(redis_client, settings, [turn("end", 0), turn("end", 1), _marker("end")])
     worker = make_worker(settings, fake_ov, burst=True)
     await worker.run()
     assert ov_texts(fake_ov, "end") == expected_texts("end", 2)  # the turns went first
-    [commit] = list_commits(redis_client, settings, "end", agent_id="main", user=None)
+    [commit] = CommitRecords(redis_client, settings).list(SessionAddress("end", "main", None))
     assert commit.reason == "session_end"
     assert worker.stats.commits_requested == 1
 

@@ -11,9 +11,9 @@ import pytest
 
 from capture_helpers import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
 from core.events import STREAM_FIELD, encode
-from core.keys import Keys, shard_of
-from workers.capture import CaptureWorker
-from workers.capture_dlq import list_dead_letters
+from workers.store.keys import Keys, shard_of
+from workers.capture.worker import CaptureWorker
+from workers.store.dead_letters import list_dead_letters
 from workers.cli import main
 
 

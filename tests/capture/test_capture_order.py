@@ -6,7 +6,7 @@ import asyncio
 import random
 
 from capture_helpers import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
-from core.keys import Keys
+from workers.store.keys import Keys
 
 
 async def test_four_workers_four_shards_keep_each_sessions_order(redis_client, settings, fake_ov):
@@ -56,7 +56,7 @@ async def test_workers_spread_over_the_shards(redis_client, settings, fake_ov):
 
 
 async def test_a_dead_workers_shards_are_taken_over(redis_client, settings, fake_ov):
-    from workers.capture import WorkerKilled
+    from workers.capture.worker import WorkerKilled
 
     def kill(step: str) -> None:
         raise WorkerKilled(step)

@@ -10,7 +10,7 @@ from itertools import pairwise
 from capture_helpers import make_worker
 
 from core import defaults
-from workers.capture_shard import ShardConsumer
+from workers.capture.shard import ShardConsumer
 
 
 async def _ticks(worker, now: list[float], count: int, step_s: float) -> None:
@@ -32,7 +32,7 @@ async def test_a_crashing_shard_consumer_is_retaken_with_backoff(redis_client, s
 
     monkeypatch.setattr(ShardConsumer, "run", crash)
     worker = make_worker(settings, fake_ov, shards=[0], clock=lambda: now[0])
-    caplog.set_level(logging.INFO, logger="workers.capture")
+    caplog.set_level(logging.INFO, logger="workers.capture.worker")
     try:
         await worker.ensure_group(0)
         await _ticks(worker, now, 400, 0.1)  # 40 s of the fake clock

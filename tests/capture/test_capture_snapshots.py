@@ -10,16 +10,18 @@ import httpx
 
 from capture_helpers import make_worker, publish, turn
 from core.config import Settings
-from core.ov_client import OVClient
-from core.redis_conn import connect, reset_fake_server
-from workers.jobs_worker import drain_jobs
-from workers.jobs import commit_outcome, request_commit
-from workers.capture_applied import AppliedState
-from workers.snapshot import read_snapshot, refresh_snapshot, snapshot_key
+from core.ov.client import OVClient
+from workers.store.connection import connect, reset_fake_server
+from workers.commits.worker import drain_jobs
+from core.session import SessionAddress
+from workers.store.commit_queue import request_commit
+from workers.store.commit_records import CommitRecords
+from workers.store.applied import AppliedState
+from workers.store.snapshots import read_snapshot, refresh_snapshot, snapshot_key
 
 
 def _snap(client, settings, sid):
-    return read_snapshot(client, settings, ov_session_id=sid, agent_id="main", user=None)
+    return read_snapshot(client, settings, SessionAddress(sid, "main", None))
 
 
 async def test_each_batch_refreshes_the_snapshot(redis_client, settings, fake_ov):
@@ -30,7 +32,7 @@ async def test_each_batch_refreshes_the_snapshot(redis_client, settings, fake_ov
     assert snap.applied_stream_id == ids[-1] and snap.captured_through == 6
     assert [p["text"] for m in snap.messages for p in m["parts"]][-2:] == ["snap:q2", "snap:a2"]
     assert seen and seen[-1].applied_stream_id == ids[-1]
-    ttl = redis_client.pttl(snapshot_key(settings, ov_session_id="snap", agent_id="main", user=None))
+    ttl = redis_client.pttl(snapshot_key(settings, SessionAddress("snap", "main")))
     assert 0 < ttl <= settings.snapshot_ttl_s * 1000
 
     more = publish(redis_client, settings, [turn("snap", 3)])
@@ -43,11 +45,11 @@ async def test_an_older_snapshot_never_replaces_a_newer_one(redis_client, settin
     publish(redis_client, settings, [turn("order", 0)])
     await make_worker(settings, fake_ov, burst=True).run()
     ov = OVClient.from_settings(settings, transport=fake_ov.transport()).scoped(peer="main")
-    kw = dict(ov_session_id="order", agent_id="main", user=None)
+    address = SessionAddress("order", "main")
 
     async def refresh(last_id: str, captured: int):
-        return await refresh_snapshot(redis_client, ov, settings,
-                                      applied=AppliedState(last_id=last_id, captured=captured), **kw)
+        return await refresh_snapshot(redis_client, ov, settings, address,
+                                      applied=AppliedState(last_id=last_id, captured=captured))
 
     newest = await refresh("9000000000000-5", 2)
     assert _snap(redis_client, settings, "order").applied_stream_id == "9000000000000-5"
@@ -55,7 +57,7 @@ async def test_an_older_snapshot_never_replaces_a_newer_one(redis_client, settin
         kept = await refresh(stale, 1)
         assert kept.applied_stream_id == "9000000000000-5" and kept.refreshed_at == newest.refreshed_at
     # same stream id: a read that began later (a commit's refresh) wins, an earlier one loses
-    key = snapshot_key(settings, **kw)
+    key = snapshot_key(settings, address)
     redis_client.hset(key, "fetched_ms", int(time.time() * 1000) + 60_000)
     kept = await refresh("9000000000000-5", 2)
     assert kept.refreshed_at == newest.refreshed_at
@@ -70,9 +72,9 @@ async def test_a_commit_refreshes_the_snapshot_at_the_applied_stream_id(redis_cl
     await make_worker(settings, fake_ov, burst=True).run()
     before = _snap(redis_client, settings, "cm")
     assert before.latest_archive_overview == "" and before.total_archives == 0
-    request = request_commit(redis_client, settings, ov_session_id="cm", agent_id="main", user=None,
+    request = request_commit(redis_client, settings, SessionAddress("cm", "main", None),
                              reason="compact", keep_recent_count=0)
-    done = lambda: commit_outcome(redis_client, settings, request).status == "completed"  # noqa: E731
+    done = lambda: CommitRecords(redis_client, settings).outcome(request).status == "completed"  # noqa: E731
     assert await asyncio.to_thread(drain_jobs, redis_client, settings, until=done)
     after = _snap(redis_client, settings, "cm")
     assert after.applied_stream_id == ids[-1] and after.captured_through == 6  # from the applied offset
@@ -81,7 +83,7 @@ async def test_a_commit_refreshes_the_snapshot_at_the_applied_stream_id(redis_cl
 
 
 def test_ovstream_up_runs_capture_jobs_and_rpc_in_one_process():
-    from workers.up import run_up
+    from workers.dev.up import run_up
 
     reset_fake_server()
     settings = Settings(redis_url="fakeredis://", key_prefix="up", capture_block_ms=50,

@@ -1,4 +1,4 @@
-"""One phase 2 at a time per OV tenant (workers.jobs_tenant).
+"""One phase 2 at a time per OV tenant (workers.store.tenant_lock).
 
 OV 0.5.2 loses the memories of overlapping phase 2s of one user; the fake does
 not reproduce that, so these tests check the ordering and the lock itself: a
@@ -15,11 +15,17 @@ from rq.job import Job, JobStatus
 from core.config import Settings
 from core.defaults import COMMIT_TENANT_LOCK_MARGIN_S
 from core.events import CommitRequest
-from core.fake_ov import FakeOV
-from workers import jobs, jobs_tenant
-from workers.jobs import FINAL_STATUSES, commit_outcome, request_commit
-from workers.jobs_run import run_commit, run_poll
-from workers.jobs_worker import drain_jobs
+from workers.dev.fake_ov.app import FakeOV
+from workers.commits.context import context_of
+from workers.commits import context as jobs
+from workers.store import commit_queue
+from workers.store.keys import Keys
+from workers.store import tenant_lock as jobs_tenant
+from core.session import SessionAddress
+from workers.store.commit_queue import request_commit
+from workers.store.commit_records import FINAL_STATUSES, CommitRecords
+from workers.commits.run import run_commit, run_poll
+from workers.commits.worker import drain_jobs
 
 
 def _seed(fake: FakeOV, sid: str, api_key: str | None = None) -> None:
@@ -30,7 +36,7 @@ def _seed(fake: FakeOV, sid: str, api_key: str | None = None) -> None:
 
 
 def _request(client, settings: Settings, sid: str, user: str | None = None) -> CommitRequest:
-    return request_commit(client, settings, ov_session_id=sid, agent_id="main", user=user, reason="compact",
+    return request_commit(client, settings, SessionAddress(sid, "main", user), reason="compact",
                           keep_recent_count=0)
 
 
@@ -40,7 +46,7 @@ def _commit_calls(fake: FakeOV, sid: str) -> list[int]:
 
 def _final(client, settings, *requests):
     def done() -> bool:
-        outcomes = [commit_outcome(client, settings, r) for r in requests]
+        outcomes = [CommitRecords(client, settings).outcome(r) for r in requests]
         return all(o is not None and o.status in FINAL_STATUSES for o in outcomes)
     return done
 
@@ -49,33 +55,33 @@ def test_a_tenants_second_commit_waits_for_the_first_outcome(redis_client, setti
     _seed(fake_ov, "a")
     _seed(fake_ov, "b")
     first, second = _request(redis_client, settings, "a"), _request(redis_client, settings, "b")
-    running = run_commit(redis_client, settings, first)
+    running = run_commit(redis_client, context_of(settings), first)
     assert running.status == "running" and jobs_tenant.holder(redis_client, settings, first) == first.commit_id
     lock_ttl_ms = redis_client.pttl(jobs_tenant.lock_key(settings, first))
     assert settings.phase2_deadline_s * 1000 < lock_ttl_ms <= (
         settings.phase2_deadline_s + COMMIT_TENANT_LOCK_MARGIN_S) * 1000  # a dead poller's lock ends
 
-    waiting = run_commit(redis_client, settings, second)
+    waiting = run_commit(redis_client, context_of(settings), second)
     assert waiting.status == "pending" and _commit_calls(fake_ov, "b") == []
     # it scheduled itself again; meanwhile it is the session's commit in flight
-    job_id = redis_client.hget(jobs._request_keys(settings, second).inflight, "job").decode()
+    job_id = redis_client.hget(Keys(settings.key_prefix).session(second.address, settings.shards).commit_inflight, "job").decode()
     assert job_id.startswith(second.commit_id + "_wait")
     assert Job.fetch(job_id, connection=redis_client).get_status() == JobStatus.SCHEDULED
     assert _request(redis_client, settings, "b").commit_id == second.commit_id
 
-    done = run_poll(redis_client, settings, first, deadline_at=jobs.now() + 30, failed_reads=0, attempt=1)
+    done = run_poll(redis_client, context_of(settings), first, deadline_at=commit_queue.now() + 30, failed_reads=0, attempt=1)
     assert done.status == "completed" and jobs_tenant.holder(redis_client, settings, first) is None
     reads_before = len(fake_ov.requests)
     assert drain_jobs(redis_client, settings, until=_final(redis_client, settings, second))
     [call] = _commit_calls(fake_ov, "b")
     assert call >= reads_before
-    assert commit_outcome(redis_client, settings, second).status == "completed"
+    assert CommitRecords(redis_client, settings).outcome(second).status == "completed"
     assert jobs_tenant.holder(redis_client, settings, second) is None
 
 
 def test_queued_commits_of_one_tenant_reach_ov_one_after_another(redis_client, settings, fake_ov, monkeypatch):
     finals: dict[str, int] = {}
-    record = jobs.record_outcome
+    record = commit_queue.record_outcome
 
     def recording(client, s, request, outcome):
         stored = record(client, s, request, outcome)
@@ -83,14 +89,14 @@ def test_queued_commits_of_one_tenant_reach_ov_one_after_another(redis_client, s
             finals[request.ov_session_id] = len(fake_ov.requests)
         return stored
 
-    monkeypatch.setattr(jobs, "record_outcome", recording)
+    monkeypatch.setattr(commit_queue, "record_outcome", recording)
     fake_ov.phase2_reads_until_done = 2  # each phase 2 answers "running" twice first
     sids = ["s1", "s2", "s3"]
     for sid in sids:
         _seed(fake_ov, sid)
     requests = [_request(redis_client, settings, sid) for sid in sids]
     assert drain_jobs(redis_client, settings, until=_final(redis_client, settings, *requests))
-    assert [commit_outcome(redis_client, settings, r).status for r in requests] == ["completed"] * 3
+    assert [CommitRecords(redis_client, settings).outcome(r).status for r in requests] == ["completed"] * 3
     order = sorted(sids, key=lambda sid: _commit_calls(fake_ov, sid)[0])
     for earlier, later in pairwise(order):
         assert _commit_calls(fake_ov, later)[0] >= finals[earlier], (earlier, later, finals)
@@ -106,8 +112,8 @@ def test_commits_of_different_tenants_run_together(redis_client, settings):
         _seed(keyed, "shared", "key-b")
         alice, bob = _request(redis_client, two, "shared", "alice"), _request(redis_client, two, "shared", "bob")
         assert jobs_tenant.tenant_of(two, "alice") != jobs_tenant.tenant_of(two, "bob")
-        assert run_commit(redis_client, two, alice).status == "running"
-        assert run_commit(redis_client, two, bob).status == "running"
+        assert run_commit(redis_client, context_of(two), alice).status == "running"
+        assert run_commit(redis_client, context_of(two), bob).status == "running"
         assert drain_jobs(redis_client, two, until=_final(redis_client, two, alice, bob))
     finally:
         jobs.set_ov_transport_factory(None)
@@ -117,18 +123,18 @@ def test_a_lock_left_by_a_finished_commit_is_taken(redis_client, settings, fake_
     _seed(fake_ov, "a")
     _seed(fake_ov, "b")
     first, second = _request(redis_client, settings, "a"), _request(redis_client, settings, "b")
-    assert run_commit(redis_client, settings, first).status == "running"
+    assert run_commit(redis_client, context_of(settings), first).status == "running"
     with monkeypatch.context() as m:  # the poller dies between recording the outcome and releasing
         m.setattr(jobs_tenant, "release", lambda *a: False)
-        run_poll(redis_client, settings, first, deadline_at=jobs.now() + 30, failed_reads=0, attempt=1)
+        run_poll(redis_client, context_of(settings), first, deadline_at=commit_queue.now() + 30, failed_reads=0, attempt=1)
     assert jobs_tenant.holder(redis_client, settings, first) == first.commit_id
-    assert run_commit(redis_client, settings, second).status == "running"
+    assert run_commit(redis_client, context_of(settings), second).status == "running"
     assert jobs_tenant.holder(redis_client, settings, second) == second.commit_id
 
 
 def test_a_commit_failing_in_ov_releases_the_lock(redis_client, settings, fake_ov):
     _seed(fake_ov, "b")
     missing = _request(redis_client, settings, "never-created")  # OV answers 404: recorded as failed
-    assert run_commit(redis_client, settings, missing).status == "failed"
+    assert run_commit(redis_client, context_of(settings), missing).status == "failed"
     assert jobs_tenant.holder(redis_client, settings, missing) is None
-    assert run_commit(redis_client, settings, _request(redis_client, settings, "b")).status == "running"
+    assert run_commit(redis_client, context_of(settings), _request(redis_client, settings, "b")).status == "running"

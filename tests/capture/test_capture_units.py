@@ -10,11 +10,11 @@ from capture_helpers import turn
 from core.config import Settings
 from core.events import STREAM_FIELD, TurnEvent, decode
 from core.ids import ov_session_id
-from core.keys import Keys, shard_of
-from core.redis_conn import connect, connect_async, reset_fake_server
-from core.streams import publish_turn
-from workers.capture_applied import AppliedState, Intent, ov_message_count
-from workers.capture_plan import Entry, drop_written, finish_state, plan_round, session_of
+from workers.store.keys import Keys, shard_of
+from workers.store.connection import connect, connect_async, reset_fake_server
+from workers.store.streams import publish_turn
+from workers.store.applied import AppliedState, Intent, ov_message_count
+from workers.capture.plan import Entry, drop_written, finish_state, plan_round, session_of
 
 
 def _entry(settings: Settings, event: TurnEvent, entry_id: str) -> Entry:
@@ -99,7 +99,7 @@ def test_plan_skips_what_an_interrupted_write_stored(settings):
 
 
 def test_plan_stops_at_an_entry_convert_cannot_read(settings, monkeypatch):
-    import workers.capture_plan as plan_mod
+    import workers.capture.plan as plan_mod
 
     real = plan_mod.turn_to_ov_messages
 

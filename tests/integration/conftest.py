@@ -1,7 +1,7 @@
 """Fixtures of the ``ov`` tier: a real openviking-server 0.5.2, offline.
 
 Session fixtures start, on free loopback ports, the deterministic model server
-(``workers.model_server``) and ``openviking-server`` in dev mode pointing at it
+(``workers.dev.model_server``) and ``openviking-server`` in dev mode pointing at it
 (``ov_server``). ``ov_keyed_server`` is a second server with a root API key,
 started the first time a test asks for it. Nothing is installed here: when
 ``find_openviking_server()`` finds no binary the tier is skipped, or fails when
@@ -24,9 +24,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from workers.local_ov import INSTALL_HINT, LocalOV, find_openviking_server, start_local_ov
-from workers.model_server import ModelServerHandle, start_model_server
-from workers.local_redis import free_port
+from workers.dev.local_ov import INSTALL_HINT, LocalOV, find_openviking_server, start_local_ov
+from workers.dev.model_server import ModelServerHandle, start_model_server
+from workers.dev.local_redis import free_port
 
 HERE = Path(__file__).resolve().parent
 ROOT_API_KEY = "ovstream-test-root-key"

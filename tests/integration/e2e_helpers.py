@@ -2,9 +2,9 @@
 OpenClaw-shaped conversations, and bounded waits.
 
 The e2e tests drive ovstream only through its public surfaces: turn events
-published with ``core.streams.publish_turn`` (what the plugin's afterTurn
+published with ``workers.store.streams.publish_turn`` (what the plugin's afterTurn
 does) and HTTP calls to the RPC. What they check comes from the RPC answers,
-the commit records (``workers.jobs.list_commits`` and the ``ovstream commits``
+the commit records (``workers.store.commit_records.CommitRecords`` and the ``ovstream commits``
 CLI) and, to know when capture has caught up, OV itself.
 """
 
@@ -28,11 +28,12 @@ import redis
 from core.config import Settings
 from core.events import CommitOutcome, TurnEvent
 from core.ids import ov_session_id, resolve_agent_id
-from core.keys import Keys
-from core.streams import publish_turn
-from core.tokens import estimate_tokens
-from workers.jobs import FINAL_STATUSES, list_commits
-from workers.local_redis import free_port
+from workers.store.keys import Keys
+from workers.store.streams import publish_turn
+from core.messages.tokens import estimate_tokens
+from core.session import SessionAddress
+from workers.store.commit_records import FINAL_STATUSES, CommitRecords
+from workers.dev.local_redis import free_port
 
 DEADLINE_S = 90.0
 """Every wait is bounded by this: a hang fails the test instead of stalling the tier."""
@@ -283,8 +284,7 @@ class Service:
     # commit records
 
     def commits(self, conv: Conversation) -> list[CommitOutcome]:
-        return list_commits(self.redis, self.settings, conv.ov_session_id, agent_id=conv.agent_id,
-                            user=conv.user)
+        return CommitRecords(self.redis, self.settings).list(SessionAddress(conv.ov_session_id, conv.agent_id, conv.user))
 
     def wait_commits(self, conv: Conversation, count: int, *, timeout_s: float = DEADLINE_S
                      ) -> list[CommitOutcome]:

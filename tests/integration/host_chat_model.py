@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from workers.model_answers import content_text
+from workers.dev.model_answers import content_text
 
 MODEL_ID = "scripted"
 _TOOL_RE = re.compile(r"\[\[tool:([A-Za-z0-9_.-]+)\s*(\{.*?\})?\]\]", re.S)

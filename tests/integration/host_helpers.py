@@ -26,7 +26,7 @@ import httpx
 from e2e_helpers import Service, _ovstream_command, wait_for
 from host_chat_model import MODEL_ID, content_text, serve
 
-from workers.local_redis import free_port
+from workers.dev.local_redis import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_DIR = ROOT / "clients" / "openclaw"

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from workers.local_redis import free_port
+from workers.dev.local_redis import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG_GUARD_S = 420

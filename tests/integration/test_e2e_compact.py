@@ -19,7 +19,7 @@ from e2e_helpers import (
     first_text,
 )
 
-from core.tokens import estimate_message_tokens
+from core.messages.tokens import estimate_message_tokens
 
 pytest_plugins = ("conftest_e2e",)
 

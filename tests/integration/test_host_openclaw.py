@@ -22,7 +22,8 @@ from e2e_helpers import unique, wait_for, workdir_for
 from host_helpers import HostStack, conversation_text, host_available, system_text
 from host_chat_model import content_text
 
-from workers.jobs import list_commits
+from core.session import SessionAddress
+from workers.store.commit_records import CommitRecords
 
 pytestmark = pytest.mark.host
 
@@ -33,7 +34,8 @@ if _why is not None:
     pytest.skip(_why, allow_module_level=True)
 
 RECALL_MARK = "<relevant-memories>"
-PREFERENCE = "I prefer jasmine green tea over coffee, every single morning."
+# A subject no other real-OV test uses: the dev-mode user's memories are shared by the session.
+PREFERENCE = "I prefer fountain pens with sepia ink for every handwritten letter."
 
 
 @pytest.fixture(scope="module")
@@ -78,20 +80,20 @@ def test_tools_behind_tool_search_store_a_memory(host: HostStack) -> None:
     tool_results = [content_text(m.get("content")) for m in requests[-1]["messages"] if m.get("role") == "tool"]
     assert tool_results and "memory_store failed" not in tool_results[-1], tool_results
     # The memory is findable through the service before the next conversation asks for it.
-    wait_for(lambda: "jasmine" in host.service.http.post(
-        "/v1/tools/memory_recall", json={"params": {"query": "what tea do I prefer"}}).text,
+    wait_for(lambda: "sepia" in host.service.http.post(
+        "/v1/tools/memory_recall", json={"params": {"query": "which pens do I prefer"}}).text,
         "the stored preference is recalled by memory_recall", timeout_s=180)
 
 
 def test_recall_reaches_every_model_request_of_a_turn_once(host: HostStack) -> None:
     key = f"agent:main:{unique('recall')}"
     misses = _metric(host, 'ovstream_recall_turn_cache_total{result="miss"}')
-    requests = host.turn(key, 'Which tea do I prefer in the morning? [[tool:ov_archive_search {"query": "tea"}]]')
+    requests = host.turn(key, 'Which pens do I prefer for handwritten letters? [[tool:ov_archive_search {"query": "pens"}]]')
     assert len(requests) >= 2  # the tool loop: one model request per step
     for request in requests:
         system = system_text(request)
         assert system.count(RECALL_MARK) == 1, system[:500]
-        assert "jasmine" in system
+        assert "sepia" in system
         assert RECALL_MARK not in conversation_text(request)
     # One search for the whole turn: the other requests reused its block.
     assert _metric(host, 'ovstream_recall_turn_cache_total{result="miss"}') == misses + 1
@@ -135,7 +137,7 @@ def test_a_reset_conversation_is_committed(host: HostStack) -> None:
     settings = host.service.settings
 
     def committed() -> bool:
-        outcomes = list_commits(host.service.redis, settings, ov_session, agent_id="main", user=None)
+        outcomes = CommitRecords(host.service.redis, settings).list(SessionAddress(ov_session, "main", None))
         return any(o.reason == "session_end" and o.status == "completed" for o in outcomes)
 
     wait_for(committed, "a session_end commit of the reset conversation", timeout_s=180)

@@ -1,4 +1,4 @@
-"""core.ov_client.OVClient against the real openviking-server 0.5.2 (typed results, errors)."""
+"""core.ov.client.OVClient against the real openviking-server 0.5.2 (typed results, errors)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
-from core.ov_client import OVClient, OVError
-from core.ov_models import TaskState
-from core.tokens import estimate_tokens
+from core.ov.client import OVClient, OVError
+from core.ov.models import TaskState
+from core.messages.tokens import estimate_tokens
 
 
 def sid(prefix: str) -> str:

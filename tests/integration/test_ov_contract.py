@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from core.tokens import estimate_tokens
+from core.messages.tokens import estimate_tokens
 
 BUDGET = {"token_budget": 128_000}
 

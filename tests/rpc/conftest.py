@@ -17,9 +17,9 @@ import pytest
 import redis
 
 from core.config import Settings
-from core.fake_ov import FakeOV
+from workers.dev.fake_ov.app import FakeOV
 from rpc_helpers import TEST_SETTINGS, Rpc, running_worker
-from workers.rpc import create_app
+from workers.rpc.app import create_app
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ import httpx
 import redis
 
 from core.config import Settings
-from core.fake_ov import FakeOV
-from core.keys import Keys, scope_of, shard_of
-from workers import jobs
-from workers.capture_applied import CAPTURED_THROUGH, LAST_ID
-from workers.jobs_worker import run_embedded_worker
+from workers.dev.fake_ov.app import FakeOV
+from workers.store.keys import Keys, scope_of, shard_of
+from workers.commits import context as jobs
+from workers.store.applied import CAPTURED_THROUGH, LAST_ID
+from workers.commits.worker import run_embedded_worker
 
 # Small waits and no retry back-off, so failure paths answer at once.
 TEST_SETTINGS: dict[str, Any] = {

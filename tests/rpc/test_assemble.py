@@ -6,12 +6,13 @@ from typing import Any
 
 import pytest
 
-from core.fake_ov import FakeOV
-from core.recall_text import AUTO_RECALL_SOURCE_MARKER
-from core.tokens import estimate_message_tokens
-from workers.rpc_context import OVBreaker
-from workers.capture_applied import AppliedState
-from workers.snapshot import read_snapshot
+from core.session import SessionAddress
+from workers.dev.fake_ov.app import FakeOV
+from core.recall.text import AUTO_RECALL_SOURCE_MARKER
+from core.messages.tokens import estimate_message_tokens
+from workers.rpc.context import OVBreaker
+from workers.store.applied import AppliedState
+from workers.store.snapshots import read_snapshot
 
 pytestmark = pytest.mark.redis
 
@@ -65,7 +66,7 @@ async def test_unknown_session_passes_through_and_stores_nothing(rpc: Any) -> No
     assert r.status_code == 200
     assert r.json()["messages"] == messages
     assert "systemPromptAddition" not in r.json()
-    assert read_snapshot(rpc.redis, rpc.settings, ov_session_id=SID, agent_id="main", user=None) is None
+    assert read_snapshot(rpc.redis, rpc.settings, SessionAddress(SID, "main", None)) is None
 
 
 async def test_ov_down_passes_through_and_is_counted(rpc: Any) -> None:
@@ -104,7 +105,7 @@ async def test_miss_reads_ov_once_then_hits_serve_without_ov(rpc: Any) -> None:
     first = await rpc.assemble(main_call(messages))
     assert first.status_code == 200
     assert context_reads(rpc.fake) == 1
-    snapshot = read_snapshot(rpc.redis, rpc.settings, ov_session_id=SID, agent_id="main", user=None)
+    snapshot = read_snapshot(rpc.redis, rpc.settings, SessionAddress(SID, "main", None))
     assert snapshot is not None and snapshot.captured_through == 2
 
     for _ in range(3):
@@ -183,12 +184,12 @@ async def test_new_snapshot_version_is_picked_up(rpc: Any) -> None:
     await rpc.ov.add_messages(SID, ov_turns("q1", "a1"))
     rpc.mark_captured(SID, 2, stream_id="1700000000000-0")
     await rpc.assemble(main_call(oc_turns("q1", "a1")))
-    # Capture applies another turn and refreshes the snapshot (as workers.capture does).
-    from workers.snapshot import refresh_snapshot
+    # Capture applies another turn and refreshes the snapshot (as workers.capture.worker does).
+    from workers.store.snapshots import refresh_snapshot
 
     await rpc.ov.add_messages(SID, ov_turns("q2", "a2"))
-    await refresh_snapshot(rpc.redis, rpc.ov.scoped(peer="main"), rpc.settings, ov_session_id=SID,
-                           agent_id="main", user=None, applied=AppliedState(last_id="1700000000001-0", captured=4))
+    await refresh_snapshot(rpc.redis, rpc.ov.scoped(peer="main"), rpc.settings, SessionAddress(SID, "main"),
+                           applied=AppliedState(last_id="1700000000001-0", captured=4))
     body = (await rpc.assemble(main_call(oc_turns("q1", "a1", "q2", "a2")))).json()
     assert body["messages"][-1] == {"role": "assistant", "content": [{"type": "text", "text": "a2"}]}
 
@@ -206,7 +207,7 @@ async def test_two_agents_never_share_a_snapshot(rpc: Any) -> None:
     await rpc.assemble({**body, "runtimeContext": {"agentId": "beta"}})
     assert context_reads(rpc.fake) == 2  # beta did not hit alpha's snapshot
     for agent in ("alpha", "beta"):
-        snap = read_snapshot(rpc.redis, rpc.settings, ov_session_id=sid, agent_id=agent, user=None)
+        snap = read_snapshot(rpc.redis, rpc.settings, SessionAddress(sid, agent, None))
         assert snap is not None and snap.agent_id == agent
     # The OV reads acted as each agent.
     peers = [r.headers.get("X-OpenViking-Actor-Peer") for r in rpc.fake.requests if r.url.path.endswith("/context")]

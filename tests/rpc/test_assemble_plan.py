@@ -10,11 +10,11 @@ from core.assemble_plan import (
     FullContext, Overlay, Passthrough, build_full_context, build_session_base, fit_overview,
     plan_overlay, recall_query, session_context_guide,
 )
-from core.convert import INTERRUPTED_TEXT
-from core.messages import parse_messages
-from core.pipeline import NO_CONTENT_TEXT
-from core.recall_text import AUTO_RECALL_SOURCE_MARKER
-from core.tokens import estimate_message_tokens, estimate_tokens
+from core.messages.convert import INTERRUPTED_TEXT
+from core.messages.model import parse_messages
+from core.messages.pipeline import NO_CONTENT_TEXT
+from core.recall.text import AUTO_RECALL_SOURCE_MARKER
+from core.messages.tokens import estimate_message_tokens, estimate_tokens
 
 
 def text_record(role: str, text: str, i: int = 0) -> dict[str, Any]:

@@ -12,9 +12,9 @@ import msgspec
 import pytest
 
 from core.events import TurnEvent, encode
-from core.keys import Keys, scope_of, shard_of
-from core.streams import publish_raw, publish_turn
-from workers.capture_applied import CAPTURED_THROUGH, EVENT_IDS, LAST_ID
+from workers.store.keys import Keys, scope_of, shard_of
+from workers.store.streams import publish_raw, publish_turn
+from workers.store.applied import CAPTURED_THROUGH, EVENT_IDS, LAST_ID
 
 pytestmark = pytest.mark.redis
 

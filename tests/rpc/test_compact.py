@@ -6,9 +6,11 @@ from typing import Any
 
 import pytest
 
-from core.fake_ov import FakeOV
-from workers.jobs import list_commits, request_commit
-from workers.snapshot import read_snapshot
+from workers.dev.fake_ov.app import FakeOV
+from core.session import SessionAddress
+from workers.store.commit_queue import request_commit
+from workers.store.commit_records import CommitRecords
+from workers.store.snapshots import read_snapshot
 
 from rpc_helpers import running_worker
 
@@ -59,9 +61,9 @@ async def test_compact_archives_and_reports(rpc: Any, commit_worker: None) -> No
     assert result["tokensAfter"] is not None and result["tokensAfter"] < 1234
     assert rpc.fake.sessions[SID].messages == []  # nothing kept: keep_recent_count 0
     # The snapshot now holds the compacted context.
-    snap = read_snapshot(rpc.redis, rpc.settings, ov_session_id=SID, agent_id="main", user=None)
+    snap = read_snapshot(rpc.redis, rpc.settings, SessionAddress(SID, "main", None))
     assert snap is not None and snap.latest_archive_overview.strip() == result["summary"]
-    [outcome] = list_commits(rpc.redis, rpc.settings, SID, agent_id="main", user=None)
+    [outcome] = CommitRecords(rpc.redis, rpc.settings).list(SessionAddress(SID, "main", None))
     assert (outcome.reason, outcome.status) == ("compact", "completed")
 
 
@@ -95,7 +97,7 @@ async def test_phase2_still_running_at_the_bound_answers_phase2_pending(make_rpc
     assert "still running" in body["result"]["details"]["phase2"]
     assert rpc.fake.sessions[SID].messages == []
     # Nothing final was recorded for it: the poller still owns the outcome.
-    [outcome] = list_commits(rpc.redis, rpc.settings, SID, agent_id="main", user=None)
+    [outcome] = CommitRecords(rpc.redis, rpc.settings).list(SessionAddress(SID, "main", None))
     assert outcome.status not in ("completed", "failed", "timeout", "skipped")
 
 
@@ -109,13 +111,13 @@ async def test_nothing_to_archive_is_commit_no_archive(rpc: Any, commit_worker: 
 async def test_a_commit_in_flight_is_awaited_not_duplicated(rpc: Any) -> None:
     await rpc.ov.add_messages(SID, turns(4))
     # Capture asked for a commit at its threshold; no worker has run it yet.
-    pending = request_commit(rpc.redis, rpc.settings, ov_session_id=SID, agent_id="main", user=None,
+    pending = request_commit(rpc.redis, rpc.settings, SessionAddress(SID, "main", None),
                              reason="threshold", keep_recent_count=0)
     with running_worker(rpc):
         body = (await rpc.compact({"sessionId": SID})).json()
     assert body["reason"] == "commit_completed"
     assert ov_commits(rpc.fake) == 1
-    [outcome] = list_commits(rpc.redis, rpc.settings, SID, agent_id="main", user=None)
+    [outcome] = CommitRecords(rpc.redis, rpc.settings).list(SessionAddress(SID, "main", None))
     assert outcome.commit_id == pending.commit_id
 
 

@@ -10,9 +10,9 @@ import redis
 
 from core.config import Settings
 from core.events import CommitOutcome, encode
-from core.keys import Keys
+from workers.store.keys import Keys
 from workers.cli import build_parser
-from workers.rpc import add_rpc_arguments, create_app, fail_fast
+from workers.rpc.app import add_rpc_arguments, create_app, fail_fast
 
 pytestmark = pytest.mark.redis
 

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 
 from core.config import Settings
-from core.fake_ov import FakeOV
-from workers.rpc import create_app
-from workers.tools import tools
+from workers.dev.fake_ov.app import FakeOV
+from workers.rpc.app import create_app
+from workers.rpc.tools.registry import tools
 
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from core.fake_ov import FakeOV
+from workers.dev.fake_ov.app import FakeOV
 
 pytestmark = pytest.mark.redis
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from core.fake_ov import FakeOV
+from workers.dev.fake_ov.app import FakeOV
 
 S = "/api/v1/sessions"
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from core.ov_client import OVClient
+from core.ov.client import OVClient
 
 
 def ok(result: Any) -> httpx.Response:

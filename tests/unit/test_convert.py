@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.convert import (
+from core.messages.convert import (
     INTERRUPTED_TEXT,
     NO_OUTPUT_TEXT,
     archive_summary_message,
@@ -18,7 +18,7 @@ from core.convert import (
     trim_to_budget,
     turn_to_ov_messages,
 )
-from core.messages import (
+from core.messages.model import (
     AgentMessage,
     AssistantMessage,
     TextBlock,

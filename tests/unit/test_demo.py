@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from workers.demo_report import format_assemble, memory_count, message_summary, one_line, recall_block
-from workers.demo_replay import DemoFailure, load_sample
-from workers.demo_services import provide_ov, provide_redis
-from workers.local_redis import free_port, redis_answers
+from workers.dev.demo_report import format_assemble, memory_count, message_summary, one_line, recall_block
+from workers.dev.demo_replay import DemoFailure, load_sample
+from workers.dev.demo_services import provide_ov, provide_redis
+from workers.dev.local_redis import free_port, redis_answers
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG_GUARD_S = 240

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from core.fake_ov import FakeOV
+from workers.dev.fake_ov.app import FakeOV
 from fake_ov_helpers import S, add, error, http, ok, texts
 
 # --- sessions and messages -------------------------------------------------------------
@@ -326,7 +326,7 @@ async def test_latency_makes_the_answer_await_a_sleep(monkeypatch):
     async def fake_sleep(d: float) -> None:
         slept.append(d)
 
-    monkeypatch.setattr("core.fake_ov.asyncio.sleep", fake_sleep)
+    monkeypatch.setattr("workers.dev.fake_ov.app.asyncio.sleep", fake_sleep)
     fake = FakeOV()
     fake.latency_s = {"find": 7.0}
     async with http(fake) as c:
@@ -358,7 +358,7 @@ async def test_asgi_app_serves_the_same_api():
 
 def test_token_weights_match_math():
     # 3 CJK (1.5 each) + 1 ASCII (0.25) = 4.75 -> 5
-    from core.fake_ov_state import message_tokens
+    from workers.dev.fake_ov.state import message_tokens
     assert message_tokens({"parts": [{"type": "text", "text": "你好吗a"}]}) == math.ceil(4.75)
     tool = {"type": "tool", "tool_id": "ab", "tool_name": "cd", "tool_input": {"k": 1}, "tool_output": "ef"}
     # "ab" + "cd" + '{"k": 1}' + "ef" + the context abstract "gh" = 16 chars -> 4 tokens

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from core.fake_ov import FakeOV
+from workers.dev.fake_ov.app import FakeOV
 from fake_ov_helpers import S, add, error, http, ok
 
 

@@ -2,7 +2,7 @@ import hashlib
 
 import pytest
 
-from core.keys import Keys, scope_of, shard_of
+from workers.store.keys import Keys, scope_of, shard_of
 
 
 @pytest.mark.parametrize("sid", ["a", "0f8fad5b-d9cb-469f-a165-70867728950e", "x" * 64, "会话"])

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.messages import (
+from core.messages.model import (
     AssistantMessage,
     ImageBlock,
     MessageFormatError,

@@ -9,10 +9,10 @@ import httpx
 import pytest
 
 from core.config import Settings
-from core.fake_ov import FakeOV
-from core.ov_client import OVClient, OVError, OVUnavailable
+from workers.dev.fake_ov.app import FakeOV
+from core.ov.client import OVClient, OVError, OVUnavailable
 from ov_helpers import Recorder, client, err, ok
-from core.ov_models import (
+from core.ov.models import (
     AddMessagesResult, Archive, CommitAccepted, FindResult, GrepResult, SessionContext,
     SessionState, TaskState,
 )
@@ -272,7 +272,7 @@ async def test_temp_upload_without_id_is_bad_response():
 
 
 async def test_each_call_is_logged_at_debug(caplog):
-    caplog.set_level(logging.DEBUG, logger="core.ov_client")
+    caplog.set_level(logging.DEBUG, logger="core.ov.client")
     with pytest.raises(OVError):
         await client(Recorder(err(404, "NOT_FOUND")), retries=0).get_task("t9")
     line = next(r.getMessage() for r in caplog.records if "/api/v1/tasks/t9" in r.getMessage())

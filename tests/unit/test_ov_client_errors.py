@@ -6,8 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from core.fake_ov import FakeOV
-from core.ov_client import OVClient, OVError, OVUnavailable
+from workers.dev.fake_ov.app import FakeOV
+from core.ov.client import OVClient, OVError, OVUnavailable
 from ov_helpers import Recorder, client, err, ok
 
 
@@ -143,7 +143,7 @@ async def test_backoff_doubles(monkeypatch):
     async def fake_sleep(d: float) -> None:
         delays.append(d)
 
-    monkeypatch.setattr("core.ov_client.asyncio.sleep", fake_sleep)
+    monkeypatch.setattr("core.ov.client.asyncio.sleep", fake_sleep)
     rec = Recorder(err(503, "UNAVAILABLE"))
     with pytest.raises(OVUnavailable):
         await client(rec, retries=3, backoff=0.2).get_task("t")

@@ -1,4 +1,4 @@
-"""The offline OV harness without OV: workers.model_server / model_answers / local_ov."""
+"""The offline OV harness without OV: workers.dev.model_server / model_answers / local_ov."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from workers import local_ov
-from workers.model_answers import answer, extraction_program, topic_of
-from workers.model_server import GARBAGE_ANSWER, cosine, embed, start_model_server, tokenize
+from workers.dev import local_ov
+from workers.dev.model_answers import answer, extraction_program, topic_of
+from workers.dev.model_server import GARBAGE_ANSWER, cosine, embed, start_model_server, tokenize
 
 EXTRACTION_SYSTEM = (
     "## Output Format: restricted Python memory SDK\n"

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.messages import (
+from core.messages.model import (
     AgentMessage,
     AssistantMessage,
     TextBlock,
@@ -21,13 +21,12 @@ from core.messages import (
     UserMessage,
     dump_messages,
 )
-from core.pipeline import (
+from core.messages.canonical import canonicalize_agent_messages, normalize_assistant_content
+from core.messages.pipeline import (
     MISSING_TOOL_RESULT_TEXT,
     NO_CONTENT_TEXT,
-    canonicalize_agent_messages,
     ensure_alternation,
     merge_consecutive_users,
-    normalize_assistant_content,
     run_pipeline,
     sanitize_tool_use_result_pairing,
 )

@@ -1,4 +1,4 @@
-"""core.recall: hit selection, ranking, the injected block, prepending it."""
+"""core.recall.hits: hit selection, ranking, the injected block, prepending it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.recall import (
+from core.recall.hits import (
     RecallHit,
     build_recall_block,
     candidate_limit,
@@ -23,7 +23,7 @@ from core.recall import (
     select_recall_hits,
     to_hit,
 )
-from core.recall_text import AUTO_RECALL_SOURCE_MARKER
+from core.recall.text import AUTO_RECALL_SOURCE_MARKER
 
 MEM = "viking://user/u1/memories"
 

@@ -1,4 +1,4 @@
-"""core.recall_text: marker, block stripping, query preparation, capture sanitising."""
+"""core.recall.text: marker, block stripping, query preparation, capture sanitising."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.recall_text import (
+from core.recall.text import (
     AUTO_RECALL_SOURCE_MARKER,
     has_recall_marker,
     latest_user_index,

@@ -1,4 +1,4 @@
-"""core.tokens: the character-weighted estimate OV uses for pending_tokens."""
+"""core.messages.tokens: the character-weighted estimate OV uses for pending_tokens."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.tokens import compact_json, estimate_message_tokens, estimate_tokens
+from core.messages.tokens import compact_json, estimate_message_tokens, estimate_tokens
 
 # The weight table written out a second, naive way, as the oracle.
 _CJK_RANGES = [

@@ -1,0 +1,350 @@
+"""Async client of the OpenViking 0.5.2 HTTP API.
+
+All IO goes through one pooled ``httpx.AsyncClient``; pass ``transport=`` (for
+example ``workers.dev.fake_ov.app.FakeOV().transport()`` or an ``httpx.MockTransport``) to
+run it in memory. ``scoped()`` gives a view with another actor peer or API key
+that shares the pool.
+
+Answers are unwrapped from the envelope ``{"status", "result", "error"}``;
+an error answer raises ``OVError`` (``OVUnavailable`` when OV is down: no
+connection, a timeout, or HTTP 502/503/504). Only idempotent calls are retried
+(GETs, DELETEs and the read-only POST searches), on 5xx and connection errors,
+with exponential backoff. Writes are never retried: a retried add or commit
+could apply twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+import msgspec
+
+from core import defaults
+from core.ov.models import (
+    AddMessagesResult, Archive, CommitAccepted, FindResult, GrepResult, SessionContext,
+    SessionState, TaskState, to_struct,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
+_CODE_BY_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
+                   404: "NOT_FOUND", 409: "ALREADY_EXISTS", 412: "FAILED_PRECONDITION",
+                   429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 501: "UNIMPLEMENTED",
+                   502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+_UPLOAD_ID = re.compile(r"^(upload_[0-9a-f]{32}(\.[A-Za-z0-9]+)?|shared_[\w.-]+)$")
+
+
+class OVError(Exception):
+    """OV answered with an error, or did not answer (``status`` 0, code "UNAVAILABLE").
+
+    ``added`` is set by ``add_messages`` when a later chunk failed: how many
+    messages the earlier chunks stored.
+    """
+
+    def __init__(self, code: str, message: str, *, status: int = 0, details: Any = None) -> None:
+        super().__init__(f"{code} (HTTP {status}): {message}" if status else f"{code}: {message}")
+        self.code = code
+        self.status = status
+        self.message = message
+        self.details = details
+        self.added = 0
+
+
+class OVUnavailable(OVError):
+    """OV is down or overloaded (connection error, timeout, HTTP 502/503/504): try later."""
+
+
+def _error(code: str, message: str, *, status: int, details: Any = None) -> OVError:
+    cls = OVUnavailable if status in _UNAVAILABLE_STATUSES else OVError
+    return cls(code, message, status=status, details=details)
+
+
+def _seg(value: str) -> str:
+    """One URL path segment, fully percent-encoded (``/`` included)."""
+    return quote(str(value), safe="")
+
+
+class OVClient:
+    """One OV identity (API key or dev-mode account/user, plus an optional actor peer)."""
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, account: str = defaults.OV_ACCOUNT,
+                 user: str = defaults.OV_USER, timeout: float = defaults.OV_TIMEOUT_S,
+                 retries: int = defaults.OV_RETRIES, backoff: float = defaults.OV_BACKOFF_S,
+                 transport: httpx.AsyncBaseTransport | None = None, peer: str | None = None,
+                 batch_max: int = defaults.OV_BATCH_MAX, _http: httpx.AsyncClient | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.account = account
+        self.user = user
+        self.peer = peer
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.batch_max = batch_max
+        self._owns_http = _http is None
+        self._http = _http or httpx.AsyncClient(
+            base_url=self.base_url, transport=transport, timeout=httpx.Timeout(timeout),
+            trust_env=False,  # OV is usually on loopback: never route it through an HTTP(S)_PROXY
+            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
+        self.headers = self._identity_headers()
+
+    @classmethod
+    def from_settings(cls, settings: Any, transport: httpx.AsyncBaseTransport | None = None) -> OVClient:
+        return cls(settings.base_url, api_key=settings.api_key, account=settings.account,
+                   user=settings.user, timeout=settings.ov_timeout_s, retries=settings.ov_retries,
+                   backoff=settings.ov_backoff_s, batch_max=settings.ov_batch_max, transport=transport)
+
+    def scoped(self, *, peer: str | None = None, api_key: str | None = None) -> OVClient:
+        """The same pool with another actor peer and/or API key (None keeps this client's)."""
+        return OVClient(self.base_url, api_key=api_key or self.api_key, account=self.account,
+                        user=self.user, timeout=self.timeout, retries=self.retries,
+                        backoff=self.backoff, peer=peer or self.peer, batch_max=self.batch_max,
+                        _http=self._http)
+
+    def _identity_headers(self) -> dict[str, str]:
+        if self.api_key:
+            headers = {"X-API-Key": self.api_key}
+        else:
+            headers = {"X-OpenViking-Account": self.account, "X-OpenViking-User": self.user}
+        if self.peer:
+            headers["X-OpenViking-Actor-Peer"] = self.peer
+        return headers
+
+    async def aclose(self) -> None:
+        """Close the pool (a no-op on a scoped view; close the client it came from)."""
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> OVClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # --- the one IO seam --------------------------------------------------------------
+
+    async def _call(self, method: str, path: str, *, idempotent: bool, raw: bool = False,
+                    **kwargs: Any) -> Any:
+        attempts = 1 + (max(0, self.retries) if idempotent else 0)
+        for attempt in range(attempts):
+            try:
+                return await self._once(method, path, raw=raw, **kwargs)
+            except OVError as err:
+                retryable = isinstance(err, OVUnavailable) or err.status >= 500
+                if not retryable or attempt == attempts - 1:
+                    raise
+                delay = self.backoff * (2 ** attempt)
+                log.debug("OV %s %s retry %d/%d in %.2fs after %s", method, path, attempt + 1,
+                          attempts - 1, delay, err.code)
+                if delay > 0:
+                    await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def _once(self, method: str, path: str, *, raw: bool, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            resp = await self._http.request(method, path, headers=self.headers, **kwargs)
+        except httpx.TimeoutException as exc:
+            log.debug("OV %s %s -> timeout after %.1f ms", method, path, _ms(started))
+            raise OVUnavailable("UNAVAILABLE", f"timeout: {exc!r}") from exc
+        except httpx.TransportError as exc:
+            log.debug("OV %s %s -> %s after %.1f ms", method, path, type(exc).__name__, _ms(started))
+            raise OVUnavailable("UNAVAILABLE", f"{type(exc).__name__}: {exc}") from exc
+        log.debug("OV %s %s -> %d in %.1f ms", method, path, resp.status_code, _ms(started))
+        return _unwrap(resp, raw=raw)
+
+    async def _get(self, path: str, **kwargs: Any) -> Any:
+        return await self._call("GET", path, idempotent=True, **kwargs)
+
+    async def _post(self, path: str, body: dict[str, Any] | None = None, *, idempotent: bool = False,
+                    **kwargs: Any) -> Any:
+        return await self._call("POST", path, idempotent=idempotent, json=body, **kwargs)
+
+    # --- system and sessions ----------------------------------------------------------
+
+    async def health(self) -> dict[str, Any]:
+        """``{"status": "ok", "healthy": true, "version": ...}`` (not enveloped by the server)."""
+        return await self._get("/health", raw=True)
+
+    async def create_session(self, session_id: str | None = None) -> dict[str, Any]:
+        body = {"session_id": session_id} if session_id else {}
+        return await self._post("/api/v1/sessions", body)
+
+    async def get_session(self, session_id: str, *, auto_create: bool = False) -> SessionState:
+        params = {"auto_create": "true"} if auto_create else None
+        result = await self._get(f"/api/v1/sessions/{_seg(session_id)}", params=params)
+        return _decode(result, SessionState)
+
+    async def add_message(self, session_id: str, message: dict[str, Any]) -> AddMessagesResult:
+        result = await self._post(f"/api/v1/sessions/{_seg(session_id)}/messages", message)
+        out = _decode(result, AddMessagesResult)
+        out.added = 1
+        return out
+
+    async def add_messages(self, session_id: str, messages: list[dict[str, Any]]) -> AddMessagesResult:
+        """Batch add in chunks of at most ``batch_max``; the last answer with ``added`` summed.
+
+        Not retried. If a chunk fails, the error's ``added`` counts what earlier chunks stored.
+        """
+        path = f"/api/v1/sessions/{_seg(session_id)}/messages/batch"
+        size = max(1, min(self.batch_max, defaults.OV_BATCH_MAX))
+        chunks = [messages[i:i + size] for i in range(0, len(messages), size)] or [[]]
+        added = 0
+        last = AddMessagesResult(session_id=session_id)
+        for chunk in chunks:
+            try:
+                last = _decode(await self._post(path, {"messages": chunk}), AddMessagesResult)
+            except OVError as err:
+                err.added = added
+                raise
+            added += last.added
+        last.added = added
+        return last
+
+    async def commit(self, session_id: str, *, keep_recent_count: int | None = None,
+                     enable_working_memory: bool | None = None) -> CommitAccepted:
+        body: dict[str, Any] = {}
+        if keep_recent_count is not None:
+            body["keep_recent_count"] = keep_recent_count
+        if enable_working_memory is not None:
+            body["enable_working_memory"] = enable_working_memory
+        result = await self._post(f"/api/v1/sessions/{_seg(session_id)}/commit", body)
+        return _decode(result, CommitAccepted)
+
+    async def get_task(self, task_id: str) -> TaskState:
+        return _decode(await self._get(f"/api/v1/tasks/{_seg(task_id)}"), TaskState)
+
+    async def get_context(self, session_id: str, *, token_budget: int) -> SessionContext:
+        result = await self._get(f"/api/v1/sessions/{_seg(session_id)}/context",
+                                 params={"token_budget": str(token_budget)})
+        return _decode(result, SessionContext)
+
+    async def get_archive(self, session_id: str, archive_id: str) -> Archive:
+        result = await self._get(f"/api/v1/sessions/{_seg(session_id)}/archives/{_seg(archive_id)}")
+        return _decode(result, Archive)
+
+    async def delete_session(self, session_id: str) -> dict[str, Any]:
+        return await self._call("DELETE", f"/api/v1/sessions/{_seg(session_id)}", idempotent=True)
+
+    # --- search and content -----------------------------------------------------------
+
+    async def find(self, query: str, *, target_uri: str | list[str], limit: int,
+                   score_threshold: float | None = None,
+                   context_type: str | list[str] | None = None) -> FindResult:
+        body: dict[str, Any] = {"query": query, "target_uri": target_uri, "limit": limit}
+        if score_threshold is not None:
+            body["score_threshold"] = score_threshold
+        if context_type is not None:
+            body["context_type"] = context_type
+        return _decode(await self._post("/api/v1/search/find", body, idempotent=True), FindResult)
+
+    async def grep(self, uri: str, pattern: str, *, case_insensitive: bool = True) -> GrepResult:
+        body = {"uri": uri, "pattern": pattern, "case_insensitive": case_insensitive}
+        return _decode(await self._post("/api/v1/search/grep", body, idempotent=True), GrepResult)
+
+    async def _content(self, kind: str, uri: str) -> str:
+        result = await self._get(f"/api/v1/content/{kind}", params={"uri": uri})
+        return result if isinstance(result, str) else ("" if result is None else str(result))
+
+    async def read(self, uri: str) -> str:
+        return await self._content("read", uri)
+
+    async def abstract(self, uri: str) -> str:
+        return await self._content("abstract", uri)
+
+    async def overview(self, uri: str) -> str:
+        return await self._content("overview", uri)
+
+    async def rm(self, uri: str, *, recursive: bool = False) -> dict[str, Any]:
+        params = {"uri": uri, "recursive": "true" if recursive else "false"}
+        return await self._call("DELETE", "/api/v1/fs", idempotent=True, params=params)
+
+    # --- uploads, resources, skills ---------------------------------------------------
+
+    async def temp_upload(self, filename: str, content: bytes) -> str:
+        """Upload a file; returns its ``temp_file_id`` for add_resource / add_skill."""
+        result = await self._call("POST", "/api/v1/resources/temp_upload", idempotent=False,
+                                  files={"file": (filename, content)})
+        if not isinstance(result, dict) or not isinstance(result.get("temp_file_id"), str):
+            raise OVError("BAD_RESPONSE", f"temp_upload answered {result!r}", status=200)
+        return result["temp_file_id"]
+
+    async def add_resource(self, path: str | None = None, *, temp_file_id: str | None = None,
+                           to: str | None = None, reason: str | None = None,
+                           wait: bool | None = None) -> dict[str, Any]:
+        """Add a resource from a public URL (``path``) or an upload (``temp_file_id``).
+
+        0.5.2 takes an upload id in its own ``temp_file_id`` field; a ``path`` that
+        looks like one (``upload_<hex>.<ext>``) is sent there too.
+        """
+        if temp_file_id is None and path is not None and _UPLOAD_ID.match(path):
+            path, temp_file_id = None, path
+        body = _drop_none({"path": path, "temp_file_id": temp_file_id, "to": to,
+                           "reason": reason, "wait": wait})
+        return await self._post("/api/v1/resources", body)
+
+    async def add_skill(self, data: Any = None, *, temp_file_id: str | None = None,
+                        wait: bool | None = None) -> dict[str, Any]:
+        """Add a skill from SKILL.md text (``data``) or an upload (``temp_file_id``)."""
+        if temp_file_id is None and isinstance(data, str) and _UPLOAD_ID.match(data):
+            data, temp_file_id = None, data
+        body = _drop_none({"data": data, "temp_file_id": temp_file_id, "wait": wait})
+        return await self._post("/api/v1/skills", body)
+
+    # --- admin (root or account-admin key) --------------------------------------------
+
+    async def admin_create_account(self, account_id: str, admin_user_id: str) -> dict[str, Any]:
+        """Returns ``{account_id, admin_user_id, user_key}``."""
+        return await self._post("/api/v1/admin/accounts",
+                                {"account_id": account_id, "admin_user_id": admin_user_id})
+
+    async def admin_create_user(self, account_id: str, user_id: str, role: str = "user") -> dict[str, Any]:
+        """Returns ``{account_id, user_id, user_key}``."""
+        return await self._post(f"/api/v1/admin/accounts/{_seg(account_id)}/users",
+                                {"user_id": user_id, "role": role})
+
+
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
+
+
+def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def _decode(result: Any, type_: type[T]) -> T:
+    try:
+        return to_struct(result, type_)  # type: ignore[arg-type]
+    except msgspec.ValidationError as exc:
+        raise OVError("BAD_RESPONSE", f"unexpected {type_.__name__} shape: {exc}", status=200) from exc
+
+
+def _unwrap(resp: httpx.Response, *, raw: bool = False) -> Any:
+    """The envelope's result, or the OVError its error (or a non-JSON answer) stands for."""
+    status = resp.status_code
+    try:
+        body = resp.json()
+    except ValueError:  # a proxy's 502/503/504 page still means "OV down"
+        code = "UNAVAILABLE" if status in _UNAVAILABLE_STATUSES else "BAD_RESPONSE"
+        raise _error(code, f"non-JSON answer: {resp.text[:200]!r}", status=status) from None
+    if isinstance(body, dict) and body.get("status") == "error":
+        err = body.get("error") if isinstance(body.get("error"), dict) else {}
+        code = err.get("code") or _CODE_BY_STATUS.get(status, "UNKNOWN")
+        raise _error(code, str(err.get("message") or ""), status=status, details=err.get("details"))
+    if status >= 400:
+        detail = body.get("detail", body) if isinstance(body, dict) else body
+        raise _error(_CODE_BY_STATUS.get(status, "UNKNOWN"), str(detail)[:500], status=status)
+    if raw:
+        return body
+    if not isinstance(body, dict) or body.get("status") != "ok":
+        raise OVError("BAD_RESPONSE", f"no OV envelope in answer: {str(body)[:200]}", status=status)
+    return body.get("result")

@@ -1,0 +1,1 @@
+"""Auto-recall: choosing and ranking memory hits, the injected block and the query/marker text rules."""

@@ -1,0 +1,46 @@
+"""Where a conversation lives: ``SessionAddress`` and the shard it maps to.
+
+One address travels wherever the code used to pass ``(ov_session_id, agent_id,
+user)`` by keyword: capture, snapshots, commits and the RPC all derive their
+Redis keys from it (``workers.store.keys.Keys.session``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+
+def shard_of(ov_session_id: str, shards: int) -> int:
+    """Stable shard for an OV session id: first 4 bytes of sha256, big-endian, mod N.
+
+    The TypeScript plugin computes the same, so both sides agree.
+    """
+    digest = hashlib.sha256(ov_session_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:4], "big") % shards
+
+
+def scope_of(tenant: str | None, agent_id: str) -> str:
+    """Per-tenant, per-agent scope so two agents (or tenants) never share a snapshot."""
+    return f"{tenant or '-'}.{agent_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionAddress:
+    """An OV session as one agent of one tenant sees it.
+
+    ``tenant`` is the tenant label: the key of ``Settings.user_api_keys`` whose OV
+    API key the session's calls use; None is the default identity (``api_key``,
+    or the dev-mode account/user). Wire formats still call it ``user``.
+    """
+
+    ov_session_id: str
+    agent_id: str
+    tenant: str | None = None
+
+    @property
+    def scope(self) -> str:
+        return scope_of(self.tenant, self.agent_id)
+
+    def shard(self, shards: int) -> int:
+        return shard_of(self.ov_session_id, shards)

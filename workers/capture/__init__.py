@@ -1,0 +1,1 @@
+"""``ovstream capture``: shard consumers that apply turn events to OV sessions exactly once."""

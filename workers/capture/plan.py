@@ -1,0 +1,220 @@
+"""What one capture round does for one session (pure): entries in, OV messages out.
+
+The seed's afterTurn rules, in order, per entry: already applied (at or below
+the session's ``last_id``) -> skip; an event id seen before (the publisher
+re-sent it as a new entry after losing the XADD reply) -> skip; a commit
+marker -> nothing to write (``commit_markers`` names it for a commit once the
+round is in OV); core.turns.skip_reason (autoCapture off, heartbeat, bypassed
+session, an advancement key seen before, an import into a known session) ->
+skip; else the new messages
+(``core.messages.convert.turn_to_ov_messages`` slices from prePromptMessageCount and
+strips recall blocks), minus any already in OV from an interrupted write.
+A skipped entry is still acked and moves ``last_id``; a duplicate (event id or
+advancement key seen) leaves ``captured`` alone, so a replayed older event
+never moves it backwards.
+
+Consecutive entries of a session are merged into one OV batch write. In
+*isolate* mode (after a merged write failed) a round carries at most one
+entry with messages, so a failure points at the entry that caused it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.config import Settings
+from core.messages.convert import turn_to_ov_messages
+from core.events import TurnEvent
+from core.ids import ov_session_id, resolve_agent_id
+from workers.store.keys import Keys, scope_of, shard_of
+from core.turns import SKIP_ADVANCEMENT_SEEN, skip_reason
+from core.session import SessionAddress
+from workers.store.applied import AppliedState, Intent, ov_message_count, parse_id
+
+
+class LeaseLost(Exception):
+    """The shard's lease went to another consumer: stop touching the shard."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRef:
+    """One session as capture keys it: OV session id, agent, tenant."""
+
+    ov_session_id: str
+    agent_id: str
+    user: str | None
+    scope: str
+    shard: int
+    applied_key: str
+
+    @property
+    def address(self) -> SessionAddress:
+        return SessionAddress(self.ov_session_id, self.agent_id, self.user)
+
+
+def session_of(settings: Settings, event: TurnEvent) -> SessionRef:
+    """The session an event belongs to; ValueError when the event names none."""
+    sid = ov_session_id(event.session_id, event.session_key)
+    agent = resolve_agent_id(event.session_key, event.agent_id, settings.agent_prefix)
+    scope = scope_of(event.user, agent)
+    shard = shard_of(sid, settings.shards)
+    return SessionRef(sid, agent, event.user, scope, shard, Keys(settings.key_prefix).applied(shard, scope, sid))
+
+
+@dataclass(slots=True)
+class Entry:
+    """One stream entry this consumer holds (delivered, not yet acked)."""
+
+    id: str
+    payload: bytes | None
+    deliveries: int = 1
+    event: TurnEvent | None = None
+    session: SessionRef | None = None
+    bad: str | None = None
+    """Why the entry is not a usable event (then it is dead-lettered at once)."""
+    retry_at: float = 0.0
+    """Loop time before which a failed entry is not tried again."""
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return parse_id(self.id)
+
+
+@dataclass(slots=True)
+class Unit:
+    """An entry in a round: the messages it writes (none for a skipped one)."""
+
+    entry: Entry
+    messages: list[dict[str, Any]]
+    skip: str | None = None
+
+    @property
+    def ov_count(self) -> int:
+        return sum(ov_message_count(m) for m in self.messages)
+
+
+@dataclass(slots=True)
+class SessionRound:
+    """One session's work in one round, and what came of it."""
+
+    session: SessionRef
+    state: AppliedState
+    units: list[Unit] = field(default_factory=list)
+    failed_entry: Entry | None = None
+    """An entry whose messages could not even be built (a handler failure)."""
+    failure: BaseException | None = None
+    settled: bool = False
+    base: int | None = None
+    intent: Intent | None = None
+    added: int = 0
+    pending_tokens: int | None = None
+    done: bool = False
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return [m for u in self.units for m in u.messages]
+
+    @property
+    def entries(self) -> list[Entry]:
+        return [u.entry for u in self.units]
+
+    def make_intent(self) -> Intent:
+        assert self.base is not None
+        return Intent(self.base, [(u.entry.id, u.ov_count) for u in self.units if not u.skip])
+
+
+def drop_written(messages: list[dict[str, Any]], written: int) -> list[dict[str, Any]]:
+    """``messages`` without the first ``written`` OV messages (whole messages only)."""
+    done = 0
+    for i, message in enumerate(messages):
+        count = ov_message_count(message)
+        if done + count > written:
+            return messages[i:]
+        done += count
+    return []
+
+
+SKIP_APPLIED = "applied before"
+SKIP_EVENT_SEEN = "event seen"
+SKIP_SETTLED = "written before a crash"
+SKIP_COMMIT_MARKER = "commit marker"
+_DUPLICATES = frozenset({SKIP_APPLIED, SKIP_EVENT_SEEN, SKIP_ADVANCEMENT_SEEN})
+"""Skips that say nothing new about the transcript (``captured`` stays)."""
+
+
+def plan_round(settings: Settings, session: SessionRef, entries: list[Entry], state: AppliedState,
+               *, isolate: bool = False) -> SessionRound:
+    """The units of this round, in stream order; stops before an entry that fails to convert."""
+    plan = SessionRound(session, state)
+    seen = set(state.advancements)
+    seen_events = set(state.event_ids)
+    writing = False
+    for entry in entries:
+        event = entry.event
+        assert event is not None
+        if entry.id in state.settled_ids:  # stored whole by the interrupted write just settled
+            plan.units.append(Unit(entry, [], SKIP_SETTLED))
+            seen_events.add(event.event_id)
+            if event.advancement_key:
+                seen.add(event.advancement_key)
+            continue
+        if state.is_applied(entry.id):
+            plan.units.append(Unit(entry, [], SKIP_APPLIED))
+            continue
+        if event.event_id in seen_events:
+            plan.units.append(Unit(entry, [], SKIP_EVENT_SEEN))
+            continue
+        # Known: capture applied an entry of the session before, or one comes earlier in this round.
+        known = state.last_id is not None or state.captured > 0 or bool(plan.units)
+        reason = SKIP_COMMIT_MARKER if event.commit is not None else skip_reason(
+            settings, event, seen, session_known=known)
+        if reason is not None:
+            seen_events.add(event.event_id)
+            plan.units.append(Unit(entry, [], reason))
+            continue
+        try:
+            messages = turn_to_ov_messages(event.messages, event.pre_prompt_message_count, session.agent_id)
+        except Exception as exc:  # a transcript convert cannot read: this entry fails, the ones before go on
+            plan.failed_entry, plan.failure = entry, exc
+            break
+        if state.partial_id == entry.id:
+            messages = drop_written(messages, state.partial_skip)
+        if isolate and writing and messages:
+            break
+        writing = writing or bool(messages)
+        seen_events.add(event.event_id)
+        if event.advancement_key:
+            seen.add(event.advancement_key)
+        plan.units.append(Unit(entry, messages, None if messages else "no new messages"))
+    return plan
+
+
+def commit_markers(plan: SessionRound) -> list[str]:
+    """Reasons of the commit markers this round takes (duplicates left out)."""
+    return [u.entry.event.commit for u in plan.units
+            if u.skip == SKIP_COMMIT_MARKER and u.entry.event is not None and u.entry.event.commit]
+
+
+def finish_state(plan: SessionRound) -> AppliedState:
+    """The session's applied state once every unit of ``plan`` is in OV."""
+    state = plan.state
+    for unit in plan.units:
+        if unit.skip == SKIP_APPLIED:
+            continue
+        state.advance(unit.entry.id)
+        if unit.skip in _DUPLICATES:
+            continue
+        event = unit.entry.event
+        assert event is not None
+        state.remember_event(event.event_id)
+        if event.advancement_key:  # commitTurn: the event carries only its own turn
+            state.captured += max(0, len(event.messages) - event.pre_prompt_message_count)
+            state.remember_advancement(event.advancement_key)
+        else:  # afterTurn: the event carries the whole transcript
+            state.captured = len(event.messages)
+    if plan.base is not None:
+        state.total = plan.base + plan.added
+    if state.partial_id is not None and any(u.entry.id == state.partial_id for u in plan.units):
+        state.partial_id, state.partial_skip = None, 0
+    return state

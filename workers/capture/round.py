@@ -1,0 +1,237 @@
+"""One round of a shard consumer: apply a batch of sessions to OV, exactly once.
+
+Steps, each over every session of the round (sessions concurrently, each
+session's entries strictly in stream order, merged into one OV batch write):
+
+1. read the sessions' applied hashes (one pipeline);
+2. plan the units (workers.capture.plan); settle an intent left by a crash
+   with OV's ``total_message_count``; learn the base total when not cached;
+3. record each write's intent (one pipeline);
+4. write to OV (fault hook ``before_write`` / ``after_write`` around each);
+5. fault hook ``before_ack``; one MULTI moving ``last_id``, clearing the
+   intents and XACKing every finished entry (all of a shard's keys share its
+   hash tag, so this is one slot);
+6. per written session: request a commit when its pending tokens reach the
+   threshold; refresh its snapshot (OV reads concurrently, one pipeline of writes).
+
+A crash anywhere leaves either nothing written (intent or not), or a write
+whose intent says exactly how much to skip on redelivery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from core.config import Settings
+from core.events import ContextSnapshot
+from core.ov.client import OVClient, OVError, OVUnavailable
+from workers.store.applied import INTENT, PARTIAL_ID, PARTIAL_SKIP, AppliedState
+from workers.capture.plan import Entry, LeaseLost, SessionRound, commit_markers, finish_state, plan_round
+from workers.store.snapshots import fetch_snapshot, store_snapshot, stored_snapshot
+
+if TYPE_CHECKING:
+    from workers.capture.shard import ShardConsumer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class RoundOutcome:
+    acked: list[Entry] = field(default_factory=list)
+    isolate: set[str] = field(default_factory=set)
+    unavailable: str | None = None
+
+
+@dataclass(slots=True)
+class _Run:
+    plan: SessionRound
+    ov: OVClient
+    settings: Settings
+    entries: list[Entry]
+    isolate: bool
+    error: BaseException | None = None
+    unavailable: OVUnavailable | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.unavailable is None
+
+
+async def ov_total(ov: OVClient, ov_session_id: str) -> int:
+    """OV's count of every message ever added to the session (0 for a session not yet there)."""
+    try:
+        state = await ov.get_session(ov_session_id)
+    except OVError as exc:
+        if exc.status == 404:
+            return 0
+        raise
+    if state.total_message_count is None:  # not seen on 0.5.2; the active count is the best left
+        log.warning("OV gave no total_message_count for %s; using message_count", ov_session_id)
+        return state.message_count
+    return state.total_message_count
+
+
+def _raise_kill(results: list[object]) -> None:
+    """Re-raise what must stop the worker (a simulated kill, cancellation) or the round (lost lease)."""
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, Exception):
+            raise result
+    for result in results:
+        if isinstance(result, LeaseLost):
+            raise result
+
+
+async def _guard(run: _Run, step: Callable[[], Awaitable[None]], slots: asyncio.Semaphore) -> None:
+    """Run one session's step (bounded by ``slots``: OV calls, and the connections they hold);
+    OV's answer becomes the run's outcome instead of an exception."""
+    try:
+        async with slots:
+            await step()
+    except OVUnavailable as exc:
+        run.unavailable = exc
+    except OVError as exc:
+        run.error = exc
+    except LeaseLost:
+        raise
+    except Exception as exc:  # anything else the step hit is this session's failure
+        run.error = exc
+
+
+async def _prepare(run: _Run) -> None:
+    plan, state = run.plan, run.plan.state
+    if state.intent is not None:
+        state.settle_intent(await ov_total(run.ov, plan.session.ov_session_id))
+        plan.settled = True
+        log.info("session %s: settled an interrupted write (last %s, %d already in part)",
+                 plan.session.ov_session_id, state.last_id, state.partial_skip)
+        # the plan was made before settling: redo it with what OV holds
+        fresh = plan_round(run.settings, plan.session, run.entries, state, isolate=run.isolate)
+        plan.units, plan.failed_entry, plan.failure = fresh.units, fresh.failed_entry, fresh.failure
+    if plan.messages:
+        plan.base = state.total if state.total is not None else await ov_total(run.ov, plan.session.ov_session_id)
+
+
+async def _write(c: ShardConsumer, run: _Run) -> None:
+    plan = run.plan
+    c.check_lease()
+    c.worker.fault("before_write")
+    result = await run.ov.add_messages(plan.session.ov_session_id, plan.messages)
+    plan.added, plan.pending_tokens = result.added, result.pending_tokens
+    c.worker.fault("after_write")
+
+
+async def run_round(c: ShardConsumer, groups: list[list[Entry]]) -> RoundOutcome:
+    settings, redis, worker = c.settings, c.redis, c.worker
+    outcome = RoundOutcome()
+    async with redis.pipeline(transaction=False) as pipe:
+        for entries in groups:
+            pipe.hgetall(entries[0].session.applied_key)
+        raws = await pipe.execute()
+    runs: list[_Run] = []
+    for entries, raw in zip(groups, raws):
+        ref = entries[0].session
+        isolate = ref.ov_session_id in c.isolate
+        plan = plan_round(settings, ref, entries, AppliedState.from_hash(raw), isolate=isolate)
+        runs.append(_Run(plan, worker.ov_for(ref), settings, entries, isolate))
+    slots = worker.ov_slots
+    results = await asyncio.gather(*(_guard(r, lambda r=r: _prepare(r), slots) for r in runs),
+                                   return_exceptions=True)
+    _raise_kill(results)
+    writing = [r for r in runs if r.ok and r.plan.messages]
+    if writing:
+        async with redis.pipeline(transaction=False) as pipe:
+            for r in writing:
+                fields = r.plan.state.settled_fields() if r.plan.settled else {}
+                fields[INTENT] = r.plan.make_intent().encode()
+                pipe.hset(r.plan.session.applied_key, mapping=fields)
+            await pipe.execute()
+        results = await asyncio.gather(*(_guard(r, lambda r=r: _write(c, r), slots) for r in writing),
+                                       return_exceptions=True)
+        _raise_kill(results)
+    finished = [r for r in runs if r.ok and r.plan.units]
+    if finished:
+        c.check_lease()
+        worker.fault("before_ack")
+        async with redis.pipeline(transaction=True) as pipe:
+            for r in finished:
+                state = finish_state(r.plan)
+                fields = state.applied_fields()
+                fields[PARTIAL_ID], fields[PARTIAL_SKIP] = state.partial_id or "", str(state.partial_skip)
+                pipe.hset(r.plan.session.applied_key, mapping=fields)
+                pipe.hdel(r.plan.session.applied_key, INTENT)
+            pipe.xack(c.stream, c.group, *[e.id for r in finished for e in r.plan.entries])
+            await pipe.execute()
+        for r in finished:
+            outcome.acked.extend(r.plan.entries)
+            worker.stats.count_applied(r.plan)
+    await _record_failures(c, runs, outcome)
+    written = [r for r in finished if r.plan.messages]
+    if written:
+        await _follow_up(c, written)
+    await _commit_on_markers(c, finished)
+    return outcome
+
+
+async def _commit_on_markers(c: ShardConsumer, finished: list[_Run]) -> None:
+    """Commit markers (the conversation ended): every earlier turn is in OV now, so commit."""
+    for r in finished:
+        for reason in dict.fromkeys(commit_markers(r.plan)):
+            session = r.plan.session
+            try:
+                await c.worker.request_commit(session, reason)
+                log.info("session %s: %s commit requested", session.ov_session_id, reason)
+            except Exception as exc:  # the marker is acked: this commit is not asked again
+                log.error("session %s: %s commit request failed: %s", session.ov_session_id, reason, exc)
+
+
+async def _record_failures(c: ShardConsumer, runs: list[_Run], outcome: RoundOutcome) -> None:
+    for r in runs:
+        plan = r.plan
+        if r.unavailable is not None:
+            outcome.unavailable = str(r.unavailable)
+            continue
+        if r.error is not None:
+            writers = [u.entry for u in plan.units if not u.skip]
+            if len(writers) > 1:  # which entry broke the merged write? try them one at a time
+                outcome.isolate.add(plan.session.ov_session_id)
+                log.info("session %s: merged write failed (%s); isolating entries",
+                         plan.session.ov_session_id, r.error)
+                continue
+            await c.record_failure(writers[0] if writers else plan.entries[0], r.error)
+            continue
+        if plan.failed_entry is not None:
+            await c.record_failure(plan.failed_entry, plan.failure or RuntimeError("convert failed"))
+
+
+async def _follow_up(c: ShardConsumer, written: list[_Run]) -> None:
+    """After writes: commits for sessions over the threshold, then every session's snapshot."""
+    settings, worker = c.settings, c.worker
+    due = [r.plan.session for r in written
+           if r.plan.pending_tokens is not None and r.plan.pending_tokens >= settings.commit_token_threshold]
+    for session, result in zip(due, await asyncio.gather(
+            *(worker.request_commit(s) for s in due), return_exceptions=True)):
+        if isinstance(result, Exception):  # the next batch over the threshold asks again
+            log.error("session %s: commit request failed: %s", session.ov_session_id, result)
+
+    async def fetch(run: _Run) -> tuple[ContextSnapshot, int] | None:
+        ref, state = run.plan.session, run.plan.state
+        try:
+            async with worker.ov_slots:
+                return await fetch_snapshot(run.ov, settings, ref.address, state)
+        except OVError as exc:  # the messages are in OV; the next batch or commit refreshes again
+            log.warning("session %s: snapshot not refreshed: %s", ref.ov_session_id, exc)
+            return None
+
+    fetched = [f for f in await asyncio.gather(*(fetch(r) for r in written)) if f is not None]
+    if not fetched:
+        return
+    async with c.redis.pipeline(transaction=False) as pipe:
+        for snapshot, fetched_ms in fetched:
+            store_snapshot(pipe, settings, snapshot, fetched_ms)
+        replies = await pipe.execute()
+    for (snapshot, _), reply in zip(fetched, replies):
+        worker.snapshot_refreshed(stored_snapshot(snapshot, reply))

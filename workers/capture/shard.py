@@ -1,0 +1,359 @@
+"""One shard's consumer: read, apply to OV, ack — in stream order per session.
+
+The consumer holds the shard's lease (see workers.capture.worker). Before reading
+new entries it *drains*: it takes over every entry still pending for other
+consumers of the group (XAUTOCLAIM once idle for ``claim_idle_ms``) and its
+own left from a previous life, and handles them first, so a session's
+entries are never applied out of order across a takeover. New entries are
+read by a Lua script that checks the lease and runs XREADGROUP atomically:
+a consumer that lost its lease cannot take new entries.
+
+Entries read but not acked stay in ``backlog`` (at most
+``capture_reads_per_round x capture_batch``). Each round groups them by session and applies sessions
+concurrently (workers.capture.round); a session whose entry failed waits for
+its retry time, and OV being down pauses the whole shard with capped
+exponential backoff, counting nothing toward the dead-letter limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import redis as redis_lib
+
+from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
+from workers.store.keys import Keys
+from workers.store.dead_letters import (
+    REASON_FAILED, REASON_REDELIVERED, REASON_UNDECODABLE, dead_letter_fields,
+)
+from workers.capture.plan import Entry, LeaseLost, session_of
+from workers.capture.round import RoundOutcome, run_round
+
+if TYPE_CHECKING:
+    from workers.capture.worker import CaptureWorker
+
+log = logging.getLogger(__name__)
+
+
+# KEYS[1] stream, KEYS[2] lease. ARGV: consumer, group, count.
+# -1: the lease is not ours. {1, entries}: new entries. {0, last id}: nothing new;
+# the stream's last id, to wait on with XREAD for anything newer.
+_FENCED_READ = """
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return -1 end
+local r = redis.call('XREADGROUP', 'GROUP', ARGV[2], ARGV[1], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
+local entries = nil
+if r and r[1] then  -- Redis: {{stream, entries}}; the embedded fakeredis: {stream, entries}
+  if type(r[1]) == 'table' then entries = r[1][2] else entries = r[2] end
+end
+if entries and entries[1] then return {1, entries} end
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if last[1] then return {0, last[1][1]} end
+return {0, '0-0'}
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _flat_fields(raw: Any) -> dict[bytes, bytes]:
+    if isinstance(raw, dict):
+        return raw
+    it = iter(raw or [])
+    return dict(zip(it, it))
+
+
+class ShardConsumer:
+    """Consumes one shard while its lease is held."""
+
+    def __init__(self, worker: CaptureWorker, shard: int) -> None:
+        self.worker = worker
+        self.settings = worker.settings
+        self.redis = worker.redis
+        self.shard = shard
+        keys = Keys(self.settings.key_prefix)
+        self.stream = keys.stream(shard)
+        self.lease_key = keys.capture_lease(shard)
+        self.group = self.settings.consumer_group
+        self.consumer = worker.consumer
+        self.backlog: list[Entry] = []
+        self.isolate: set[str] = set()
+        """Sessions (OV ids) applied one writing entry per round after a merged write failed."""
+        self.stop_requested = False
+        self.lost = False
+        self.released = False
+        """Ended cleanly, lease given back (a later failed renewal means nothing then)."""
+        self.ov_down_until = 0.0
+        self.ov_backoff = 0.0
+        self.task: asyncio.Task[None] | None = None
+        self.started_at = 0.0
+        """``worker.clock()`` when the worker started this consumer."""
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        self.stop_requested = True
+
+    async def run(self) -> None:
+        try:
+            await self._drain()
+            while not self.lost and not (self.stop_requested and (not self.backlog or self.worker.stopping)):
+                fetched = await self._fetch()
+                if self.lost:
+                    break
+                if not self.backlog:
+                    if self.worker.burst and fetched == 0:
+                        break
+                    continue
+                await self._process()
+        except LeaseLost:
+            self.lost = True
+        if self.lost:
+            log.warning("shard %d: lease lost; %d held entries left for the next owner", self.shard,
+                        len(self.backlog))
+            return
+        await self.redis.eval(_RELEASE, 1, self.lease_key, self.consumer)
+        self.released = True
+        log.info("shard %d released by %s", self.shard, self.consumer)
+
+    def check_lease(self) -> None:
+        if self.lost:
+            raise LeaseLost(self.shard)
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def _entry(self, entry_id: Any, fields: Any, deliveries: int = 1) -> Entry:
+        raw = _flat_fields(fields)
+        payload = raw.get(STREAM_FIELD.encode()) if raw else None
+        entry = Entry(_text(entry_id), payload, deliveries)
+        if payload is None:
+            entry.bad = f"no {STREAM_FIELD!r} field"
+            return entry
+        try:
+            entry.event = decode(payload, TurnEvent)
+            entry.session = session_of(self.settings, entry.event)
+        except (EventDecodeError, ValueError) as exc:
+            entry.bad = str(exc)
+        return entry
+
+    def _wake_at(self) -> float:
+        """Loop time at which something in the backlog can next be tried."""
+        wakes = [max(e.retry_at for e in es) for es in self._sessions().values()]
+        if any(e.bad is not None for e in self.backlog):
+            wakes.append(0.0)
+        return max(self.ov_down_until, min(wakes, default=0.0))
+
+    def _ready(self, now: float) -> bool:
+        return bool(self.backlog) and self._wake_at() <= now
+
+    def _wait_s(self, now: float) -> float:
+        """How long nothing in the backlog can be tried (at most the block time)."""
+        block_s = self.settings.capture_block_ms / 1000
+        if not self.backlog:
+            return block_s
+        return max(0.0, min(block_s, self._wake_at() - now))
+
+    async def _fetch(self) -> int:
+        """Read new entries into the backlog; block (briefly) only when nothing can be done.
+
+        While reads come back full (a backlog in the stream) up to
+        ``capture_reads_per_round`` of them feed one round: more entries per session
+        merge into fewer OV writes and snapshot refreshes.
+        """
+        loop = asyncio.get_running_loop()
+        room = self.settings.capture_batch * self.settings.capture_reads_per_round - len(self.backlog)
+        if room <= 0 or self.stop_requested:
+            wait = self._wait_s(loop.time())
+            if wait > 0 and not self._ready(loop.time()):
+                await asyncio.sleep(wait)
+            return 0
+        fetched = 0
+        while room > 0:
+            count = min(self.settings.capture_batch, room)
+            try:
+                reply = await self.redis.eval(_FENCED_READ, 2, self.stream, self.lease_key, self.consumer,
+                                              self.group, count)
+            except redis_lib.ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                await self.worker.ensure_group(self.shard)
+                return fetched
+            if reply == -1:
+                self.lost = True
+                return fetched
+            if int(reply[0]) != 1:
+                break
+            new = [self._entry(i, f) for i, f in reply[1]]
+            self.backlog.extend(new)
+            self.worker.stats.read += len(new)
+            fetched += len(new)
+            room -= len(new)
+            if len(new) < count:
+                return fetched
+        if fetched or room <= 0:
+            return fetched
+        now = loop.time()
+        if self.worker.burst and not self.backlog:
+            return 0
+        wait = self._wait_s(now)
+        if self.backlog and self._ready(now):
+            return 0
+        block_ms = int(wait * 1000)
+        if block_ms > 0:  # wake up as soon as anything newer than the stream's last id arrives
+            await self.redis.xread({self.stream: _text(reply[1])}, count=1, block=block_ms)
+        return 0
+
+    async def _drain(self) -> None:
+        """Take over what earlier owners left pending, before reading anything new."""
+        own_loaded = False
+        claimed = 0
+        while not self.lost and not self.worker.stopping:
+            summary = await self.redis.xpending(self.stream, self.group)
+            consumers = {_text(c["name"]): int(c["pending"]) for c in summary.get("consumers") or []}
+            if consumers.get(self.consumer) and not own_loaded:
+                await self._load_own()
+            own_loaded = True
+            if not any(n for name, n in consumers.items() if name != self.consumer):
+                break
+            got = await self._autoclaim()
+            claimed += got
+            if not got:
+                await asyncio.sleep(min(self.settings.claim_idle_ms / 4000, 0.5))
+        self.backlog.sort(key=lambda e: e.order)
+        await self._set_deliveries()
+        self.worker.stats.claimed += claimed
+        if claimed:
+            log.info("shard %d: took over %d entries of earlier consumers", self.shard, claimed)
+        await self._forget_idle_consumers()
+
+    async def _load_own(self) -> None:
+        last = "0"
+        while True:
+            reply = await self.redis.xreadgroup(self.group, self.consumer, {self.stream: last},
+                                                count=self.settings.capture_batch)
+            entries = reply[0][1] if reply else []
+            if not entries:
+                return
+            for entry_id, fields in entries:
+                if fields:
+                    self.backlog.append(self._entry(entry_id, fields))
+                else:  # deleted from the stream while pending: nothing to apply
+                    await self.redis.xack(self.stream, self.group, entry_id)
+            last = _text(entries[-1][0])
+
+    async def _autoclaim(self) -> int:
+        got, start = 0, "0-0"
+        while True:
+            reply = await self.redis.xautoclaim(self.stream, self.group, self.consumer,
+                                                min_idle_time=self.settings.claim_idle_ms,
+                                                start_id=start, count=self.settings.capture_batch)
+            start, entries = _text(reply[0]), reply[1]
+            for entry_id, fields in entries:
+                if fields:
+                    self.backlog.append(self._entry(entry_id, fields))
+                    got += 1
+                else:
+                    await self.redis.xack(self.stream, self.group, entry_id)
+            if start == "0-0":
+                return got
+
+    async def _set_deliveries(self) -> None:
+        if not self.backlog:
+            return
+        rows = await self.redis.xpending_range(self.stream, self.group, self.backlog[0].id,
+                                               self.backlog[-1].id, len(self.backlog) + 10,
+                                               consumername=self.consumer)
+        counts = {_text(r["message_id"]): int(r["times_delivered"]) for r in rows}
+        for entry in self.backlog:
+            entry.deliveries = counts.get(entry.id, entry.deliveries)
+
+    async def _forget_idle_consumers(self) -> None:
+        # Consumers named after dead processes pile up in the group; drop those with nothing pending.
+        for info in await self.redis.xinfo_consumers(self.stream, self.group):
+            name = _text(info["name"])
+            if name != self.consumer and int(info["pending"]) == 0:
+                await self.redis.xgroup_delconsumer(self.stream, self.group, name)
+
+    # --- a round ----------------------------------------------------------------------------------
+
+    def _sessions(self) -> dict[str, list[Entry]]:
+        """The backlog by session, each in stream order."""
+        by_session: dict[str, list[Entry]] = {}
+        for entry in self.backlog:
+            if entry.session is not None:
+                key = entry.session.ov_session_id + "\x00" + entry.session.scope
+                by_session.setdefault(key, []).append(entry)
+        return by_session
+
+    async def _process(self) -> None:
+        loop = asyncio.get_running_loop()
+        limit = self.settings.max_deliveries + 1
+        dead = [(e, REASON_UNDECODABLE, e.bad) for e in self.backlog if e.bad is not None]
+        dead += [(e, REASON_REDELIVERED, f"delivered {e.deliveries} times without an ack")
+                 for e in self.backlog if e.bad is None and e.deliveries > limit]
+        if dead:
+            await self.dead_letter([(e, r, str(err)) for e, r, err in dead])
+        now = loop.time()
+        if now < self.ov_down_until:
+            return
+        # a session waits while any of its entries does (the later ones queue behind a failed one)
+        ready = [es for es in self._sessions().values() if max(e.retry_at for e in es) <= now]
+        if not ready:
+            return
+        outcome = await run_round(self, ready)
+        self._settle(outcome, loop.time())
+
+    def _settle(self, outcome: RoundOutcome, now: float) -> None:
+        done = {e.id for e in outcome.acked}
+        if done:
+            self.backlog = [e for e in self.backlog if e.id not in done]
+        for sid in outcome.isolate:
+            self.isolate.add(sid)
+        pending_sids = {e.session.ov_session_id for e in self.backlog if e.session}
+        self.isolate &= pending_sids
+        if outcome.unavailable:
+            self.ov_backoff = min(self.settings.capture_ov_down_backoff_max_s, max(self.settings.ov_backoff_s, self.ov_backoff * 2))
+            self.ov_down_until = now + self.ov_backoff
+            log.warning("shard %d: OV unavailable (%s); retrying in %.2fs, nothing acked", self.shard,
+                        outcome.unavailable, self.ov_backoff)
+        elif done:
+            if self.ov_backoff:
+                log.info("shard %d: OV reachable again", self.shard)
+            self.ov_backoff = 0.0
+
+    async def record_failure(self, entry: Entry, error: BaseException) -> None:
+        """A handler failure of ``entry``: retry later, or dead-letter it past the limit."""
+        if entry.deliveries > self.settings.max_deliveries:
+            await self.dead_letter([(entry, REASON_FAILED, f"{type(error).__name__}: {error}")])
+            return
+        # XCLAIM to ourselves bumps the PEL delivery count: the failure survives a restart.
+        await self.redis.xclaim(self.stream, self.group, self.consumer, 0, [entry.id], justid=False)
+        entry.deliveries += 1
+        delay = min(self.settings.capture_retry_backoff_max_s, max(self.settings.ov_backoff_s, 0.01) * 2 ** (entry.deliveries - 2))
+        entry.retry_at = asyncio.get_running_loop().time() + delay
+        self.worker.stats.failures += 1
+        log.warning("shard %d: entry %s failed (delivery %d): %s; retry in %.2fs", self.shard, entry.id,
+                    entry.deliveries - 1, error, delay)
+
+    async def dead_letter(self, items: list[tuple[Entry, str, str]]) -> None:
+        """Copy entries to the dead-letter stream, then ack them here."""
+        dlq = Keys(self.settings.key_prefix).dead_letters()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for entry, reason, error in items:
+                pipe.xadd(dlq, dead_letter_fields(stream=self.stream, entry_id=entry.id, payload=entry.payload,
+                                                  reason=reason, error=error, deliveries=entry.deliveries,
+                                                  consumer=self.consumer),
+                          maxlen=self.settings.dead_letter_maxlen, approximate=True)
+            pipe.xack(self.stream, self.group, *[e.id for e, _, _ in items])
+            await pipe.execute()
+        gone = {e.id for e, _, _ in items}
+        self.backlog = [e for e in self.backlog if e.id not in gone]
+        self.worker.stats.dead_lettered += len(items)
+        for entry, reason, error in items:
+            log.error("shard %d: entry %s dead-lettered (%s): %s", self.shard, entry.id, reason, error)

@@ -1,0 +1,366 @@
+"""The capture worker (``ovstream capture``): turn streams -> OV sessions.
+
+Each shard stream is consumed by one worker at a time. A worker owns a
+shard through a renewable lease (``Keys.capture_lease``, SET NX PX, renewed
+every third of its length); live workers announce themselves in
+``Keys.capture_workers()`` and each takes about ``shards / live workers`` free
+shards (the division's remainder going to the first names in order),
+handing extras back when more workers join, so 4 workers x 4 shards spread out and a dead worker's shards are taken over once its lease expires.
+The shard's consumer (workers.capture.shard) does the reading, ordering,
+exactly-once application and dead-lettering. A consumer that crashes is
+started again only after a backoff (``CAPTURE_RESTART_BACKOFF_S``, doubling
+per crash in a row up to ``CAPTURE_RESTART_BACKOFF_MAX_S``), logging one line
+per crash and the traceback only for the first.
+
+``fault_hook(step)`` is called at "before_write", "after_write" and
+"before_ack"; raising ``WorkerKilled`` from it stops the worker on the spot,
+cleaning nothing up (leases, pending entries and intents stay as a crash
+leaves them) — the tests' kill switch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import httpx
+import redis as redis_lib
+import redis.asyncio as aioredis
+
+from core import defaults
+from core.config import Settings
+from core.events import ContextSnapshot
+from workers.store.keys import Keys
+from core.ov.client import OVClient
+from workers.store.connection import connect, connect_async
+from workers.capture.plan import SessionRound, SessionRef
+from workers.capture.shard import ShardConsumer
+from workers.store.commit_queue import request_commit
+
+log = logging.getLogger(__name__)
+
+
+class WorkerKilled(BaseException):
+    """Raised by a fault hook: the worker stops at once, like a killed process."""
+
+
+@dataclass(slots=True)
+class CaptureStats:
+    read: int = 0
+    claimed: int = 0
+    applied: int = 0
+    skipped: int = 0
+    messages_written: int = 0
+    ov_writes: int = 0
+    failures: int = 0
+    dead_lettered: int = 0
+    commits_requested: int = 0
+    snapshots: int = 0
+
+    def count_applied(self, plan: SessionRound) -> None:
+        for unit in plan.units:
+            if unit.skip:
+                self.skipped += 1
+            else:
+                self.applied += 1
+        if plan.messages:
+            self.ov_writes += 1
+            self.messages_written += plan.added
+
+
+def default_consumer_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+# KEYS[1] lease. ARGV: consumer, ms. 1 when renewed, 0 when it is not ours any more.
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+# KEYS[1] lease. ARGV: consumer, ms. Free or already ours (a restart under the same name): take it.
+_ACQUIRE = """
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+
+class CaptureWorker:
+    """Consumes its share of the turn streams until ``stop()`` (or, with ``burst``, until caught up)."""
+
+    def __init__(self, settings: Settings, *, redis: aioredis.Redis | None = None,
+                 sync_redis: redis_lib.Redis | None = None, ov: OVClient | None = None,
+                 ov_transport: httpx.AsyncBaseTransport | None = None, consumer: str | None = None,
+                 shards: Sequence[int] | None = None, burst: bool = False,
+                 fault_hook: Callable[[str], None] | None = None, lease_ms: int | None = None,
+                 on_snapshot: Callable[[ContextSnapshot], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        self._owns_redis = redis is None
+        self.redis = redis if redis is not None else connect_async(settings, block_ms=settings.capture_block_ms)
+        self._owns_sync_redis = sync_redis is None
+        self.sync_redis = sync_redis if sync_redis is not None else connect(settings)
+        self._owns_ov = ov is None
+        self.ov = ov if ov is not None else OVClient.from_settings(settings, transport=ov_transport)
+        self.consumer = consumer or default_consumer_name()
+        self.shards = list(shards) if shards is not None else list(range(settings.shards))
+        if not self.shards or any(not 0 <= s < settings.shards for s in self.shards):
+            raise ValueError(f"shards must be within 0..{settings.shards - 1}: {self.shards}")
+        self.burst = burst
+        self.fault_hook = fault_hook
+        self.lease_ms = lease_ms if lease_ms is not None else settings.capture_lease_ms
+        self.clock = clock
+        """Judges the restart backoff of crashed shard consumers (tests pass a fake one)."""
+        self.on_snapshot = on_snapshot
+        self.keys = Keys(settings.key_prefix)
+        self.stats = CaptureStats()
+        self.consumers: dict[int, ShardConsumer] = {}
+        self.stopping = False
+        self._wake = asyncio.Event()
+        self.ov_slots = asyncio.Semaphore(settings.capture_ov_concurrency)
+        self._burst_done: set[int] = set()
+        self.crashes: dict[int, int] = {}
+        """Shard -> crashes of its consumer in a row."""
+        self.restart_at: dict[int, float] = {}
+        """Shard -> ``clock()`` time before which its crashed consumer is not started again."""
+        self._scoped: dict[tuple[str | None, str], OVClient] = {}
+        # rotate the preferred shard order by consumer name so workers start on different shards
+        offset = sum(self.consumer.encode()) % max(1, len(self.shards))
+        self._preference = self.shards[offset:] + self.shards[:offset]
+
+    # --- hooks the shard consumers use -------------------------------------------------------
+
+    def fault(self, step: str) -> None:
+        if self.fault_hook is not None:
+            self.fault_hook(step)
+
+    def ov_for(self, session: SessionRef) -> OVClient:
+        """The OV client acting as the session's agent for its tenant (one pool for all)."""
+        key = (session.user, session.agent_id)
+        client = self._scoped.get(key)
+        if client is None:
+            api_key = self.settings.user_api_keys.get(session.user) if session.user else None
+            client = self._scoped[key] = self.ov.scoped(peer=session.agent_id, api_key=api_key)
+        return client
+
+    async def ensure_group(self, shard: int) -> None:
+        try:
+            await self.redis.xgroup_create(self.keys.stream(shard), self.settings.consumer_group, id="0",
+                                           mkstream=True)
+        except redis_lib.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def request_commit(self, session: SessionRef, reason: str = "threshold") -> None:
+        """A threshold commit keeps the recent messages; a session-end commit archives all."""
+        keep = self.settings.commit_keep_recent_count if reason == "threshold" else 0
+        await asyncio.to_thread(request_commit, self.sync_redis, self.settings,
+                                session.address, reason=reason, keep_recent_count=keep)
+        self.stats.commits_requested += 1
+
+    def snapshot_refreshed(self, snapshot: ContextSnapshot) -> None:
+        self.stats.snapshots += 1
+        if self.on_snapshot is not None:
+            self.on_snapshot(snapshot)
+
+    # --- running ------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Finish the rounds in progress, release the shards and return from ``run``."""
+        self.stopping = True
+        for consumer in self.consumers.values():
+            consumer.request_stop()
+        self._wake.set()
+
+    async def run(self) -> None:
+        killed = False
+        try:
+            for shard in self.shards:
+                await self.ensure_group(shard)
+            log.info("capture worker %s on shards %s (group %s)", self.consumer, self.shards,
+                     self.settings.consumer_group)
+            first = True
+            while True:
+                try:
+                    await self._tick(acquire=not self.stopping)
+                except (redis_lib.ConnectionError, redis_lib.TimeoutError) as exc:
+                    # Redis away: nothing can be read or acked; the leases lapse and are taken again
+                    log.warning("capture worker %s: Redis unreachable (%s); retrying", self.consumer, exc)
+                if first and self.burst:  # a burst covers the shards it could take at the start
+                    self._burst_done.update(s for s in self.shards if s not in self.consumers)
+                first = False
+                if not self.consumers and (self.stopping or (self.burst and not self.restart_at)):
+                    break
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self._wait_s())
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+        except WorkerKilled:
+            killed = True  # like a dead process: no acks, no lease releases, no unregistering
+            tasks = [c.task for c in self.consumers.values() if c.task is not None]
+            for task in tasks:
+                task.cancel()
+            if tasks:  # let them unwind (bounded: the embedded Redis answers cancellation late)
+                await asyncio.wait(tasks, timeout=1.0)
+            raise
+        finally:
+            if not killed:
+                await self._shutdown()
+
+    async def _tick(self, *, acquire: bool) -> None:
+        now_ms = int(time.time() * 1000)
+        workers_key = self.keys.capture_workers()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(workers_key, {self.consumer: now_ms + self.lease_ms})
+            pipe.zremrangebyscore(workers_key, 0, now_ms)
+            pipe.zrange(workers_key, 0, -1)
+            for shard in self.consumers:
+                pipe.eval(_RENEW, 1, self.keys.capture_lease(shard), self.consumer, self.lease_ms)
+            replies = await pipe.execute()
+        live = sorted(name.decode() for name in replies[2])
+        for consumer, renewed in zip(list(self.consumers.values()), replies[3:]):
+            if not int(renewed) and not consumer.released:
+                consumer.lost = True
+        self._reap()
+        if not acquire:
+            return
+        fair = len(self.shards) if self.burst else self._share(live)
+        active = [s for s, c in self.consumers.items() if not c.stop_requested]
+        for shard in self._preference:
+            if len(active) >= fair:
+                break
+            if shard in self.consumers or shard in self._burst_done:
+                continue
+            if self.restart_at.get(shard, 0.0) > self.clock():  # crashed: backing off
+                continue
+            if await self.redis.eval(_ACQUIRE, 1, self.keys.capture_lease(shard), self.consumer, self.lease_ms):
+                self.restart_at.pop(shard, None)
+                self._start(shard)
+                active.append(shard)
+        for shard in reversed(self._preference):  # hand back the least preferred extras
+            if len(active) <= fair:
+                break
+            if shard in active:
+                self.consumers[shard].request_stop()
+                active.remove(shard)
+                log.info("shard %d: handing back (%d live workers)", shard, len(live))
+
+    def _share(self, live: list[str]) -> int:
+        """This worker's number of shards: N / live, the remainder going to the first names.
+
+        Every worker reads the same live list, so the shares add up to N.
+        """
+        if self.consumer not in live:
+            live = sorted([*live, self.consumer])
+        base, extra = divmod(len(self.shards), len(live))
+        return base + (1 if live.index(self.consumer) < extra else 0)
+
+    def _wait_s(self) -> float:
+        """How long the loop may sleep: a third of the lease, less when a restart is due sooner."""
+        wait = self.lease_ms / 3000
+        if self.restart_at:
+            wait = min(wait, max(0.0, min(self.restart_at.values()) - self.clock()))
+        return wait
+
+    def restart_delay(self, crashes: int) -> float:
+        """Backoff before the ``crashes``-th crash in a row of a shard consumer is retaken."""
+        delay = defaults.CAPTURE_RESTART_BACKOFF_S * 2 ** (max(1, crashes) - 1)
+        return min(defaults.CAPTURE_RESTART_BACKOFF_MAX_S, delay)
+
+    def _crashed(self, shard: int, consumer: ShardConsumer, exc: BaseException) -> None:
+        # a consumer that ran longer than the longest backoff before crashing starts the count afresh
+        if self.clock() - consumer.started_at > defaults.CAPTURE_RESTART_BACKOFF_MAX_S:
+            self.crashes.pop(shard, None)
+        crashes = self.crashes[shard] = self.crashes.get(shard, 0) + 1
+        delay = self.restart_delay(crashes)
+        self.restart_at[shard] = self.clock() + delay
+        trace = crashes == 1 or log.isEnabledFor(logging.DEBUG)
+        log.error("shard %d consumer crashed (%d in a row): %s: %s; retaking it in %.1fs", shard, crashes,
+                  type(exc).__name__, exc, delay, exc_info=exc if trace else None)
+
+    def _start(self, shard: int) -> None:
+        consumer = ShardConsumer(self, shard)
+        consumer.started_at = self.clock()
+        consumer.task = asyncio.create_task(consumer.run(), name=f"capture-shard-{shard}")
+        consumer.task.add_done_callback(lambda _: self._wake.set())
+        self.consumers[shard] = consumer
+        log.info("shard %d acquired by %s", shard, self.consumer)
+
+    def _reap(self) -> None:
+        for shard, consumer in list(self.consumers.items()):
+            task = consumer.task
+            if task is None or not task.done():
+                continue
+            del self.consumers[shard]
+            if task.cancelled():
+                continue
+            exc = task.exception()
+            if isinstance(exc, WorkerKilled):
+                raise exc
+            if exc is not None:
+                self._crashed(shard, consumer, exc)
+                continue
+            self.crashes.pop(shard, None)
+            if self.burst and consumer.released:
+                self._burst_done.add(shard)
+
+    async def _shutdown(self) -> None:
+        self.stopping = True
+        for consumer in self.consumers.values():
+            consumer.request_stop()
+        tasks = [c.task for c in self.consumers.values() if c.task is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self.consumers.clear()
+        try:
+            await self.redis.zrem(self.keys.capture_workers(), self.consumer)
+        except redis_lib.RedisError as exc:
+            log.warning("could not unregister %s: %s", self.consumer, exc)
+        await self.close()
+        log.info("capture worker %s stopped: %s", self.consumer, self.stats)
+
+    async def close(self) -> None:
+        """Close the connections this worker opened (after ``run``; a killed worker needs it)."""
+        if self._owns_ov:
+            await self.ov.aclose()
+        if self._owns_redis:
+            await self.redis.aclose()
+        if self._owns_sync_redis:
+            self.sync_redis.close()
+
+
+# --- CLI ------------------------------------------------------------------------------------------
+
+
+def _shard_list(text: str) -> list[int]:
+    return [int(p) for p in text.split(",") if p.strip()]
+
+
+def add_capture_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--consumer", default=None, help="consumer name (default host-pid-random)")
+    parser.add_argument("--shards", type=_shard_list, default=None, help="shards to consume, e.g. 0,1 (default all)")
+    parser.add_argument("--burst", action="store_true", help="exit once the streams are caught up")
+
+
+def cli_capture(settings: Settings, args: argparse.Namespace) -> int:
+    worker = CaptureWorker(settings, consumer=args.consumer, shards=args.shards, burst=args.burst)
+
+    async def main() -> None:
+        import signal
+
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, worker.stop)
+        await worker.run()
+
+    asyncio.run(main())
+    return 0

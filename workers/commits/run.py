@@ -1,0 +1,192 @@
+"""The two RQ jobs of a commit: ``commit_session`` and ``poll_phase2``.
+
+Both are idempotent against their record in ``Keys.commits``: a job run again
+(RQ retry, a re-enqueued lost job) looks at the recorded outcome first and
+does only what is left. ``run_commit`` / ``run_poll`` are the bodies, callable
+without a worker (tests drive them with a fake clock, see ``commit_queue.set_clock``).
+Each job finds its process's ``JobContext`` (settings, event loop, OV pool) by
+the ``key_prefix`` it carries.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import redis as redis_lib
+from rq import get_current_job
+
+from core.config import Settings
+from core.events import CommitOutcome, CommitRequest, decode
+from core.ov.client import OVClient, OVError, OVUnavailable
+from workers.commits.context import JobContext, context_for
+from workers.store import commit_queue as jobs
+from workers.store import tenant_lock as jobs_tenant
+from workers.store.commit_queue import finish_commit, record_outcome
+from workers.store.commit_records import FINAL_STATUSES, CommitRecords, outcome_of
+from workers.store.snapshots import refresh_snapshot
+
+log = logging.getLogger(__name__)
+
+def _current_redis() -> redis_lib.Redis:
+    job = get_current_job()
+    if job is None:
+        raise RuntimeError("commit jobs run inside an RQ worker (or call run_commit/run_poll)")
+    return job.connection
+
+
+def commit_session(request_json: str, key_prefix: str, attempt: int = 0) -> str:
+    """RQ job: commit the session in OV and schedule the phase-2 poll. Returns the status.
+
+    ``attempt`` counts the times it found its tenant's lock held and scheduled itself again.
+    """
+    job = get_current_job()
+    return run_commit(_current_redis(), context_for(key_prefix), decode(request_json, CommitRequest),
+                      may_retry=bool(job and job.retries_left), attempt=attempt).status
+
+
+def poll_phase2(request_json: str, key_prefix: str, deadline_at: float, failed_reads: int, attempt: int) -> str:
+    """RQ job: read the phase-2 task once; record a final outcome or schedule the next read."""
+    return run_poll(_current_redis(), context_for(key_prefix), decode(request_json, CommitRequest),
+                    deadline_at=deadline_at, failed_reads=failed_reads, attempt=attempt).status
+
+
+def run_commit(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest, *,
+               may_retry: bool = False, attempt: int = 0) -> CommitOutcome:
+    """Phase 1 of a commit (OV archives the messages); then the first poll is scheduled.
+
+    Only one commit per OV tenant runs at a time (workers.store.tenant_lock): with the
+    tenant's lock held by another, this schedules itself again and returns the
+    pending outcome. ``may_retry``: OV being unavailable re-raises so RQ
+    retries the job (the commit never reached OV); otherwise it is recorded as failed.
+    """
+    settings = ctx.settings
+    outcome = CommitRecords(redis, settings).outcome(request)
+    if outcome is not None and outcome.status in FINAL_STATUSES:
+        return outcome
+    if outcome is not None and outcome.task_id:  # run again after OV took the commit: poll only
+        jobs_tenant.hold(redis, settings, request)  # renewed when still ours (its phase 2 runs)
+        jobs.schedule_poll(redis, settings, request, deadline_at=jobs.now() + settings.phase2_deadline_s,
+                           failed_reads=0, attempt=1)
+        return outcome
+    if not jobs_tenant.hold(redis, settings, request):
+        log.info("commit %s waits: tenant %s has a phase 2 running (%s)", request.commit_id,
+                 jobs_tenant.tenant_of(settings, request.user), jobs_tenant.holder(redis, settings, request))
+        jobs.schedule_commit_retry(redis, settings, request, attempt=attempt + 1)
+        return outcome or outcome_of(request, "pending")
+    record_outcome(redis, settings, request, outcome_of(request, "running"))
+    try:
+        accepted = ctx.run(lambda: _commit_and_refresh(redis, ctx, request))
+    except OVUnavailable as exc:
+        if may_retry:
+            log.warning("commit %s: OV unavailable (%s); RQ retries it", request.commit_id, exc)
+            jobs_tenant.release(redis, settings, request)  # OV never took it: others may go meanwhile
+            raise
+        return finish_commit(redis, settings, request, "failed", error=f"OV unavailable: {exc}")
+    except OVError as exc:
+        return finish_commit(redis, settings, request, "failed", error=str(exc))
+    except Exception:
+        jobs_tenant.release(redis, settings, request)  # the job fails; its tenant must not wait on it
+        raise
+    if accepted.status == "skipped":
+        return finish_commit(redis, settings, request, "skipped",
+                             error=f"skipped: {accepted.reason or 'no reason given'}")
+    fields = {"task_id": accepted.task_id, "archive_uri": accepted.archive_uri,
+              "archived": accepted.archived}
+    if not accepted.task_id:  # nothing runs in phase 2
+        return finish_commit(redis, settings, request, "completed", **fields)
+    running = outcome_of(request, "running", **fields)
+    record_outcome(redis, settings, request, running)
+    jobs_tenant.hold(redis, settings, request)  # renewed: phase 2's deadline starts now
+    jobs.schedule_poll(redis, settings, request, deadline_at=jobs.now() + settings.phase2_deadline_s,
+                       failed_reads=0, attempt=1)
+    return running
+
+
+async def _commit_and_refresh(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest) -> Any:
+    ov = ctx.ov(request.address)
+    accepted = await ov.commit(request.ov_session_id, keep_recent_count=request.keep_recent_count,
+                               enable_working_memory=True)
+    if accepted.status != "skipped":  # phase 1 moved messages into an archive
+        await _refresh_quietly(redis, ov, ctx.settings, request)
+    return accepted
+
+
+async def _refresh_quietly(redis: redis_lib.Redis, ov: OVClient, settings: Settings,
+                           request: CommitRequest) -> None:
+    try:
+        await refresh_snapshot(redis, ov, settings, request.address)
+    except OVError as exc:  # the commit stands; the next batch or commit refreshes again
+        log.warning("snapshot of %s not refreshed after commit: %s", request.ov_session_id, exc)
+
+
+def memories_extracted(result: dict[str, Any] | None) -> int | None:
+    """The count of memories a completed phase-2 task reports, when it reports one.
+
+    0.5.2 answers ``{"memory_write": N, "memory_edit": M}`` (``{}`` for none);
+    a ``total`` key, a list, or a ``memory_uris`` list are understood too.
+    """
+    if not isinstance(result, dict):
+        return None
+    value = result.get("memories_extracted")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, dict):
+        if isinstance(value.get("total"), int):
+            return value["total"]
+        return sum(v for v in value.values() if isinstance(v, int) and not isinstance(v, bool))
+    if isinstance(value, list):
+        return len(value)
+    uris = result.get("memory_uris")
+    return len(uris) if isinstance(uris, list) else None
+
+
+def task_verdict(task: Any) -> tuple[str, dict[str, Any]] | None:
+    """What a read of the phase-2 task means for the commit: its final status and the
+    outcome fields to record, or None while the task still runs. Shared by the poller
+    and compact's inline commit so both read OV's task states the same way."""
+    if task.status == "completed":
+        return "completed", {"memories_extracted": memories_extracted(task.result)}
+    if task.status in ("failed", "cancelled"):
+        return "failed", {"error": str(task.error or f"phase 2 {task.status}")}
+    if task.status == "skipped":
+        return "skipped", {}
+    return None
+
+
+def run_poll(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest, *, deadline_at: float,
+             failed_reads: int, attempt: int) -> CommitOutcome:
+    """One read of the phase-2 task: record the final outcome, or schedule the next read."""
+    settings = ctx.settings
+    outcome = CommitRecords(redis, settings).outcome(request)
+    if outcome is None or outcome.status in FINAL_STATUSES or not outcome.task_id:
+        return outcome or outcome_of(request, "pending")
+    try:
+        task_id = outcome.task_id
+        task = ctx.run(lambda: _read_task(redis, ctx, request, task_id))
+    except OVError as exc:
+        failed_reads += 1
+        if failed_reads > settings.phase2_read_retries:
+            return finish_commit(redis, settings, request, "failed", outcome,
+                                 error=f"phase-2 task unreadable after {failed_reads} reads: {exc}")
+        log.info("commit %s: task read %d failed (%s)", request.commit_id, failed_reads, exc)
+    else:
+        failed_reads = 0
+        verdict = task_verdict(task)
+        if verdict is not None:
+            status, fields = verdict
+            return finish_commit(redis, settings, request, status, outcome, **fields)
+    if jobs.now() >= deadline_at:
+        return finish_commit(redis, settings, request, "timeout", outcome,
+                             error=f"phase 2 not finished within {settings.phase2_deadline_s:g}s")
+    jobs.schedule_poll(redis, settings, request, deadline_at=deadline_at, failed_reads=failed_reads,
+                       attempt=attempt + 1)
+    return outcome
+
+
+async def _read_task(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest, task_id: str) -> Any:
+    ov = ctx.ov(request.address)
+    task = await ov.get_task(task_id)
+    if task.status == "completed":  # the archive overview exists now
+        await _refresh_quietly(redis, ov, ctx.settings, request)
+    return task

@@ -1,0 +1,151 @@
+"""Running the commit jobs: ``ovstream worker``, the embedded worker of ``ovstream up``,
+``drain_jobs`` for tests, and ``ovstream commits`` (the outcome table).
+
+``ovstream worker`` is a plain RQ worker with its scheduler on
+``settings.commit_queue``. Inside one process (``up``, tests) jobs run in an
+``EmbeddedWorker``: a SimpleWorker that installs no signal handlers and times
+jobs out with a timer, so it can run off the main thread; it works in burst
+rounds, each of which first moves due scheduled jobs (the phase-2 polls) onto
+the queue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+
+import redis as redis_lib
+from rq import SimpleWorker, Worker
+from rq.timeouts import TimerDeathPenalty
+from rq.worker import BaseWorker
+
+from core.config import Settings
+from core.events import CommitOutcome
+from workers.store.connection import connect
+from core.session import SessionAddress
+from workers.commits.context import register
+from workers.store.commit_queue import commit_queue
+from workers.store.commit_records import CommitRecords
+
+log = logging.getLogger(__name__)
+
+
+class EmbeddedWorker(SimpleWorker):
+    """A SimpleWorker that may run in any thread: no signal handlers, timer-based timeouts."""
+
+    death_penalty_class = TimerDeathPenalty
+
+    def _install_signal_handlers(self) -> None:
+        """The host process owns the signals."""
+
+
+def make_worker(redis: redis_lib.Redis, settings: Settings, *, embedded: bool = False) -> BaseWorker:
+    """An RQ worker on the commit queue; jobs in this process use ``settings``."""
+    register(settings)
+    if embedded:
+        cls: type[BaseWorker] = EmbeddedWorker
+    else:
+        cls = SimpleWorker if settings.embedded_redis else Worker
+    return cls([commit_queue(redis, settings)], connection=redis)
+
+
+def jobs_waiting(redis: redis_lib.Redis, settings: Settings) -> int:
+    """Jobs queued or scheduled on the commit queue."""
+    queue = commit_queue(redis, settings)
+    return queue.count + queue.scheduled_job_registry.count
+
+
+def drain_jobs(redis: redis_lib.Redis, settings: Settings, *, until: Callable[[], bool] | None = None,
+               timeout_s: float = 30.0, pause_s: float = 0.02) -> bool:
+    """Run jobs in burst rounds until ``until()`` holds (else: until none is queued or scheduled).
+
+    Returns False when ``timeout_s`` passed first.
+    """
+    worker = make_worker(redis, settings, embedded=True)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        worker.work(burst=True, with_scheduler=True, logging_level="WARNING")
+        done = until() if until is not None else jobs_waiting(redis, settings) == 0
+        if done:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(pause_s)
+
+
+def run_embedded_worker(redis: redis_lib.Redis, settings: Settings, stop: threading.Event,
+                        *, pause_s: float = 0.1) -> None:
+    """Work the commit queue in burst rounds until ``stop`` is set (``ovstream up``)."""
+    worker = make_worker(redis, settings, embedded=True)
+    log.info("embedded RQ worker %s on queue %s", worker.name, settings.commit_queue)
+    while not stop.is_set():
+        try:
+            worker.work(burst=True, with_scheduler=True, logging_level="WARNING")
+        except Exception:  # one bad round must not end the embedded worker
+            log.exception("embedded RQ worker round failed")
+        stop.wait(pause_s)
+
+
+# --- CLI ------------------------------------------------------------------------------------
+
+
+def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--burst", action="store_true", help="run the queued jobs, then exit")
+
+
+def cli_worker(settings: Settings, args: argparse.Namespace) -> int:
+    if settings.embedded_redis and not getattr(args, "burst", False):
+        log.error("redis_url is fakeredis:// (in-process): run the worker inside `ovstream up` instead")
+        return 2
+    redis = connect(settings)
+    worker = make_worker(redis, settings)
+    log.info("RQ worker %s on queue %s (scheduler on)", worker.name, settings.commit_queue)
+    worker.work(burst=bool(getattr(args, "burst", False)), with_scheduler=True)
+    return 0
+
+
+def add_commits_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("session_id", help="OpenClaw sessionId")
+    parser.add_argument("--session-key", default=None, help="OpenClaw sessionKey")
+    parser.add_argument("--agent", default=None, help="runtime agent id (when the key names none)")
+    parser.add_argument("--user", default=None, help="tenant label (Settings.user_api_keys)")
+
+
+def _when(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _row(o: CommitOutcome) -> list[str]:
+    archive = o.archive_uri.rsplit("/", 1)[-1] if o.archive_uri else "-"
+    memories = "-" if o.memories_extracted is None else str(o.memories_extracted)
+    error = (o.error or "-").replace("\n", " ")
+    return [o.commit_id, o.reason, o.status, _when(o.requested_at), _when(o.finished_at), memories,
+            archive, error[:80]]
+
+
+def format_commits(outcomes: list[CommitOutcome]) -> str:
+    """The outcomes as a text table, oldest first."""
+    header = ["COMMIT", "REASON", "STATUS", "REQUESTED (UTC)", "FINISHED (UTC)", "MEMORIES", "ARCHIVE", "ERROR"]
+    rows = [header] + [_row(o) for o in outcomes]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def cli_commits(settings: Settings, args: argparse.Namespace) -> int:
+    from core.ids import ov_session_id, resolve_agent_id
+
+    sid = ov_session_id(args.session_id, args.session_key)
+    agent = resolve_agent_id(args.session_key, args.agent, settings.agent_prefix)
+    outcomes = CommitRecords(connect(settings), settings).list(SessionAddress(sid, agent, args.user))
+    if not outcomes:
+        print(f"no commits recorded for session {sid} (agent {agent})")
+        return 0
+    print(f"session {sid} (agent {agent}): {len(outcomes)} commit(s)")
+    print(format_commits(outcomes))
+    return 0

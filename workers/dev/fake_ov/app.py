@@ -1,0 +1,244 @@
+"""In-memory, stateful fake of the OpenViking 0.5.2 HTTP API.
+
+``FakeOV().transport()`` is an ``httpx.MockTransport`` (works for AsyncClient and,
+without ``latency_s``, for Client); ``FakeOV().asgi_app()`` serves the same over
+real HTTP. Envelope, status codes and error codes are 0.5.2's
+(``{"status": "ok"|"error", "result", "error": {code, message, details}}``);
+``GET /health`` is unwrapped, as in 0.5.2.
+
+State is per (account, user): ``fake.sessions`` is the default tenant's
+``{session_id: FakeSession}`` (``.messages`` are stored message dicts);
+``fake.tenant(account, user)`` reaches others. Stored memories, resources and
+skills live per account in ``fake.entries[account][uri]``.
+
+Knobs:
+- ``phase2``: "complete" | "fail" | "hang" — how the phase-2 task of the *next*
+  commits ends (fixed at commit time).
+- ``phase2_reads_until_done`` (alias ``phase2_steps``): task reads answering
+  "running" before the final status; ``run_phase2()`` finishes every open task now.
+- ``fail_next(n, status=503, code="UNAVAILABLE", route=None)``: the next n calls
+  (optionally only those whose route name or "METHOD /path" contains ``route``)
+  answer with that error.
+- ``down = True``: every call raises ``httpx.ConnectError``.
+- ``latency_s``: a float for every route or ``{route_name: seconds}``; the
+  answer waits that long (``asyncio.sleep``; AsyncClient only).
+- ``calls``: ``[(method, path)]`` of every request; ``requests``: the httpx requests.
+- ``api_keys={key: (account, user)}`` and/or ``root_key``: API-key mode (401 on a
+  missing/unknown key, 403 for the root key on data routes); otherwise dev mode
+  with ``X-OpenViking-Account`` / ``X-OpenViking-User`` (default "default").
+- ``seed_memory(...)``, ``seed_resource(...)``, ``memories(...)`` for recall tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import unquote
+
+import httpx
+
+from workers.dev.fake_ov.content import ContentRoutes
+from workers.dev.fake_ov.sessions import SessionRoutes
+from workers.dev.fake_ov.state import Ctx, FakeError, FakeSession, FakeTask, Req, Tenant
+
+__all__ = ["FakeOV", "FakeError", "FakeSession", "FakeTask", "Tenant"]
+
+VERSION = "0.5.2"
+
+
+def _route(method: str, pattern: str, name: str, auth: str = "data") -> tuple:
+    regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$")
+    return method, regex, name, auth
+
+
+ROUTES = [
+    _route("GET", "/health", "health", auth="none"),
+    _route("POST", "/api/v1/sessions", "create_session"),
+    _route("GET", "/api/v1/sessions/{sid}", "get_session"),
+    _route("DELETE", "/api/v1/sessions/{sid}", "delete_session"),
+    _route("POST", "/api/v1/sessions/{sid}/messages", "add_message"),
+    _route("POST", "/api/v1/sessions/{sid}/messages/batch", "add_messages"),
+    _route("POST", "/api/v1/sessions/{sid}/commit", "commit"),
+    _route("GET", "/api/v1/sessions/{sid}/context", "get_context"),
+    _route("GET", "/api/v1/sessions/{sid}/archives/{aid}", "get_archive"),
+    _route("GET", "/api/v1/tasks/{tid}", "get_task"),
+    _route("POST", "/api/v1/search/find", "find"),
+    _route("POST", "/api/v1/search/grep", "grep"),
+    _route("GET", "/api/v1/content/read", "read"),
+    _route("GET", "/api/v1/content/abstract", "abstract"),
+    _route("GET", "/api/v1/content/overview", "overview"),
+    _route("DELETE", "/api/v1/fs", "rm"),
+    _route("POST", "/api/v1/resources/temp_upload", "temp_upload"),
+    _route("POST", "/api/v1/resources", "add_resource"),
+    _route("POST", "/api/v1/skills", "add_skill"),
+    _route("POST", "/api/v1/admin/accounts", "admin_create_account", auth="admin"),
+    _route("POST", "/api/v1/admin/accounts/{acct}/users", "admin_create_user", auth="admin"),
+]
+
+
+class FakeOV(SessionRoutes, ContentRoutes):
+    """The fake server. Not thread-safe; one event loop at a time."""
+
+    def __init__(self, *, api_keys: dict[str, tuple[str, str]] | None = None,
+                 root_key: str | None = None, phase2: str = "complete",
+                 phase2_reads_until_done: int = 0) -> None:
+        self.auth_enabled = bool(api_keys or root_key)
+        """API-key mode; fixed at start (admin-made keys do not switch dev mode to it)."""
+        self.api_keys: dict[str, tuple[str, str]] = dict(api_keys or {})
+        self.admin_keys: set[str] = set()
+        self.root_key = root_key
+        self.phase2 = phase2
+        self.phase2_reads_until_done = phase2_reads_until_done
+        self.down = False
+        self.latency_s: float | dict[str, float] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.requests: list[httpx.Request] = []
+        self.tenants: dict[tuple[str, str], Tenant] = {}
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.accounts: dict[str, dict[str, str]] = {}
+        """account -> {user_id: role}, for accounts made through the admin API."""
+        self.uploads: dict[str, tuple[str, bytes]] = {}
+        self._failures: list[tuple[int, str, str | None]] = []
+        self._seq = 0
+
+    # --- knobs ------------------------------------------------------------------------
+
+    @property
+    def phase2_steps(self) -> int:
+        return self.phase2_reads_until_done
+
+    @phase2_steps.setter
+    def phase2_steps(self, value: int) -> None:
+        self.phase2_reads_until_done = value
+
+    def fail_next(self, n: int = 1, status: int = 503, code: str = "UNAVAILABLE",
+                  route: str | None = None) -> None:
+        self._failures += [(status, code, route)] * n
+
+    def tenant(self, account: str = "default", user: str = "default") -> Tenant:
+        return self.tenants.setdefault((account, user), Tenant(account, user))
+
+    @property
+    def sessions(self) -> dict[str, FakeSession]:
+        return self.tenant().sessions
+
+    @property
+    def tasks(self) -> dict[str, FakeTask]:
+        return self.tenant().tasks
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    # --- transport --------------------------------------------------------------------
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handle)
+
+    def handle(self, request: httpx.Request) -> Any:
+        """MockTransport handler: a Response, or a coroutine when latency is set."""
+        path = request.url.raw_path.decode("ascii").split("?", 1)[0]
+        self.calls.append((request.method, unquote(path)))
+        self.requests.append(request)
+        if self.down:
+            raise httpx.ConnectError("fake OV is down", request=request)
+        match = self._match(request.method, path)
+        delay = self._latency(match[0][2] if match else "")
+        if delay > 0:
+            async def slow() -> httpx.Response:
+                await asyncio.sleep(delay)
+                return self._respond(request, path, match)
+            return slow()
+        return self._respond(request, path, match)
+
+    def asgi_app(self) -> Callable:
+        """A minimal ASGI app serving this fake (for uvicorn / real HTTP clients)."""
+        async def app(scope: dict, receive: Callable, send: Callable) -> None:
+            if scope["type"] != "http":
+                return
+            body = b""
+            while True:
+                msg = await receive()
+                body += msg.get("body", b"")
+                if not msg.get("more_body"):
+                    break
+            raw = scope.get("raw_path") or scope["path"].encode()
+            qs = scope.get("query_string", b"")
+            url = httpx.URL(scheme="http", host="fake-ov", raw_path=raw + (b"?" + qs if qs else b""))
+            headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+            request = httpx.Request(scope["method"], url, headers=headers, content=body)
+            try:
+                response = self.handle(request)
+                if not isinstance(response, httpx.Response):
+                    response = await response
+            except httpx.ConnectError:
+                response = httpx.Response(503, json=FakeError("UNAVAILABLE", "fake OV is down").envelope())
+            await send({"type": "http.response.start", "status": response.status_code,
+                        "headers": [(k.encode(), v.encode()) for k, v in response.headers.items()]})
+            await send({"type": "http.response.body", "body": response.content})
+        return app
+
+    def _latency(self, name: str) -> float:
+        if isinstance(self.latency_s, dict):
+            return float(self.latency_s.get(name, 0.0))
+        return float(self.latency_s or 0.0)
+
+    def _match(self, method: str, path: str) -> tuple[tuple, dict[str, str]] | None:
+        for route in ROUTES:
+            if route[0] == method and (m := route[1].match(path)):
+                return route, {k: unquote(v) for k, v in m.groupdict().items()}
+        return None
+
+    def _respond(self, request: httpx.Request, path: str, match: Any) -> httpx.Response:
+        name = match[0][2] if match else ""
+        for i, (status, code, route) in enumerate(self._failures):
+            if route is None or route in name or route in f"{request.method} {unquote(path)}":
+                del self._failures[i]
+                return httpx.Response(status, json=FakeError(code, f"injected failure ({code})").envelope())
+        try:
+            if match is None:
+                raise FakeError("NOT_FOUND", f"no route {request.method} {path}")
+            route, params = match
+            ctx = self._authenticate(request, route[3])
+            result = getattr(self, "_r_" + route[2])(Req(request, params, ctx))
+        except FakeError as err:
+            return httpx.Response(err.status, json=err.envelope())
+        if name == "health":
+            return httpx.Response(200, json=result)
+        return httpx.Response(200, json={"status": "ok", "result": result, "error": None})
+
+    # --- auth -------------------------------------------------------------------------
+
+    def _authenticate(self, request: httpx.Request, auth: str) -> Ctx:
+        peer = (request.headers.get("X-OpenViking-Actor-Peer") or "").strip() or None
+        if auth == "none":
+            return Ctx("default", "default", "root", peer)
+        if not self.auth_enabled:  # dev mode
+            account = request.headers.get("X-OpenViking-Account") or "default"
+            user = request.headers.get("X-OpenViking-User") or "default"
+            return Ctx(account, user, "admin", peer)
+        key = request.headers.get("X-API-Key")
+        if not key and request.headers.get("Authorization", "").startswith("Bearer "):
+            key = request.headers["Authorization"][7:]
+        if not key:
+            raise FakeError("UNAUTHENTICATED", "Missing API Key")
+        if self.root_key and key == self.root_key:
+            if auth != "admin":
+                raise FakeError("PERMISSION_DENIED", "ROOT API key cannot access data APIs; use a user key")
+            return Ctx("default", "default", "root", peer)
+        if key not in self.api_keys:
+            raise FakeError("UNAUTHENTICATED", "Invalid API Key")
+        account, user = self.api_keys[key]
+        role = "admin" if key in self.admin_keys else "user"
+        if auth == "admin" and role != "admin":
+            raise FakeError("PERMISSION_DENIED", "admin role required")
+        return Ctx(account, user, role, peer)
+
+    # --- system ---------------------------------------------------------------------
+
+    def _r_health(self, r: Req) -> dict[str, Any]:
+        auth_mode = "api_key" if self.auth_enabled else "dev"
+        return {"status": "ok", "healthy": True, "version": VERSION, "auth_mode": auth_mode}
+

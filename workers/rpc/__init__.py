@@ -1,0 +1,1 @@
+"""``ovstream rpc``: assemble, compact and the agent tools over HTTP."""

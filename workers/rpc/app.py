@@ -1,0 +1,252 @@
+"""The RPC service (``ovstream rpc``): assemble, compact and the agent tools over HTTP.
+
+FastAPI, served by uvicorn. The OpenAPI spec is at ``/openapi.json``. Every
+error answer is ``{"error": {"code", "message", "field"?}}`` with a 4xx (bad
+input, unknown tool or session), 502 (OV failed) or 503 (OV or Redis
+unreachable); a 500 means a bug and never carries a stack trace.
+
+Responses are encoded with msgspec and returned as raw bytes: assemble's
+answers hold whole transcripts, and FastAPI's own response validation and
+encoding of them would cost more than building them from the snapshot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import msgspec
+import redis as redis_lib
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from core.config import Settings
+from core.ov.client import OVClient
+from workers.store.connection import connect
+from workers.rpc.assemble import assemble
+from workers.rpc.compact import compact
+from workers.store.metrics import CONTENT_TYPE, RpcMetrics
+from workers.rpc.context import RpcError, Services, api_key_from_headers, resolve_caller
+from workers.rpc.models import (
+    AssembleResponse, CompactRequest, CompactResponse, ErrorResponse,
+    HealthResponse, ToolRequest, ToolResponse, assemble_request_schema, decode_assemble_request,
+)
+from workers.rpc.tools.registry import run_tool, tools
+
+log = logging.getLogger(__name__)
+
+HEALTH_TIMEOUT_S = 2.0
+"""How long /healthz waits for Redis and for OV before calling either unreachable."""
+
+_ERRORS = {
+    400: {"model": ErrorResponse, "description": "Malformed request"},
+    422: {"model": ErrorResponse, "description": "A field is invalid; error.field names it"},
+    502: {"model": ErrorResponse, "description": "OpenViking answered with an error"},
+    503: {"model": ErrorResponse, "description": "OpenViking or Redis is unreachable"},
+}
+_encoder = msgspec.json.Encoder()
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    try:
+        content = _encoder.encode(body)
+    except (OverflowError, TypeError, msgspec.EncodeError):
+        # Integers beyond 64 bits, which a caller's messages may carry: json copes.
+        content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), default=str).encode()
+    return Response(content=content, status_code=status, media_type="application/json")
+
+
+def error_response(status: int, code: str, message: str, field: str | None = None) -> Response:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if field:
+        error["field"] = field
+    return json_response({"error": error}, status)
+
+
+def _field_of(loc: tuple[Any, ...] | list[Any]) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> Response:
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
+        if first.get("type") == "json_invalid":
+            return error_response(400, "invalid_json", f"the body is not valid JSON: {first.get('msg')}")
+        field = _field_of(first.get("loc", ()))
+        if field == "body":
+            return error_response(400, "invalid_body", "the body must be a JSON object")
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return error_response(422, "invalid_request", f"{field}: {first.get('msg')}{more}", field)
+
+    @app.exception_handler(RpcError)
+    async def _rpc_error(_: Request, exc: RpcError) -> Response:
+        return error_response(exc.status, exc.code, exc.message, exc.field)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, RecursionError):  # absurdly nested JSON from the caller
+            return error_response(400, "too_deep", "the body is nested too deeply")
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal", "internal error; the server log has the details")
+
+
+REDIS_CONNECT_TIMEOUT_S = 1.0
+REDIS_SOCKET_TIMEOUT_S = 2.0
+"""The RPC only runs short commands; a slow Redis must not stall the event loop."""
+
+
+def fail_fast(client: redis_lib.Redis) -> redis_lib.Redis:
+    """Make a client the RPC owns give up quickly when Redis is away.
+
+    redis-py's default retries with exponential back-off for seconds, and the
+    RPC calls Redis synchronously on the hot path, so every request in flight
+    would wait that long. One immediate retry (a pooled connection gone stale
+    after a Redis restart) and short timeouts let assemble fall back at once.
+    """
+    client.set_retry(Retry(NoBackoff(), 1))
+    client.get_connection_kwargs().update(
+        {"socket_connect_timeout": REDIS_CONNECT_TIMEOUT_S, "socket_timeout": REDIS_SOCKET_TIMEOUT_S})
+    return client
+
+
+def create_app(settings: Settings, *, redis: redis_lib.Redis | None = None,
+               ov_transport: httpx.AsyncBaseTransport | None = None, direct: bool = False) -> FastAPI:
+    """The RPC app. ``redis``/``ov_transport`` replace the real connections (tests,
+    the embedded mode); ``direct`` serves the main assemble from OV /context on
+    every call instead of the snapshot (the benchmark's comparison)."""
+    own_redis = redis is None
+    redis_client = redis if redis is not None else fail_fast(connect(settings))
+    ov = OVClient.from_settings(settings, transport=ov_transport)
+    svc = Services(settings=settings, redis=redis_client, ov=ov,
+                   metrics=RpcMetrics(redis_client, settings), direct=direct)
+
+    ov_closed = False
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        # The app may be started again after a shutdown (test clients do that):
+        # a closed OV pool is replaced, not reused.
+        nonlocal ov_closed
+        if ov_closed:
+            svc.ov = OVClient.from_settings(settings, transport=ov_transport)
+            ov_closed = False
+        yield
+        await svc.ov.aclose()
+        ov_closed = True
+        if own_redis:
+            redis_client.close()
+
+    app = FastAPI(title="ovstream", version="0.1.0", lifespan=lifespan,
+                  description="OpenViking context engine for OpenClaw: assemble, compact and tools.")
+    app.state.services = svc
+    _install_error_handlers(app)
+
+    def caller_of(request: Request, body: Any, *, session_required: bool = True) -> Any:
+        return resolve_caller(settings, session_id=body.sessionId, session_key=body.sessionKey,
+                              runtime_context=body.runtimeContext,
+                              api_key=api_key_from_headers(request.headers),
+                              session_required=session_required)
+
+    @app.post("/v1/assemble", response_model=None, tags=["context"],
+              responses={200: {"model": AssembleResponse}, **_ERRORS},
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": assemble_request_schema()}}}})
+    async def assemble_route(request: Request) -> Response:
+        """Messages for the next LLM call: auto-recall on the transform-context
+        call, the session's OV context on the main call; passthrough otherwise."""
+        body = decode_assemble_request(await request.body())
+        return json_response(await assemble(svc, body, caller_of(request, body)))
+
+    @app.post("/v1/compact", response_model=None, tags=["context"],
+              responses={200: {"model": CompactResponse}, **_ERRORS})
+    async def compact_route(body: CompactRequest, request: Request) -> Response:
+        """Commit the session now (archive + memory extraction) and wait for it."""
+        return json_response(await compact(svc, body, caller_of(request, body)))
+
+    @app.get("/v1/tools", tags=["tools"])
+    async def list_tools() -> dict[str, Any]:
+        """Every tool with its description and the JSON schema of its params."""
+        return {"tools": [{"name": t.name, "description": t.description,
+                           "parameters": t.params.model_json_schema()} for t in tools().values()]}
+
+    @app.post("/v1/tools/{name}", response_model=None, tags=["tools"],
+              responses={200: {"model": ToolResponse},
+                         404: {"model": ErrorResponse, "description": "No such tool"}, **_ERRORS})
+    async def tool_route(name: str, body: ToolRequest, request: Request) -> Response:
+        """Run one agent tool; ``params`` are the tool's own (see GET /v1/tools)."""
+        caller = caller_of(request, body, session_required=False)
+        return json_response(await run_tool(svc, caller, name, body.params))
+
+    @app.get("/healthz", response_model=None, tags=["ops"],
+             responses={200: {"model": HealthResponse}, 503: {"model": HealthResponse}})
+    async def healthz() -> Response:
+        """ok; degraded when OV is unreachable (assemble passes through); down (503) without Redis."""
+        redis_state, ov_state = await asyncio.gather(_redis_health(svc), _ov_health(svc))
+        if redis_state != "ok":
+            status, code = "down", 503
+        else:
+            status, code = ("ok" if ov_state == "ok" else "degraded"), 200
+        return json_response({"status": status, "redis": redis_state, "ov": ov_state}, code)
+
+    @app.get("/metrics", response_model=None, tags=["ops"])
+    async def metrics() -> Response:
+        """Prometheus text format."""
+        return Response(await asyncio.to_thread(svc.metrics.render), media_type=CONTENT_TYPE)
+
+    return app
+
+
+async def _redis_health(svc: Services) -> str:
+    try:
+        await asyncio.wait_for(asyncio.to_thread(svc.redis.ping), HEALTH_TIMEOUT_S)
+        return "ok"
+    except TimeoutError:
+        return "unreachable: no answer"
+    except redis_lib.RedisError as exc:
+        return f"unreachable: {exc}"
+
+
+async def _ov_health(svc: Services) -> str:
+    try:
+        answer = await asyncio.wait_for(svc.ov.health(), HEALTH_TIMEOUT_S)
+    except TimeoutError:
+        return "unreachable: no answer"
+    except Exception as exc:  # any failure here is just "not healthy", never a failed probe
+        return f"unreachable: {exc}"
+    return "ok" if isinstance(answer, dict) and answer.get("status") == "ok" else f"unhealthy: {answer!r}"
+
+
+def add_rpc_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", help="listen address (default: settings rpc_host)")
+    parser.add_argument("--port", type=int, help="listen port (default: settings rpc_port)")
+
+
+def cli_rpc(settings: Settings, args: argparse.Namespace) -> int:
+    import uvicorn
+
+    host = getattr(args, "host", None) or settings.rpc_host
+    port = getattr(args, "port", None) or settings.rpc_port
+    log.info("ovstream rpc listening on http://%s:%d (OV %s, Redis %s)", host, port, settings.base_url,
+             settings.redis_url.split("@")[-1])
+    # log_config=None: keep the logging the CLI configured instead of uvicorn's own.
+    uvicorn.run(create_app(settings), host=host, port=port, log_config=None)
+    return 0

@@ -1,0 +1,391 @@
+"""assemble: the IO around core.assemble_plan (Redis snapshot, OV, caches, metrics).
+
+Main call, snapshot hit: one Redis round trip reads the snapshot's version
+(stream id, fetch time, size); the converted session and even the finished
+answer are cached in process per version, so a hit that is not behind the
+caller costs a dictionary lookup plus encoding. Only a version we have not
+seen reads and decodes the snapshot itself. A miss reads OV /context once and
+stores it (workers.store.snapshots), later calls hit.
+
+Assemble never fails the caller over OV or Redis. Redis away: the main call
+reads OV directly. OV away (or failing): the caller's own messages come back
+(passthrough), logged and counted, and for a few seconds after OV was found
+unreachable assemble does not try it at all (Services.ov_breaker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from core.assemble_plan import (
+    FullContext, Overlay, Passthrough, SessionBase, build_full_context, build_session_base,
+    passthrough_with, plan_overlay, recall_query, snapshot_base,
+)
+from core.defaults import DEFAULT_TOKEN_BUDGET, RECALL_QUERY_MIN_CHARS
+from core.events import ContextSnapshot
+from core.messages.model import MessageFormatError, parse_messages
+from core.ov.client import OVClient, OVError, OVUnavailable
+from core.recall.hits import (
+    build_recall_block, candidate_limit, fallback_content, needs_full_read, prepend_recall_block,
+    select_recall_hits,
+)
+from core.recall.text import prepare_recall_query
+from core.messages.tokens import estimate_message_tokens
+from core.turns import PendingTurn
+from workers.rpc.assemble_turn import cached_recall, keep_recall, pending_turns, recall_key
+from workers.rpc.context import Caller, Services
+from workers.rpc.models import AssembleRequest
+from workers.store.snapshots import ZERO_ID, read_snapshot, refresh_snapshot
+
+log = logging.getLogger(__name__)
+
+USER_MEMORIES_URI = "viking://~/memories"
+
+
+def agent_memories_uri(agent_id: str) -> str:
+    """The agent's (peer's) memories of the calling user, OV 0.5.2 layout."""
+    return f"viking://~/peers/{agent_id}/memories"
+
+
+def _passthrough(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"messages": messages, "estimatedTokens": estimate_message_tokens(messages)}
+
+
+async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[str, Any]:
+    """The answer body ``{messages, estimatedTokens, systemPromptAddition?}``."""
+    started = time.perf_counter()
+    if caller.bypassed:
+        path, outcome = "bypass", Passthrough("session_bypassed")
+    elif not req.is_main_call():
+        path, outcome = "recall", await _recall_path(svc, req, caller)
+    else:
+        path, outcome = "full", await _full_path(svc, req, caller)
+
+    if isinstance(outcome, Passthrough):
+        body, reason = _passthrough(req.messages), outcome.reason
+    elif isinstance(outcome, FullContext):
+        body = {"messages": outcome.messages, "estimatedTokens": outcome.estimated_tokens}
+        if outcome.system_prompt_addition:
+            body["systemPromptAddition"] = outcome.system_prompt_addition
+        reason = "lag_overlay" if outcome.tail_count else "assembled"
+    else:
+        body, reason = outcome, "recalled"
+    svc.metrics.assemble_seconds.labels(path).observe(time.perf_counter() - started)
+    svc.metrics.assemble_results.labels(path, reason).inc()
+    if isinstance(outcome, Passthrough):
+        level = logging.DEBUG if reason in _QUIET_PASSTHROUGHS else logging.INFO
+        log.log(level, "assemble %s session=%s agent=%s: passthrough (%s)", path, caller.ov_session_id,
+                caller.agent_id, reason)
+    return body
+
+
+# Passthroughs that are normal traffic, not news: logged at debug level only.
+_QUIET_PASSTHROUGHS = frozenset(
+    {"latest_not_user", "recall_already_injected", "recall_query_too_short", "no_recall_hits",
+     "auto_recall_disabled", "session_bypassed", "session_not_found", "no_ov_data"}
+)
+
+
+# --- transform-context call: auto-recall ------------------------------------------------
+
+
+async def _recall_path(svc: Services, req: AssembleRequest, caller: Caller) -> Passthrough | dict[str, Any]:
+    query = recall_query(req.messages, auto_recall=svc.settings.auto_recall)
+    if isinstance(query, Passthrough):
+        return query
+    block = await _search(svc, caller, query)
+    if isinstance(block, Passthrough):
+        return block
+    messages = prepend_recall_block(req.messages, block)
+    return {"messages": messages, "estimatedTokens": estimate_message_tokens(messages)}
+
+
+async def _search(svc: Services, caller: Caller, query: str) -> str | Passthrough:
+    """The recall block for ``query``, or why there is none (timeout, OV away, no hits)."""
+    settings = svc.settings
+    if not svc.ov_breaker.allows():
+        return _ov_unavailable(svc, "recall", caller, None)
+    try:
+        block = await asyncio.wait_for(
+            recall_block(svc.ov_for(caller), settings, query, caller.agent_id),
+            timeout=settings.recall_timeout_s,
+        )
+    except TimeoutError:
+        svc.metrics.recall_timeouts.inc()
+        log.warning("auto-recall for session=%s gave up after %.1fs", caller.ov_session_id,
+                    settings.recall_timeout_s)
+        return Passthrough("recall_timeout")
+    except OVUnavailable as exc:
+        return _ov_unavailable(svc, "recall", caller, exc)
+    except OVError as exc:
+        log.warning("auto-recall failed: %s", exc)
+        return Passthrough("recall_failed")
+    svc.ov_breaker.reset()
+    return Passthrough("no_recall_hits") if block is None else block
+
+
+async def _turn_recall(svc: Services, caller: Caller, req: AssembleRequest, reflected_event_ids: list[str],
+                       pending: list[PendingTurn]) -> str | None:
+    """The current user turn's recall block, for the system prompt addition.
+
+    The 2026.9 host sends the user's text as ``prompt`` on every assemble and
+    keeps it out of ``messages``, so the query comes from ``prompt``. One
+    search per turn: its block (or its absence) is kept for the turn, so each
+    model request of the tool loop carries the same block, once.
+    """
+    prompt = req.prompt
+    if not isinstance(prompt, str) or not svc.settings.auto_recall:
+        return None
+    query = prepare_recall_query(prompt)
+    if len(query) < RECALL_QUERY_MIN_CHARS:
+        return None
+    key = recall_key(svc, caller, req, prompt, reflected_event_ids, pending)
+    cached = cached_recall(svc, key)
+    if cached is not None:
+        svc.metrics.recall_turn_cache.labels("hit").inc()
+        return cached or None
+    svc.metrics.recall_turn_cache.labels("miss").inc()
+    found = await _search(svc, caller, query)
+    block = found if isinstance(found, str) else None
+    keep_recall(svc, key, block)  # a failed search too: the turn's requests stay alike
+    return block
+
+
+def _ov_unavailable(svc: Services, op: str, caller: Caller, exc: OVUnavailable | None) -> Passthrough:
+    """Count and log an unreachable OV; a fresh failure keeps assemble off OV for a while."""
+    svc.metrics.ov_unavailable.labels(op).inc()
+    if exc is not None:
+        svc.ov_breaker.trip()
+        log.warning("assemble (%s): OV unavailable for session=%s, passing through for the next %.0fs: %s",
+                    op, caller.ov_session_id, svc.ov_breaker.cooldown_s, exc)
+    return Passthrough("ov_unavailable")
+
+
+async def recall_block(ov: OVClient, settings: Any, query: str, agent_id: str) -> str | None:
+    """Search the user's and the agent's memories in parallel, keep the best,
+    read their full text (unless abstracts are preferred) and build the block."""
+    limit = candidate_limit(settings.recall_limit)
+    searches = await asyncio.gather(
+        ov.find(query, target_uri=USER_MEMORIES_URI, limit=limit, score_threshold=0),
+        ov.find(query, target_uri=agent_memories_uri(agent_id), limit=limit, score_threshold=0),
+        return_exceptions=True,
+    )
+    hits: list[Any] = []
+    failures = [s for s in searches if isinstance(s, BaseException)]
+    for result in searches:
+        if not isinstance(result, BaseException):
+            hits += [*result.memories, *result.resources]
+    if len(failures) == len(searches):
+        raise failures[0]  # nothing answered: the caller decides (passthrough)
+    for failure in failures:
+        log.warning("auto-recall: one memory search failed, using the other: %s", failure)
+    selected = select_recall_hits(
+        hits, limit=settings.recall_limit, score_threshold=settings.recall_score_threshold, query=query
+    )
+    if not selected:
+        return None
+    contents = await read_contents(ov, selected, prefer_abstract=settings.recall_prefer_abstract)
+    return build_recall_block(list(zip(selected, contents)), settings.recall_max_injected_chars)
+
+
+async def read_contents(ov: OVClient, hits: Sequence[Any], *, prefer_abstract: bool) -> list[str]:
+    """Each hit's text to inject: its full memory, or the abstract when that is
+    preferred or the read fails (a failed read never loses the hit)."""
+
+    async def one(hit: Any) -> str:
+        if not needs_full_read(hit, prefer_abstract):
+            return fallback_content(hit)
+        try:
+            text = await ov.read(hit.uri)
+        except OVError as exc:
+            log.info("recall: reading %s failed, using its abstract: %s", hit.uri, exc)
+            return fallback_content(hit)
+        return text.strip() or fallback_content(hit)
+
+    return list(await asyncio.gather(*(one(h) for h in hits)))
+
+
+# --- main call: full context ----------------------------------------------------------------
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class Snap:
+    """A session's converted snapshot and the tags the overlay needs (cached per version)."""
+
+    version: Any
+    base: SessionBase
+    captured_through: int
+    applied_id: str
+    event_ids: list[str]
+    advancements: list[str]
+
+    @property
+    def capture_known(self) -> bool:
+        return self.applied_id != ZERO_ID
+
+
+_NO_SNAPSHOT = Snap(None, build_session_base(None), 0, ZERO_ID, [], [])
+_NEW_SESSION = frozenset({"session_not_found", "no_ov_data"})
+"""Passthrough reasons of a session OV does not have yet (its turns may be in flight)."""
+
+
+async def _full_path(svc: Services, req: AssembleRequest, caller: Caller) -> Passthrough | FullContext:
+    if svc.direct:
+        return await _direct_full_path(svc, req, caller)
+    try:
+        snap, last_turn = _cached_snap(svc, caller)
+    except redis.RedisError as exc:
+        log.warning("assemble: Redis unavailable, reading OV directly: %s", exc)
+        return await _direct_full_path(svc, req, caller)
+    if snap is None:
+        svc.metrics.snapshot_miss()
+        snapshot = await _refresh(svc, caller)
+        if isinstance(snapshot, Passthrough):
+            if not (req.overlay_by_identity() and snapshot.reason in _NEW_SESSION):
+                return snapshot
+            snap = _NO_SNAPSHOT  # OV has nothing yet; the session may still have turns in flight
+        else:
+            snap = _remember(svc, None, snapshot)
+    else:
+        svc.metrics.snapshot_hit()
+    return await _answer(svc, req, caller, snap, last_turn=last_turn)
+
+
+def _cached_snap(svc: Services, caller: Caller) -> tuple[Snap | None, str | None]:
+    """The converted snapshot of the caller's session, from the cache when its
+    version is known, else read from Redis (None when there is no snapshot),
+    and the event id of the session's newest published turn, in the same round trip."""
+    session_keys = svc.session_keys(caller)
+    key = session_keys.snapshot
+    pipe = svc.redis.pipeline(transaction=False)
+    pipe.hmget(key, "id", "fetched_ms")
+    pipe.hstrlen(key, "data")
+    pipe.get(session_keys.last_turn)
+    (stream_id, fetched_ms), size, newest = pipe.execute()
+    last_turn = newest.decode() if newest else None
+    if not size:
+        return None, last_turn
+    # (key, stream id, fetch time, size) names one stored snapshot: the write
+    # script sets all of them at once.
+    version = (key, stream_id, _int(fetched_ms), size)
+    cached = svc.bases.get(version)
+    if cached is not None:
+        return cached, last_turn
+    snapshot = read_snapshot(svc.redis, svc.settings, caller.address())
+    if snapshot is None:
+        return None, last_turn
+    return _remember(svc, version, snapshot), last_turn
+
+
+def _remember(svc: Services, version: Any, snapshot: ContextSnapshot) -> Snap:
+    snap = Snap(version, snapshot_base(snapshot), snapshot.captured_through, snapshot.applied_stream_id,
+                snapshot.event_ids, snapshot.advancements)
+    if version is not None:
+        svc.bases.put(version, snap)
+    return snap
+
+
+async def _refresh(svc: Services, caller: Caller) -> ContextSnapshot | Passthrough:
+    """Fetch OV /context for a session with no snapshot and store it."""
+    if not svc.ov_breaker.allows():
+        return _ov_unavailable(svc, "assemble", caller, None)
+    try:
+        snapshot = await refresh_snapshot(svc.redis, svc.ov_for(caller), svc.settings, caller.address())
+        svc.ov_breaker.reset()
+        return snapshot
+    except OVUnavailable as exc:
+        return _ov_unavailable(svc, "assemble", caller, exc)
+    except OVError as exc:
+        if exc.code == "NOT_FOUND":
+            return Passthrough("session_not_found")
+        log.warning("assemble: OV /context failed for session=%s: %s", caller.ov_session_id, exc)
+        return Passthrough("ov_error")
+    except redis.RedisError as exc:
+        log.warning("assemble: snapshot not stored, Redis unavailable: %s", exc)
+        return Passthrough("redis_unavailable")
+
+
+async def _direct_full_path(svc: Services, req: AssembleRequest, caller: Caller) -> Passthrough | FullContext:
+    """The reference plugin's way: OV /context on every call, converted every time.
+    With Redis away only the turns the plugin still holds can be added to it."""
+    if not svc.ov_breaker.allows():
+        return _ov_unavailable(svc, "assemble", caller, None)
+    try:
+        ctx = await svc.ov_for(caller).get_context(caller.require_session(),
+                                                   token_budget=_budget(req))
+        base = build_session_base(ctx.latest_archive_overview, ctx.pre_archive_abstracts, ctx.messages,
+                                  ctx.stats.total_archives)
+    except OVUnavailable as exc:
+        return _ov_unavailable(svc, "assemble", caller, exc)
+    except OVError as exc:
+        if exc.code != "NOT_FOUND" or not req.overlay_by_identity():
+            return Passthrough("session_not_found" if exc.code == "NOT_FOUND" else "ov_error")
+        base = _NO_SNAPSHOT.base
+    return await _answer(svc, req, caller, Snap(None, base, 0, ZERO_ID, [], []), direct=True)
+
+
+def _budget(req: AssembleRequest) -> int:
+    """The request's budget; missing or not positive: the default, as in the reference."""
+    budget = req.tokenBudget
+    return int(budget) if budget is not None and budget >= 1 else DEFAULT_TOKEN_BUDGET
+
+
+def _lag_tail(svc: Services, req: AssembleRequest, caller: Caller, snap: Snap, *, last_turn: str | None,
+              direct: bool) -> tuple[list[dict[str, Any]], list[PendingTurn]] | Passthrough:
+    """The messages to append to the snapshot: the turns it lacks, by event identity
+    when the plugin sends its turns, else by count of the caller's transcript."""
+    if not req.overlay_by_identity():
+        plan = plan_overlay(snap.base, captured_through=snap.captured_through,
+                            capture_known=snap.capture_known and not direct, input_count=len(req.messages))
+        if isinstance(plan, Passthrough):
+            return plan
+        return (req.messages[plan.tail_start:] if isinstance(plan, Overlay) else []), []
+    pending = pending_turns(svc, caller, req, after_id=snap.applied_id, reflected_event_ids=snap.event_ids,
+                            reflected_advancements=snap.advancements, session_known=snap.capture_known,
+                            last_turn=last_turn, redis_away=direct)
+    if snap.base.empty and not pending:
+        return Passthrough("no_ov_data")
+    return [m for turn in pending for m in turn.messages], pending
+
+
+async def _answer(svc: Services, req: AssembleRequest, caller: Caller, snap: Snap, *,
+                  last_turn: str | None = None, direct: bool = False) -> Passthrough | FullContext:
+    """``last_turn``: the session's newest published turn; ``direct``: OV read without Redis."""
+    lag = _lag_tail(svc, req, caller, snap, last_turn=last_turn, direct=direct)
+    if isinstance(lag, Passthrough):
+        # Nothing of ours to assemble (a new session, say), but the turn still gets its memories.
+        recall = await _turn_recall(svc, caller, req, snap.event_ids, [])
+        return lag if recall is None else passthrough_with(req.messages, recall)
+    tail_raw, pending = lag
+    recall = await _turn_recall(svc, caller, req, snap.event_ids, pending)
+    budget = _budget(req)
+    version = snap.version
+    cache_key = (version, budget, recall or "") if version is not None and not tail_raw else None
+    if cache_key is not None and (cached := svc.results.get(cache_key)) is not None:
+        return cached
+    try:
+        tail = parse_messages(tail_raw) if tail_raw else []
+    except MessageFormatError:  # the request model only admits objects; defensive
+        tail = []
+    if tail_raw:
+        svc.metrics.lag_overlays.inc()
+        log.info("assemble: snapshot of session=%s lacks %d message(s) (%d turn(s)); appending them",
+                 caller.ov_session_id, len(tail_raw), len(pending))
+    result = build_full_context(snap.base, tail, budget, recall_block=recall)
+    if cache_key is not None and isinstance(result, FullContext):
+        svc.results.put(cache_key, result)
+    return result

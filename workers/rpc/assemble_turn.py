@@ -1,0 +1,110 @@
+"""The IO of assemble's two per-turn questions (the rules are core.turns'):
+
+- which turns the session's snapshot does not hold yet: the newest entries of
+  the session's stream shard after the snapshot's stream id (turns other
+  processes published) plus the turns the plugin sends with the call (those
+  it still holds while Redis is away, and those it published recently);
+- the recall block of the current user turn: searched once per turn and kept
+  in Redis, so every model request of the host's tool loop carries the same
+  block, whichever RPC process answers it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import redis
+
+from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
+from core.turns import PendingTurn, last_event_id, recall_turn_key, uncaptured_turns
+from workers.capture.plan import session_of
+from workers.rpc.context import Caller, Services
+from workers.rpc.models import AssembleRequest
+from workers.store.snapshots import ZERO_ID
+
+log = logging.getLogger(__name__)
+
+
+def _json_str(value: str) -> bytes:
+    return json.dumps(value).encode()
+
+
+def scan_session_events(svc: Services, caller: Caller, after_id: str) -> list[TurnEvent]:
+    """This session's events among the newest ``overlay_stream_scan`` entries of its
+    shard that come after ``after_id``, oldest first. Redis errors propagate."""
+    count = svc.settings.overlay_stream_scan
+    session_keys = svc.session_keys(caller)
+    if count <= 0:
+        return []
+    stream = session_keys.stream
+    low = f"({after_id}" if after_id and after_id != ZERO_ID else "-"
+    entries = svc.redis.xrevrange(stream, "+", low, count=count)
+    # A cheap byte test first: most entries of a busy shard are other sessions'.
+    needles = [_json_str(v) for v in (caller.session_id, caller.session_key) if v]
+    scope = session_keys.scope
+    events: list[TurnEvent] = []
+    for _, fields in reversed(entries):
+        data = fields.get(STREAM_FIELD.encode())  # the clients here speak bytes (workers.store.connection)
+        if data is None or not any(n in data for n in needles):
+            continue
+        try:
+            event = decode(data, TurnEvent)
+            ref = session_of(svc.settings, event)
+        except (EventDecodeError, ValueError):
+            continue  # capture dead-letters it; it is no turn of anyone's
+        if ref.ov_session_id == caller.ov_session_id and ref.scope == scope:
+            events.append(event)
+    return events
+
+
+def pending_turns(svc: Services, caller: Caller, req: AssembleRequest, *, after_id: str,
+                  reflected_event_ids: list[str], reflected_advancements: list[str],
+                  session_known: bool, last_turn: str | None, redis_away: bool = False) -> list[PendingTurn]:
+    """The turns to append to the snapshot, each once (core.turns.uncaptured_turns).
+
+    ``last_turn``, the session's newest published turn, decides whether the
+    stream is read: only when that turn is neither in the snapshot nor among
+    the plugin's (another process published it). ``redis_away``: only the
+    turns the plugin still holds count; the ones it published are in Redis,
+    where capture will find them.
+    """
+    events: list[TurnEvent] = [*(req.heldTurns or [])]
+    if not redis_away:
+        events += req.recentTurns or []
+        known = {*reflected_event_ids, *(e.event_id for e in events)}
+        if last_turn is not None and last_turn not in known:
+            try:
+                events += scan_session_events(svc, caller, after_id)
+            except redis.RedisError as exc:
+                log.warning("assemble: stream of session=%s unreadable, using the plugin's turns only: %s",
+                            caller.ov_session_id, exc)
+    return uncaptured_turns(svc.settings, events, reflected_event_ids=reflected_event_ids,
+                            reflected_advancements=reflected_advancements, session_known=session_known)
+
+
+def recall_key(svc: Services, caller: Caller, req: AssembleRequest, prompt: str,
+               reflected_event_ids: list[str], pending: list[PendingTurn]) -> str:
+    """The Redis key of the current user turn's recall block (core.turns.recall_turn_key)."""
+    session_keys = svc.session_keys(caller)
+    turn = recall_turn_key(caller.require_session(), session_keys.scope, prompt,
+                           last_event_id(reflected_event_ids, pending), len(req.messages))
+    return session_keys.recall_turn(turn)
+
+
+def cached_recall(svc: Services, key: str) -> str | None:
+    """The turn's block ("" when it has none), or None when no search ran yet (or Redis is away)."""
+    try:
+        raw = svc.redis.get(key)
+    except redis.RedisError:
+        return None
+    if raw is None:
+        return None
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def keep_recall(svc: Services, key: str, block: str | None) -> None:
+    try:
+        svc.redis.set(key, block or "", ex=svc.settings.recall_turn_ttl_s)
+    except redis.RedisError as exc:
+        log.info("assemble: recall block not kept (Redis: %s); the next request of the turn searches again", exc)

@@ -1,0 +1,227 @@
+"""compact, and the synchronous commit it shares with memory_store.
+
+A commit goes through workers.store.commit_queue (request_commit, then its outcome record
+polled until final or compact_wait_s), so a commit already in flight for the
+session (capture's threshold commit, a second /compact) is awaited rather
+than run twice. The one exception is a caller whose API key the workers do
+not hold (a passthrough key that is not in ``user_api_keys``): a worker would
+commit with the wrong identity, so that commit runs here, inline, with the
+caller's key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import secrets
+import time
+from typing import Any
+
+import msgspec
+import redis
+
+from core.assemble_plan import FullContext, build_full_context, snapshot_base
+from core.events import CommitOutcome, CommitRequest, ContextSnapshot
+from core.ov.client import OVError, OVUnavailable
+from workers.store.applied import AppliedState
+from workers.store.commit_queue import request_commit, wait_commit_outcome
+from workers.store.commit_records import FINAL_STATUSES, CommitRecords
+from workers.commits.run import task_verdict
+from workers.rpc.context import Caller, RpcError, Services
+from workers.rpc.models import CompactRequest
+from workers.store.snapshots import fetch_snapshot, read_snapshot, refresh_snapshot
+
+log = logging.getLogger(__name__)
+
+KEEP_RECENT_ON_COMPACT = 0
+"""compact and memory_store archive everything, as the reference does."""
+OUTCOME_POLL_S = 0.05
+"""How often a waiting compact reads the commit record (one HGET)."""
+
+
+def memories_of(outcome: CommitOutcome) -> int:
+    """Memories a finished commit extracted (0 when it reported none)."""
+    return outcome.memories_extracted or 0
+
+
+def workers_can_act_for(svc: Services, caller: Caller) -> bool:
+    """Whether an RQ worker holds a key for the caller's tenant."""
+    return caller.user is None or caller.user in svc.settings.user_api_keys
+
+
+async def commit_and_wait(svc: Services, caller: Caller, ov_session_id: str, *, reason: str) -> CommitOutcome:
+    """Commit the session (keeping nothing) and wait for phase 2, at most compact_wait_s."""
+    settings = svc.settings
+    if not workers_can_act_for(svc, caller):
+        return await _inline_commit(svc, caller, ov_session_id, reason=reason)
+    try:
+        request = await asyncio.to_thread(
+            request_commit, svc.redis, settings, caller.address(ov_session_id), reason=reason,
+            keep_recent_count=KEEP_RECENT_ON_COMPACT)
+        return await _await_outcome(svc, request)
+    except redis.RedisError as exc:
+        log.warning("commit of %s: Redis unavailable: %s", ov_session_id, exc)
+        raise RpcError(503, "redis_unavailable", "the commit queue (Redis) is unreachable") from None
+
+
+async def _await_outcome(svc: Services, request: CommitRequest) -> CommitOutcome:
+    """wait_commit_outcome, but sleeping on the event loop instead of in a thread:
+    a compact may wait minutes, and a few of them would take every thread of the
+    default executor (which /metrics and /healthz need too)."""
+    deadline = time.monotonic() + svc.settings.compact_wait_s
+    while time.monotonic() < deadline:
+        outcome = CommitRecords(svc.redis, svc.settings).outcome(request)
+        if outcome is not None and outcome.status in FINAL_STATUSES:
+            return outcome
+        await asyncio.sleep(min(OUTCOME_POLL_S, max(deadline - time.monotonic(), 0)))
+    # One last look; when still not final this is the jobs' own timeout outcome.
+    return wait_commit_outcome(svc.redis, svc.settings, request, 0)
+
+
+async def _inline_commit(svc: Services, caller: Caller, ov_session_id: str, *, reason: str) -> CommitOutcome:
+    settings = svc.settings
+    ov = svc.ov_for(caller)
+    # Working memory on, as the queued commits do: it is what writes the archive overview.
+    accepted = await ov.commit(ov_session_id, keep_recent_count=KEEP_RECENT_ON_COMPACT,
+                               enable_working_memory=True)
+    outcome = CommitOutcome(
+        commit_id=f"inline_{secrets.token_hex(8)}", ov_session_id=ov_session_id,
+        agent_id=caller.agent_id, user=caller.user, reason=reason, status="running",
+        task_id=accepted.task_id, archive_uri=accepted.archive_uri, archived=accepted.archived,
+        requested_at=time.time())
+    log.info("commit of %s runs inline (the workers hold no key for tenant %s)", ov_session_id, caller.user)
+    if accepted.status == "skipped" or not accepted.task_id:
+        return msgspec.structs.replace(outcome, status="skipped", finished_at=time.time())
+    deadline = time.monotonic() + settings.compact_wait_s
+    failed_reads = 0
+    while time.monotonic() < deadline:
+        await asyncio.sleep(min(settings.phase2_poll_interval_s, max(deadline - time.monotonic(), 0)))
+        try:
+            task = await ov.get_task(accepted.task_id)
+        except OVError as exc:
+            failed_reads += 1
+            if failed_reads > settings.phase2_read_retries:
+                return msgspec.structs.replace(outcome, status="failed", finished_at=time.time(),
+                                               error=f"phase 2 unreadable: {exc}")
+            continue
+        failed_reads = 0
+        verdict = task_verdict(task)
+        if verdict is not None:
+            status, fields = verdict
+            return msgspec.structs.replace(outcome, status=status, finished_at=time.time(), **fields)
+    return msgspec.structs.replace(outcome, status="timeout", finished_at=time.time(),
+                                   error=f"phase 2 not finished within {settings.compact_wait_s:g}s")
+
+
+def _valid_count(value: float | None) -> int | None:
+    if value is None or not math.isfinite(value) or value <= 0:
+        return None
+    return int(value)
+
+
+def assembled_tokens(snapshot: ContextSnapshot, budget: int) -> int:
+    """What assemble would send for this snapshot, estimated the way assemble does,
+    so tokensBefore and tokensAfter measure the same thing."""
+    base = snapshot_base(snapshot)
+    if base.empty:
+        return 0
+    result = build_full_context(base, [], budget)
+    return result.estimated_tokens if isinstance(result, FullContext) else snapshot.estimated_tokens
+
+
+async def _context_estimate(svc: Services, caller: Caller, ov_session_id: str, budget: int) -> int:
+    """The session's assembled token estimate: from the snapshot, else from OV; -1 when neither answers."""
+    try:
+        snapshot = read_snapshot(svc.redis, svc.settings, caller.address(ov_session_id))
+        if snapshot is not None:
+            return assembled_tokens(snapshot, budget)
+    except redis.RedisError as exc:
+        log.info("compact: no snapshot estimate (Redis: %s)", exc)
+    try:
+        snapshot, _ = await fetch_snapshot(svc.ov_for(caller), svc.settings, caller.address(ov_session_id),
+                                           AppliedState())
+        return assembled_tokens(snapshot, budget)
+    except OVError as exc:
+        log.info("compact: no context estimate for %s: %s", ov_session_id, exc)
+        return -1
+
+
+def _outcome_details(outcome: CommitOutcome) -> dict[str, Any]:
+    return {"commit": msgspec.to_builtins(outcome)}
+
+
+def _failure(reason: str, tokens_before: int, outcome: CommitOutcome) -> dict[str, Any]:
+    return {"ok": False, "compacted": False, "reason": reason,
+            "result": {"summary": "", "firstKeptEntryId": "", "tokensBefore": tokens_before,
+                       "details": _outcome_details(outcome)}}
+
+
+async def compact(svc: Services, req: CompactRequest, caller: Caller) -> dict[str, Any]:
+    body = await _compact(svc, req, caller)
+    svc.metrics.compact_results.labels(body.get("reason") or "none").inc()
+    log.info("compact session=%s agent=%s: ok=%s compacted=%s reason=%s", caller.ov_session_id,
+             caller.agent_id, body["ok"], body["compacted"], body.get("reason"))
+    return body
+
+
+async def _compact(svc: Services, req: CompactRequest, caller: Caller) -> dict[str, Any]:
+    if caller.bypassed:
+        return {"ok": True, "compacted": False, "reason": "session_bypassed"}
+    ov_sid = caller.require_session()
+    budget = _valid_count(req.tokenBudget) or svc.settings.snapshot_token_budget
+    ov = svc.ov_for(caller)
+    try:
+        await ov.get_session(ov_sid)
+    except OVUnavailable as exc:
+        svc.metrics.ov_unavailable.labels("compact").inc()
+        raise RpcError(503, "ov_unavailable", f"OpenViking is unreachable: {exc.message}") from None
+    except OVError as exc:
+        if exc.code == "NOT_FOUND":
+            return {"ok": True, "compacted": False, "reason": "session_not_found"}
+        raise RpcError(exc.status if 400 <= exc.status < 500 else 502, exc.code, exc.message) from None
+
+    tokens_before = _valid_count(req.currentTokenCount)
+    if tokens_before is None:
+        tokens_before = await _context_estimate(svc, caller, ov_sid, budget)
+    try:
+        outcome = await commit_and_wait(svc, caller, ov_sid, reason="compact")
+    except OVUnavailable as exc:  # inline commit only; queued commits report through the outcome
+        svc.metrics.ov_unavailable.labels("compact").inc()
+        raise RpcError(503, "ov_unavailable", f"OpenViking is unreachable: {exc.message}") from None
+    except OVError as exc:
+        if exc.code == "NOT_FOUND":
+            return {"ok": True, "compacted": False, "reason": "session_not_found"}
+        return _failure("commit_failed", tokens_before, CommitOutcome(
+            commit_id="inline", ov_session_id=ov_sid, agent_id=caller.agent_id, status="failed",
+            error=str(exc)))
+
+    if outcome.status == "failed":
+        return _failure("commit_failed", tokens_before, outcome)
+    # Still running at our bound (below the host's compaction timeout): the archive
+    # is made, only memory extraction goes on, and its poller records the outcome.
+    finished = outcome.status in ("completed", "skipped")
+    phase2_pending = not finished and outcome.archived
+    if not finished and not phase2_pending:
+        return _failure("commit_timeout", tokens_before, outcome)
+    if outcome.status == "skipped" or not outcome.archived:
+        return {"ok": True, "compacted": False, "reason": "commit_no_archive",
+                "result": {"summary": "", "firstKeptEntryId": "", "tokensBefore": tokens_before,
+                           "tokensAfter": tokens_before if tokens_before >= 0 else None,
+                           "details": _outcome_details(outcome)}}
+
+    details = _outcome_details(outcome)
+    summary, tokens_after = "", None
+    try:
+        snapshot = await refresh_snapshot(svc.redis, ov, svc.settings, caller.address(ov_sid))
+        summary, tokens_after = snapshot.latest_archive_overview.strip(), assembled_tokens(snapshot, budget)
+    except (OVError, redis.RedisError) as exc:
+        log.warning("compact: session %s committed, but its context could not be re-read: %s", ov_sid, exc)
+        details["contextError"] = str(exc)
+    first_kept = (outcome.archive_uri or "").rstrip("/").rsplit("/", 1)[-1]
+    if phase2_pending:
+        details["phase2"] = (f"still running after {svc.settings.compact_wait_s:g}s; the commit completes "
+                             f"in the background and is recorded (ovstream commits)")
+    return {"ok": True, "compacted": True, "reason": "phase2_pending" if phase2_pending else "commit_completed",
+            "result": {"summary": summary, "firstKeptEntryId": first_kept,
+                       "tokensBefore": tokens_before, "tokensAfter": tokens_after, "details": details}}

@@ -1,0 +1,217 @@
+"""What every RPC handler shares: the app's services and the caller's identity.
+
+``Services`` is built once per app (Redis client, one OV client whose pool all
+requests share, metrics, caches). ``Caller`` is resolved per request from the
+body and the headers: OV session id, agent id, API key and the tenant label
+that scopes Redis keys, so two agents or two users never read each other's
+snapshot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import redis
+
+from core.config import Settings
+from core.ids import is_bypassed, ov_session_id, resolve_agent_id
+from workers.store.keys import Keys, SessionKeys
+from core.ov.client import OVClient
+from core.session import SessionAddress
+from workers.store.metrics import RpcMetrics
+
+log = logging.getLogger(__name__)
+
+API_KEY_HEADER = "X-OpenViking-API-Key"
+TENANT_KEY_PREFIX = "k"
+"""Tenant labels derived from an unknown API key look like ``k<16 hex>``."""
+
+
+class RpcError(Exception):
+    """An answer other than 200, with a code and a message for the caller."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+
+
+def api_key_from_headers(headers: Mapping[str, str]) -> str | None:
+    """The caller's OV key: ``X-OpenViking-API-Key``, else ``Authorization: Bearer``."""
+    key = (headers.get(API_KEY_HEADER) or "").strip()
+    if key:
+        return key
+    auth = (headers.get("authorization") or "").strip()
+    scheme, _, token = auth.partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return None
+
+
+def tenant_for_api_key(settings: Settings, api_key: str | None) -> str | None:
+    """The tenant label scoping Redis keys for a caller's key.
+
+    No key, or the service's own key: the default tenant (None), as capture
+    uses for events without a user. A key configured in ``user_api_keys``:
+    its label, so capture workers (which act with those keys) and the RPC
+    agree on the scope. Any other key: ``k`` + the first 16 hex digits of its
+    sha256, stable per key and never revealing it.
+    """
+    if not api_key or api_key == settings.api_key:
+        return None
+    for label, key in settings.user_api_keys.items():
+        if key == api_key:
+            return label
+    return TENANT_KEY_PREFIX + hashlib.sha256(api_key.encode("utf-8")).hexdigest()[:16]
+
+
+def _text(value: Any) -> str | None:
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who a request acts for."""
+
+    session_id: str | None
+    session_key: str | None
+    ov_session_id: str | None
+    """None when the request names no session (tools only)."""
+    agent_id: str
+    api_key: str | None
+    user: str | None
+    """Tenant label of the Redis scope (see tenant_for_api_key)."""
+    bypassed: bool
+
+    def require_session(self) -> str:
+        if self.ov_session_id is None:
+            raise RpcError(400, "no_session", "this call needs sessionId or sessionKey", "sessionId")
+        return self.ov_session_id
+
+    def address(self, ov_session_id: str | None = None) -> SessionAddress:
+        """The caller's session (or ``ov_session_id`` of the same agent and tenant)."""
+        return SessionAddress(ov_session_id or self.require_session(), self.agent_id, self.user)
+
+
+def resolve_caller(
+    settings: Settings,
+    *,
+    session_id: str | None,
+    session_key: str | None,
+    runtime_context: Mapping[str, Any] | None,
+    api_key: str | None,
+    session_required: bool = False,
+) -> Caller:
+    """Identity per the seed: the sessionKey comes from the body, else runtimeContext;
+    the agent from the sessionKey, else runtimeContext.agentId, else "main"."""
+    runtime = runtime_context or {}
+    key = _text(session_key) or _text(runtime.get("sessionKey"))
+    sid = _text(session_id)
+    ov_sid = None
+    if session_required and not (sid or key):
+        raise RpcError(400, "invalid_session", "sessionId is blank", "sessionId")
+    if sid or key:
+        try:
+            ov_sid = ov_session_id(sid or "", key)
+        except ValueError as exc:
+            raise RpcError(400, "invalid_session", str(exc), "sessionId") from exc
+    return Caller(
+        session_id=sid,
+        session_key=key,
+        ov_session_id=ov_sid,
+        agent_id=resolve_agent_id(key, _text(runtime.get("agentId")), settings.agent_prefix),
+        api_key=api_key,
+        user=tenant_for_api_key(settings, api_key),
+        bypassed=is_bypassed(settings.bypass_session_patterns, sid, key),
+    )
+
+
+_K = TypeVar("_K", bound=Hashable)
+_V = TypeVar("_V")
+
+
+class LRU(Generic[_K, _V]):
+    """A small bounded mapping, least recently used out first (one event loop, no locks)."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._items: OrderedDict[_K, _V] = OrderedDict()
+
+    def get(self, key: _K) -> _V | None:
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+        return value
+
+    def put(self, key: _K, value: _V) -> None:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        while len(self._items) > self._capacity:
+            self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class OVBreaker:
+    """Skips OV on assemble's hot path for a while after OV was found unreachable.
+
+    Reaching a down OV costs the client's retries (over a second); assemble
+    would pay that on every call that needs OV and pass through anyway. After
+    one such failure, calls in the next ``cooldown_s`` pass through at once.
+    """
+
+    def __init__(self, cooldown_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.cooldown_s = cooldown_s
+        self._clock = clock
+        self._open_until = 0.0
+
+    def allows(self) -> bool:
+        return self._clock() >= self._open_until
+
+    def trip(self) -> None:
+        self._open_until = self._clock() + self.cooldown_s
+
+    def reset(self) -> None:
+        self._open_until = 0.0
+
+
+# A 200-message session is ~100-150 KB either way, so each cache stays under ~40 MB.
+BASE_CACHE_SIZE = 256
+"""Converted session bases kept in process: one per (session, agent, tenant) version."""
+RESULT_CACHE_SIZE = 256
+"""Finished main-call answers kept, per snapshot version and budget."""
+
+
+@dataclass
+class Services:
+    settings: Settings
+    redis: redis.Redis
+    ov: OVClient
+    metrics: RpcMetrics
+    direct: bool = False
+    """Serve the main call by fetching OV /context every time (the reference
+    plugin's way), bypassing snapshots; for the benchmark's comparison."""
+    ov_breaker: OVBreaker = field(default_factory=OVBreaker)
+    bases: LRU[Any, Any] = field(default_factory=lambda: LRU(BASE_CACHE_SIZE))
+    results: LRU[Any, Any] = field(default_factory=lambda: LRU(RESULT_CACHE_SIZE))
+
+    @property
+    def keys(self) -> Keys:
+        return Keys(self.settings.key_prefix)
+
+    def ov_for(self, caller: Caller) -> OVClient:
+        """OV client acting as the caller: their key (if any) and their agent as peer."""
+        return self.ov.scoped(peer=caller.agent_id, api_key=caller.api_key)
+
+    def session_keys(self, caller: Caller) -> SessionKeys:
+        """The Redis keys of the caller's session."""
+        return self.keys.session(caller.address(), self.settings.shards)

@@ -1,0 +1,1 @@
+"""The eight agent tools behind ``POST /v1/tools/{name}``."""

@@ -1,0 +1,203 @@
+"""Memory tools: memory_recall, memory_store, memory_forget, memory_search."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import secrets
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from core.ids import ov_session_id
+from core.ov.client import OVClient
+from core.ov.models import FindResult
+from core.recall.hits import (
+    LEAF_LEVEL, candidate_limit, clamp_score, format_recall_line, select_recall_hits,
+)
+from workers.rpc.assemble import USER_MEMORIES_URI, agent_memories_uri, read_contents
+from workers.rpc.compact import commit_and_wait, memories_of
+from workers.rpc.context import Caller, Services
+from workers.rpc.models import (
+    MemoryForgetParams, MemoryRecallParams, MemorySearchParams, MemoryStoreParams,
+)
+from workers.rpc.tools.base import Tool, ToolResult, text_result
+
+log = logging.getLogger(__name__)
+
+RESOURCES_URI = "viking://resources"
+AGENT_SKILLS_URI = "viking://agent/skills"
+FORGET_AUTO_DELETE_SCORE = 0.85
+"""A query-matched memory is deleted without asking only when it is the one
+candidate and scores at least this."""
+FORGET_DEFAULT_LIMIT = 5
+SEARCH_DEFAULT_LIMIT = 10
+
+# What a memory lives under in OV 0.5.2: the user's memories, the user's
+# memories about one agent (peer), spelled out or with the ~ home alias.
+_MEMORY_URI = re.compile(
+    r"^viking://(?:user/[^/]+|~)/(?:peers/[^/]+/)?memories(?:/|$)"
+    r"|^viking://agent/(?:[^/]+/)?memories(?:/|$)"
+)
+
+
+def is_memory_uri(uri: str) -> bool:
+    return bool(_MEMORY_URI.match(uri))
+
+
+async def _search(ov: OVClient, query: str, targets: Sequence[str], limit: int) -> list[FindResult]:
+    """One find per target in parallel; a failing target is logged and skipped,
+    unless all fail (then the first error is raised)."""
+    answers = await asyncio.gather(
+        *(ov.find(query, target_uri=t, limit=limit, score_threshold=0) for t in targets),
+        return_exceptions=True,
+    )
+    ok = [a for a in answers if isinstance(a, FindResult)]
+    failed = [a for a in answers if isinstance(a, BaseException)]
+    if failed and not ok:
+        raise failed[0]
+    for target, answer in zip(targets, answers):
+        if isinstance(answer, BaseException):
+            log.warning("search of %s failed, using the other scopes: %s", target, answer)
+    return ok
+
+
+def _lines_within(items: Sequence[tuple[Any, str]], max_chars: int) -> list[str]:
+    """Formatted memory lines totalling at most max_chars; a line that does not fit
+    is skipped whole (a later, shorter one may still fit)."""
+    lines: list[str] = []
+    used = 0
+    for hit, content in items:
+        line = format_recall_line(hit, content)
+        projected = used + (1 if lines else 0) + len(line)
+        if projected <= max_chars:
+            lines.append(line)
+            used = projected
+    return lines
+
+
+async def memory_recall(svc: Services, caller: Caller, p: MemoryRecallParams) -> ToolResult:
+    settings = svc.settings
+    limit = p.limit or settings.recall_limit
+    threshold = p.scoreThreshold if p.scoreThreshold is not None else settings.recall_score_threshold
+    if p.targetUri:
+        targets = [p.targetUri]
+    else:
+        targets = [USER_MEMORIES_URI, agent_memories_uri(caller.agent_id)]
+        if settings.recall_resources or p.includeResources:
+            targets.append(RESOURCES_URI)
+    ov = svc.ov_for(caller)
+    results = await _search(ov, p.query, targets, candidate_limit(limit))
+    hits = [h for r in results for h in (*r.memories, *r.resources)]
+    selected = select_recall_hits(hits, limit=limit, score_threshold=threshold, query=p.query)
+    if not selected:
+        return text_result("No relevant OpenViking memories found.", count=0, scoreThreshold=threshold)
+    contents = await read_contents(ov, selected, prefer_abstract=False)
+    lines = _lines_within(list(zip(selected, contents)), settings.recall_max_injected_chars)
+    found = [{"uri": h.uri, "score": h.score, "level": h.level, "abstract": h.abstract} for h in selected]
+    if not lines:
+        return text_result(
+            f"No complete OpenViking memory fits recallMaxInjectedChars={settings.recall_max_injected_chars}.",
+            count=0, memories=found, scoreThreshold=threshold,
+        )
+    return text_result(f"Found {len(lines)} memories:\n\n" + "\n".join(lines),
+                       count=len(lines), memories=found, scoreThreshold=threshold, targets=targets)
+
+
+def temp_session_id() -> str:
+    """A fresh OV session for one memory_store: the write must not land in
+    (and later be archived with) the conversation it came from."""
+    return f"memory-store-{int(time.time() * 1000)}-{secrets.token_hex(3)}"
+
+
+async def memory_store(svc: Services, caller: Caller, p: MemoryStoreParams) -> ToolResult:
+    target = ov_session_id(p.sessionId, None) if p.sessionId else temp_session_id()
+    message: dict[str, Any] = {"role": p.role, "parts": [{"type": "text", "text": p.text}]}
+    if p.role == "assistant":
+        message["peer_id"] = caller.agent_id
+    await svc.ov_for(caller).add_message(target, message)
+    outcome = await commit_and_wait(svc, caller, target, reason="memory_store")
+    details = {"sessionId": target, "usedTempSession": not p.sessionId, "status": outcome.status,
+               "commitId": outcome.commit_id}
+    if outcome.status == "failed":
+        return text_result(f"Memory extraction failed for session {target}: {outcome.error or 'unknown'}",
+                           action="failed", error=outcome.error, **details)
+    if outcome.status not in ("completed", "skipped"):
+        return text_result(
+            f"Memory extraction for session {target} is still running; it may finish in the background.",
+            action="timeout", **details,
+        )
+    count = memories_of(outcome)
+    if count == 0:
+        log.warning("memory_store: committed session %s but no memory was extracted", target)
+    return text_result(f"Stored in OpenViking session {target}; {count} memories extracted.",
+                       action="stored", memoriesCount=count, archived=outcome.archived, **details)
+
+
+async def memory_forget(svc: Services, caller: Caller, p: MemoryForgetParams) -> ToolResult:
+    ov = svc.ov_for(caller)
+    if p.uri:
+        if not is_memory_uri(p.uri):
+            return text_result(f"Refusing to delete a URI that is not a memory: {p.uri}",
+                               action="rejected", uri=p.uri)
+        await ov.rm(p.uri)
+        return text_result(f"Forgotten: {p.uri}", action="deleted", uri=p.uri)
+    limit = p.limit or FORGET_DEFAULT_LIMIT
+    threshold = p.scoreThreshold if p.scoreThreshold is not None else svc.settings.recall_score_threshold
+    targets = [p.targetUri] if p.targetUri else [USER_MEMORIES_URI, agent_memories_uri(caller.agent_id)]
+    results = await _search(ov, p.query or "", targets, candidate_limit(limit))
+    hits = [h for r in results for h in r.memories]
+    candidates = [
+        h for h in select_recall_hits(hits, limit=limit, score_threshold=threshold)
+        if h.level == LEAF_LEVEL and is_memory_uri(h.uri)
+    ]
+    if not candidates:
+        return text_result("No matching memory found. Try a more specific query.",
+                           action="none", scoreThreshold=threshold)
+    top = candidates[0]
+    if len(candidates) == 1 and clamp_score(top.score) >= FORGET_AUTO_DELETE_SCORE:
+        await ov.rm(top.uri)
+        return text_result(f"Forgotten: {top.uri}", action="deleted", uri=top.uri, score=top.score)
+    listing = "\n".join(f"- {h.uri} ({clamp_score(h.score) * 100:.0f}%)" for h in candidates)
+    return text_result(
+        f"Found {len(candidates)} candidates; call again with the uri to delete:\n{listing}",
+        action="candidates", scoreThreshold=threshold,
+        candidates=[{"uri": h.uri, "score": h.score, "abstract": h.abstract} for h in candidates],
+    )
+
+
+async def memory_search(svc: Services, caller: Caller, p: MemorySearchParams) -> ToolResult:
+    limit = p.limit or SEARCH_DEFAULT_LIMIT
+    targets = [p.uri] if p.uri else [RESOURCES_URI, AGENT_SKILLS_URI]
+    results = await _search(svc.ov_for(caller), p.query, targets, limit)
+    rows: dict[str, dict[str, Any]] = {}
+    for result in results:
+        for kind, group in (("memory", result.memories), ("resource", result.resources),
+                            ("skill", result.skills)):
+            for hit in group:
+                if hit.uri not in rows or hit.score > rows[hit.uri]["score"]:
+                    rows[hit.uri] = {"type": kind, "uri": hit.uri, "level": hit.level,
+                                     "score": hit.score, "abstract": hit.abstract}
+    ordered = sorted(rows.values(), key=lambda r: -r["score"])
+    scope = f" under {p.uri}" if p.uri else ""
+    if not ordered:
+        return text_result(f'No OpenViking resources or skills found for "{p.query}"{scope}.',
+                           count=0, results=[])
+    lines = [f'Found {len(ordered)} results for "{p.query}"{scope}:']
+    for row in ordered:
+        summary = " ".join(row["abstract"].split())[:220] or "(no summary)"
+        lines.append(f"- [{row['type']}] {row['uri']} ({clamp_score(row['score']) * 100:.0f}%)\n  {summary}")
+    return text_result("\n".join(lines), count=len(ordered), results=ordered)
+
+
+TOOLS = [
+    Tool("memory_recall", MemoryRecallParams, memory_recall,
+         "Search the user's and this agent's long-term memories."),
+    Tool("memory_store", MemoryStoreParams, memory_store,
+         "Store a fact, preference or decision now and extract memories from it."),
+    Tool("memory_forget", MemoryForgetParams, memory_forget,
+         "Delete a memory by URI, or by a query with one confident match."),
+    Tool("memory_search", MemorySearchParams, memory_search,
+         "Search imported resources and agent skills."),
+]

@@ -1,0 +1,252 @@
+"""Commits on RQ: ``commit_session`` then ``poll_phase2`` until phase 2 ends.
+
+A commit is asked for with ``request_commit`` (capture at the threshold,
+compact, memory_store). Each session has at most one commit in flight: its
+request sits in ``Keys.commit_inflight`` until an outcome is final, and asking
+again returns it. Every request takes the next number of the session's
+``Keys.commit_generation``; the RQ job id is ``commit_<hash of scope and
+session>_<generation>``, so a finished commit never blocks the next one.
+
+``commit_session`` first takes its OV tenant's lock (workers.store.tenant_lock: OV
+0.5.2 loses the memories of one user's overlapping phase 2s), scheduling
+itself again after ``commit_tenant_wait_s`` while another commit holds it;
+then it calls OV's commit (phase 1, archiving) and schedules
+``poll_phase2`` with ``queue.enqueue_in``; each poll reads the task once and
+schedules the next, tolerating ``phase2_read_retries`` consecutive failed
+reads, until a final status or ``phase2_deadline_s``. The outcome
+(completed / failed / timeout / skipped) is written to ``Keys.commits`` — the
+record of truth, the first final outcome wins — and appended to
+``Keys.commit_outcomes()``; recording it releases the tenant's lock.
+
+The jobs are named by their RQ function path (``COMMIT_JOB``, ``POLL_JOB``;
+bodies in ``workers.commits.run``), so capture and the RPC ask for commits
+through this store without importing the commit workers. Jobs carry the request
+and the deployment's ``key_prefix``; the worker process supplies the settings
+(``workers.commits.context``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import redis as redis_lib
+from rq import Queue, Retry
+from rq.exceptions import DuplicateJobError, NoSuchJobError
+from rq.job import Job, JobStatus
+
+from core.config import Settings
+from core.defaults import COMMIT_RETRY_INTERVALS_S
+from core.events import CommitOutcome, CommitRequest, decode, encode
+from workers.store.commit_records import FINAL_STATUSES, CommitRecords, load_outcome, outcome_of
+from workers.store.keys import Keys
+from core.session import SessionAddress
+from workers.store import tenant_lock
+
+log = logging.getLogger(__name__)
+
+COMMIT_RETRY = Retry(max=len(COMMIT_RETRY_INTERVALS_S), interval=list(COMMIT_RETRY_INTERVALS_S))
+"""RQ retries of a commit whose OV call found OV down (``core.defaults.COMMIT_RETRY_INTERVALS_S``)."""
+COMMIT_JOB = "workers.commits.run.commit_session"
+POLL_JOB = "workers.commits.run.poll_phase2"
+"""RQ function paths of the two jobs (by name, so this module needs not import them)."""
+_LIVE_JOB_STATUSES = frozenset({JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED,
+                                JobStatus.DEFERRED, JobStatus.CREATED})
+
+_clock: Callable[[], float] = time.time
+
+
+def set_clock(clock: Callable[[], float] | None) -> None:
+    """Replace the clock phase-2 deadlines are judged by (tests); None restores ``time.time``."""
+    global _clock
+    _clock = clock or time.time
+
+
+def now() -> float:
+    """The time phase-2 deadlines and outcome stamps use (``set_clock`` replaces it)."""
+    return _clock()
+
+
+# --- records ---------------------------------------------------------------------------
+
+
+def commit_job_id(scope: str, ov_session_id: str, generation: int) -> str:
+    """RQ job id of a session's commit (RQ allows only ``[A-Za-z0-9_-]``)."""
+    digest = hashlib.sha256(f"{scope}\x00{ov_session_id}".encode()).hexdigest()[:24]
+    return f"commit_{digest}_{generation}"
+
+
+def _poll_job_id(request: CommitRequest, attempt: int) -> str:
+    return f"{request.commit_id}_poll{attempt}"
+
+
+def commit_queue(redis: redis_lib.Redis, settings: Settings) -> Queue:
+    return Queue(settings.commit_queue, connection=redis)
+
+
+def _inflight_key(settings: Settings, request: CommitRequest) -> str:
+    return Keys(settings.key_prefix).session(request.address, settings.shards).commit_inflight
+
+
+def record_outcome(redis: redis_lib.Redis, settings: Settings, request: CommitRequest,
+                   outcome: CommitOutcome) -> bool:
+    """Record ``outcome`` (``CommitRecords.record``); a final one releases the tenant's lock."""
+    stored = CommitRecords(redis, settings).record(request, outcome)
+    if stored and outcome.status in FINAL_STATUSES:
+        tenant_lock.release(redis, settings, request)  # the tenant's next phase 2 may start
+    return stored
+
+
+def finish_commit(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, status: str,
+                  base: CommitOutcome | None = None, **fields: Any) -> CommitOutcome:
+    carried = {} if base is None else {"task_id": base.task_id, "archive_uri": base.archive_uri,
+                                       "archived": base.archived}
+    outcome = outcome_of(request, status, finished_at=now(), **{**carried, **fields})
+    record_outcome(redis, settings, request, outcome)
+    return CommitRecords(redis, settings).outcome(request) or outcome
+
+
+# --- the public API -----------------------------------------------------------------------
+
+
+def _job_state(redis: redis_lib.Redis, job_id: str | None) -> tuple[str, Job | None]:
+    """"live", "crashed" (the job raised) or "lost" (gone, or ended without an outcome)."""
+    if not job_id:
+        return "lost", None
+    try:
+        job = Job.fetch(job_id, connection=redis)
+    except NoSuchJobError:
+        return "lost", None
+    status = job.get_status(refresh=False)
+    if status in _LIVE_JOB_STATUSES:
+        return "live", job
+    return ("crashed" if status == JobStatus.FAILED else "lost"), job
+
+
+def _resume(redis: redis_lib.Redis, settings: Settings, request: CommitRequest,
+            outcome: CommitOutcome | None) -> None:
+    """Put a lost in-flight commit back on the queue at the step it had reached."""
+    if outcome is not None and outcome.task_id:
+        log.warning("commit %s lost its poll job; scheduling a new poll", request.commit_id)
+        schedule_poll(redis, settings, request, deadline_at=now() + settings.phase2_deadline_s,
+                       failed_reads=0, attempt=int(now() * 1000))
+    else:
+        log.warning("commit %s lost its job; enqueueing it again", request.commit_id)
+        _enqueue_commit(redis, settings, request)
+
+
+def request_commit(redis: redis_lib.Redis, settings: Settings, address: SessionAddress, *,
+                   reason: str, keep_recent_count: int) -> CommitRequest:
+    """Enqueue a commit of the session, or return the one already in flight."""
+    ks = Keys(settings.key_prefix).session(address, settings.shards)
+    with redis.pipeline() as pipe:
+        while True:
+            try:
+                pipe.watch(ks.commit_inflight, ks.commit_generation)
+                raw_req, job_id = pipe.hmget(ks.commit_inflight, "req", "job")
+                if raw_req is not None:
+                    current = decode(raw_req, CommitRequest)
+                    outcome = load_outcome(pipe, ks.commits, current.commit_id)
+                    if outcome is None or outcome.status not in FINAL_STATUSES:
+                        pipe.reset()
+                        state, job = _job_state(redis, job_id.decode() if job_id else None)
+                        if state == "live":
+                            return current
+                        if state == "lost":
+                            _resume(redis, settings, current, outcome)
+                            return current
+                        error = f"job crashed: {_job_error(job)}"
+                        finish_commit(redis, settings, current, "failed", outcome, error=error)
+                        continue
+                generation = int(pipe.get(ks.commit_generation) or 0) + 1
+                request = CommitRequest(
+                    commit_id=commit_job_id(ks.scope, address.ov_session_id, generation),
+                    ov_session_id=address.ov_session_id, agent_id=address.agent_id, user=address.tenant,
+                    reason=reason,  # type: ignore[arg-type]
+                    keep_recent_count=keep_recent_count, generation=generation, requested_at=now())
+                pipe.multi()
+                pipe.set(ks.commit_generation, generation)
+                pipe.hset(ks.commit_inflight, mapping={"req": encode(request), "job": request.commit_id})
+                pipe.hset(ks.commits, request.commit_id, encode(outcome_of(request, "pending")))
+                pipe.execute()
+                break
+            except redis_lib.WatchError:
+                continue
+    _enqueue_commit(redis, settings, request)
+    log.info("commit %s of session %s requested (%s, keep %d)", request.commit_id, address.ov_session_id,
+             reason, keep_recent_count)
+    return request
+
+
+def wait_commit_outcome(redis: redis_lib.Redis, settings: Settings, request: CommitRequest,
+                        timeout_s: float, *, poll_s: float = 0.05) -> CommitOutcome:
+    """The final outcome of ``request``; a (not recorded) timeout outcome if none within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        outcome = CommitRecords(redis, settings).outcome(request)
+        if outcome is not None and outcome.status in FINAL_STATUSES:
+            return outcome
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            base = outcome or outcome_of(request, "pending")
+            return outcome_of(request, "timeout", task_id=base.task_id, archive_uri=base.archive_uri,
+                               archived=base.archived, finished_at=time.time(),
+                               error=f"no final outcome within {timeout_s:g}s (still {base.status})")
+        time.sleep(min(poll_s, remaining))
+
+
+# --- enqueueing ---------------------------------------------------------------------------------
+
+
+def _enqueue_commit(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) -> None:
+    try:
+        commit_queue(redis, settings).enqueue(
+            COMMIT_JOB, encode(request).decode(), settings.key_prefix,
+            job_id=request.commit_id, unique=True, retry=COMMIT_RETRY,
+            description=f"commit {request.ov_session_id} ({request.reason})")
+    except DuplicateJobError:
+        log.debug("commit job %s already exists", request.commit_id)
+
+
+def schedule_poll(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *,
+                   deadline_at: float, failed_reads: int, attempt: int) -> None:
+    job_id = _poll_job_id(request, attempt)
+    # The in-flight slot names the poll before it exists, so a reader never sees a
+    # finished job there while the chain is alive; a missing one is re-created.
+    redis.hset(_inflight_key(settings, request), "job", job_id)
+    try:
+        commit_queue(redis, settings).enqueue_in(
+            timedelta(seconds=settings.phase2_poll_interval_s), POLL_JOB, encode(request).decode(),
+            settings.key_prefix, deadline_at, failed_reads, attempt,
+            job_id=job_id, unique=True, description=f"poll phase 2 of {request.commit_id}")
+    except DuplicateJobError:
+        log.debug("poll job %s already exists", job_id)
+
+
+def schedule_commit_retry(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *,
+                          attempt: int) -> None:
+    """Run ``commit_session`` again after ``commit_tenant_wait_s`` (its tenant's lock was held)."""
+    job_id = f"{request.commit_id}_wait{attempt}"
+    redis.hset(_inflight_key(settings, request), "job", job_id)  # as schedule_poll does
+    try:
+        commit_queue(redis, settings).enqueue_in(
+            timedelta(seconds=settings.commit_tenant_wait_s), COMMIT_JOB, encode(request).decode(),
+            settings.key_prefix, attempt, job_id=job_id, unique=True, retry=COMMIT_RETRY,
+            description=f"commit {request.ov_session_id} ({request.reason}), waiting for its tenant")
+    except DuplicateJobError:
+        log.debug("commit job %s already exists", job_id)
+
+
+def _job_error(job: Job | None) -> str:
+    if job is None:
+        return "unknown"
+    try:
+        result = job.latest_result()
+        text = (result.exc_string or "").strip() if result is not None else ""
+    except Exception:  # an unreadable result must not hide the failure itself
+        text = ""
+    return text.splitlines()[-1] if text else "unknown"

@@ -1,0 +1,90 @@
+"""Commit records: each session's outcomes (the record of truth) and in-flight slot.
+
+``Keys.commits`` maps commit_id -> CommitOutcome JSON; the first final outcome
+(completed / failed / timeout / skipped) wins and ends the session's in-flight
+slot (``Keys.commit_inflight``); every final outcome is also appended to
+``Keys.commit_outcomes()`` for whoever follows commits as a stream. Releasing
+the tenant's lock on a final outcome is the caller's job
+(``workers.store.commit_queue.record_outcome``), so this store stays below the lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import redis as redis_lib
+
+from core.config import Settings
+from core.events import CommitOutcome, CommitRequest, decode, encode
+from core.session import SessionAddress
+from workers.store.keys import Keys, SessionKeys
+
+log = logging.getLogger(__name__)
+
+FINAL_STATUSES = frozenset({"completed", "failed", "timeout", "skipped"})
+OUTCOME_FIELD = "o"
+"""Field of a ``Keys.commit_outcomes()`` entry holding the outcome JSON."""
+
+
+def outcome_of(request: CommitRequest, status: str, **fields: Any) -> CommitOutcome:
+    """An outcome of ``request`` with ``status`` (the request's identity carried over)."""
+    return CommitOutcome(commit_id=request.commit_id, ov_session_id=request.ov_session_id,
+                         agent_id=request.agent_id, user=request.user, reason=request.reason,
+                         status=status, requested_at=request.requested_at, **fields)  # type: ignore[arg-type]
+
+
+def load_outcome(redis: Any, commits_key: str, commit_id: str) -> CommitOutcome | None:
+    """One stored outcome; ``redis`` may be a pipeline in WATCH mode."""
+    raw = redis.hget(commits_key, commit_id)
+    return decode(raw, CommitOutcome) if raw is not None else None
+
+
+class CommitRecords:
+    """The commit records of one deployment (``Settings.key_prefix``), bound to a connection."""
+
+    def __init__(self, redis: redis_lib.Redis, settings: Settings) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+
+    def session_keys(self, address: SessionAddress) -> SessionKeys:
+        return self.keys.session(address, self.settings.shards)
+
+    def outcome(self, request: CommitRequest) -> CommitOutcome | None:
+        """The recorded outcome of ``request`` (pending and running included), or None."""
+        return load_outcome(self.redis, self.session_keys(request.address).commits, request.commit_id)
+
+    def record(self, request: CommitRequest, outcome: CommitOutcome) -> bool:
+        """Store ``outcome`` unless a final one is stored; a final one also ends the in-flight slot."""
+        ks = self.session_keys(request.address)
+        with self.redis.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(ks.commits, ks.commit_inflight)
+                    current = load_outcome(pipe, ks.commits, request.commit_id)
+                    if current is not None and current.status in FINAL_STATUSES:
+                        pipe.reset()
+                        return False
+                    inflight = pipe.hget(ks.commit_inflight, "req")
+                    pipe.multi()
+                    pipe.hset(ks.commits, request.commit_id, encode(outcome))
+                    final = outcome.status in FINAL_STATUSES
+                    if final and inflight is not None and decode(inflight, CommitRequest).commit_id == request.commit_id:
+                        pipe.delete(ks.commit_inflight)
+                    pipe.execute()
+                    break
+                except redis_lib.WatchError:
+                    continue
+        if outcome.status in FINAL_STATUSES:
+            self.redis.xadd(self.keys.commit_outcomes(), {OUTCOME_FIELD: encode(outcome)},
+                            maxlen=self.settings.commit_outcome_stream_maxlen, approximate=True)
+            log.info("commit %s of session %s: %s%s", request.commit_id, request.ov_session_id, outcome.status,
+                     f" ({outcome.error})" if outcome.error else "")
+        return True
+
+    def list(self, address: SessionAddress) -> list[CommitOutcome]:
+        """Every recorded commit of the session, oldest first."""
+        raw = self.redis.hgetall(self.session_keys(address).commits)
+        outcomes = [decode(v, CommitOutcome) for v in raw.values()]
+        return sorted(outcomes, key=lambda o: (o.requested_at, o.commit_id))

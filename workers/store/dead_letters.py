@@ -1,0 +1,181 @@
+"""The dead-letter stream of capture and ``ovstream dlq list|replay``.
+
+A turn entry that cannot be applied — undecodable, or failing more than
+``max_deliveries`` times — is copied to ``Keys.dead_letters()`` with the reason
+and acked on its shard, so the shard moves on. ``replay`` publishes the event
+again (to the shard of its session, as a new entry) and deletes the
+dead letter; an undecodable entry cannot be replayed and stays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import redis as redis_lib
+
+from core.config import Settings
+from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
+from workers.store.keys import Keys
+from workers.store.connection import connect
+from workers.store.streams import publish_turn
+
+log = logging.getLogger(__name__)
+
+REASON_UNDECODABLE = "undecodable"
+REASON_FAILED = "failed"
+REASON_REDELIVERED = "redelivered"
+"""Delivered more than max_deliveries + 1 times without an ack (its handler keeps dying)."""
+
+
+def _text(value: bytes | str | None) -> str:
+    if value is None:
+        return ""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def dead_letter_fields(*, stream: str, entry_id: str, payload: bytes | None, reason: str, error: str,
+                       deliveries: int, consumer: str) -> dict[str, Any]:
+    """The fields of one dead-letter entry."""
+    return {
+        STREAM_FIELD: payload if payload is not None else b"",
+        "stream": stream,
+        "entry_id": entry_id,
+        "reason": reason,
+        "error": error[:2000],
+        "deliveries": deliveries,
+        "consumer": consumer,
+        "failed_at": f"{time.time():.3f}",
+    }
+
+
+@dataclass(slots=True)
+class DeadLetter:
+    dlq_id: str
+    stream: str
+    entry_id: str
+    reason: str
+    error: str
+    deliveries: int
+    consumer: str
+    failed_at: float
+    payload: bytes
+
+    @classmethod
+    def from_entry(cls, dlq_id: bytes | str, fields: dict[bytes, bytes]) -> DeadLetter:
+        f = {_text(k): v for k, v in fields.items()}
+        return cls(_text(dlq_id), _text(f.get("stream")), _text(f.get("entry_id")), _text(f.get("reason")),
+                   _text(f.get("error")), int(_text(f.get("deliveries")) or 0), _text(f.get("consumer")),
+                   float(_text(f.get("failed_at")) or 0), f.get(STREAM_FIELD) or b"")
+
+    def event(self) -> TurnEvent:
+        """The dead-lettered event; EventDecodeError when it is not one."""
+        return decode(self.payload, TurnEvent)
+
+
+def list_dead_letters(redis: redis_lib.Redis, settings: Settings, *, limit: int = 100) -> list[DeadLetter]:
+    """The oldest ``limit`` dead letters."""
+    entries = redis.xrange(Keys(settings.key_prefix).dead_letters(), count=limit)
+    return [DeadLetter.from_entry(i, f) for i, f in entries]
+
+
+def replay_dead_letters(redis: redis_lib.Redis, settings: Settings, ids: list[str] | None = None
+                        ) -> list[tuple[DeadLetter, str | None, str]]:
+    """Publish the dead letters ``ids`` (None: all) again and remove them from the DLQ.
+
+    Returns ``(dead letter, new stream id or None, note)`` per entry looked at.
+    A stream entry dead-lettered twice (a crash between the copy and the ack)
+    is published once.
+    """
+    key = Keys(settings.key_prefix).dead_letters()
+    if ids is None:
+        letters = list_dead_letters(redis, settings, limit=settings.dead_letter_maxlen)
+    else:
+        letters = []
+        for dlq_id in ids:
+            found = redis.xrange(key, min=dlq_id, max=dlq_id)
+            if not found:
+                raise KeyError(dlq_id)
+            letters.append(DeadLetter.from_entry(*found[0]))
+    seen: set[tuple[str, str]] = set()
+    results: list[tuple[DeadLetter, str | None, str]] = []
+    for letter in letters:
+        try:
+            event = letter.event()
+        except EventDecodeError as exc:
+            results.append((letter, None, f"kept: not replayable ({exc})"))
+            continue
+        origin = (letter.stream, letter.entry_id)
+        new_id = None
+        if origin in seen:
+            note = "dropped: duplicate of an entry replayed above"
+        else:
+            seen.add(origin)
+            new_id = publish_turn(redis, settings, event)
+            note = "replayed"
+        redis.xdel(key, letter.dlq_id)
+        log.info("dead letter %s %s%s", letter.dlq_id, note, f" as {new_id}" if new_id else "")
+        results.append((letter, new_id, note))
+    return results
+
+
+# --- CLI -----------------------------------------------------------------------------------
+
+
+def add_dlq_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="dlq_command", metavar="ACTION", required=True)
+    lister = sub.add_parser("list", help="show dead-lettered turn events")
+    lister.add_argument("--limit", type=int, default=100, help="most entries shown (default 100)")
+    replay = sub.add_parser("replay", help="publish dead-lettered events again and remove them")
+    replay.add_argument("ids", nargs="*", help="dead-letter ids (from `dlq list`)")
+    replay.add_argument("--all", action="store_true", help="replay every dead letter")
+
+
+def _session_of(letter: DeadLetter) -> str:
+    try:
+        return letter.event().session_id
+    except EventDecodeError:
+        return "(undecodable)"
+
+
+def _when(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
+
+
+def format_dead_letters(letters: list[DeadLetter]) -> str:
+    header = ["ID", "FAILED (UTC)", "REASON", "DELIVERIES", "SESSION", "STREAM ENTRY", "ERROR"]
+    rows = [header] + [[d.dlq_id, _when(d.failed_at), d.reason, str(d.deliveries), _session_of(d),
+                        f"{d.stream} {d.entry_id}", d.error.replace("\n", " ")[:80]] for d in letters]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def cli_dlq(settings: Settings, args: argparse.Namespace) -> int:
+    redis = connect(settings)
+    if args.dlq_command == "list":
+        letters = list_dead_letters(redis, settings, limit=args.limit)
+        total = redis.xlen(Keys(settings.key_prefix).dead_letters())
+        if not letters:
+            print("dead-letter stream is empty")
+            return 0
+        print(f"{total} dead letter(s)" + (f", oldest {len(letters)} shown" if total > len(letters) else ""))
+        print(format_dead_letters(letters))
+        return 0
+    if not args.ids and not args.all:
+        print("ovstream dlq replay: name dead-letter ids or pass --all")
+        return 2
+    try:
+        results = replay_dead_letters(redis, settings, None if args.all else list(args.ids))
+    except KeyError as exc:
+        print(f"ovstream dlq replay: no dead letter {exc.args[0]}")
+        return 1
+    for letter, new_id, note in results:
+        target = f" -> {new_id}" if new_id else ""
+        print(f"{letter.dlq_id} {note}{target}")
+    replayed = sum(1 for _, new_id, _ in results if new_id)
+    print(f"{replayed} replayed, {len(results) - replayed} not")
+    return 0

@@ -1,0 +1,106 @@
+"""Redis key names, defined once.
+
+Every key a session touches carries the session's shard as a Redis Cluster
+hash tag (``{s3}``), so one session's stream entry, applied offset, snapshot
+and commit records live in one slot and can be changed in one MULTI or script.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.session import SessionAddress, scope_of, shard_of
+
+__all__ = ["Keys", "SessionKeys", "scope_of", "shard_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKeys:
+    """Every key of one session (``Keys.session``), all in the session's shard slot."""
+
+    shard: int
+    scope: str
+    stream: str
+    last_turn: str
+    applied: str
+    snapshot: str
+    commits: str
+    commit_generation: str
+    commit_inflight: str
+    recall_prefix: str
+
+    def recall_turn(self, turn: str) -> str:
+        """String: the recall block of one user turn (core.turns.recall_turn_key); "" for none."""
+        return f"{self.recall_prefix}:{turn}"
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Key builder bound to one prefix (``Settings.key_prefix``)."""
+
+    prefix: str = "ovstream"
+
+    def session(self, address: SessionAddress, shards: int) -> SessionKeys:
+        """The keys of ``address``'s session: the one place they are derived from an address."""
+        shard, scope, sid = address.shard(shards), address.scope, address.ov_session_id
+        return SessionKeys(
+            shard=shard, scope=scope, stream=self.stream(shard), last_turn=self.last_turn(shard, sid),
+            applied=self.applied(shard, scope, sid), snapshot=self.snapshot(shard, scope, sid),
+            commits=self.commits(shard, scope, sid), commit_generation=self.commit_generation(shard, scope, sid),
+            commit_inflight=self.commit_inflight(shard, scope, sid),
+            recall_prefix=self._session("recall", shard, scope, sid))
+
+    def stream(self, shard: int) -> str:
+        """Turn events of one shard (a Redis stream)."""
+        return f"{self.prefix}:{{s{shard}}}:turns"
+
+    def last_turn(self, shard: int, ov_session_id: str) -> str:
+        """String: the event_id of the newest turn published for the session, by any
+        process (the publisher sets it with the XADD), so assemble reads the stream
+        only when the session has a turn it does not know of."""
+        return f"{self.prefix}:{{s{shard}}}:last-turn:{ov_session_id}"
+
+    def dead_letters(self) -> str:
+        """Dead-letter stream: entries that could not be handled, with the reason."""
+        return f"{self.prefix}:dlq"
+
+    def commit_outcomes(self) -> str:
+        """Stream of every commit outcome (completed / failed / timeout / skipped)."""
+        return f"{self.prefix}:commit-outcomes"
+
+    def _session(self, kind: str, shard: int, scope: str, ov_session_id: str) -> str:
+        return f"{self.prefix}:{{s{shard}}}:{kind}:{scope}:{ov_session_id}"
+
+    def applied(self, shard: int, scope: str, ov_session_id: str) -> str:
+        """Hash: the last stream id applied to OV for this session, and bookkeeping."""
+        return self._session("applied", shard, scope, ov_session_id)
+
+    def snapshot(self, shard: int, scope: str, ov_session_id: str) -> str:
+        """Hash: ``data`` = the session's ContextSnapshot (msgspec JSON), ``id`` = its
+        applied stream id and ``fetched_ms`` = when its OV read began (for the no-regress check)."""
+        return self._session("snapshot", shard, scope, ov_session_id)
+
+    def commits(self, shard: int, scope: str, ov_session_id: str) -> str:
+        """Hash: commit_id -> CommitOutcome JSON, the record of truth for that session."""
+        return self._session("commits", shard, scope, ov_session_id)
+
+    def commit_generation(self, shard: int, scope: str, ov_session_id: str) -> str:
+        """Counter naming the session's current commit generation."""
+        return self._session("commit-gen", shard, scope, ov_session_id)
+
+    def commit_inflight(self, shard: int, scope: str, ov_session_id: str) -> str:
+        """Hash: ``req`` = the session's in-flight CommitRequest, ``job`` = the RQ job carrying it."""
+        return self._session("commit-inflight", shard, scope, ov_session_id)
+
+    def commit_tenant_lock(self, tenant: str) -> str:
+        """The commit id whose phase 2 runs for an OV tenant now (one at a time; workers.store.tenant_lock)."""
+        return f"{self.prefix}:commit-tenant:{tenant}"
+
+    def capture_lease(self, shard: int) -> str:
+        """Which capture consumer owns a shard right now (SET NX PX, renewed while alive)."""
+        return f"{self.prefix}:{{s{shard}}}:capture-lease"
+
+    def capture_workers(self) -> str:
+        """Sorted set: live capture consumer -> lease expiry (ms), to split shards fairly."""
+        return f"{self.prefix}:capture-workers"
+

@@ -1,0 +1,216 @@
+"""Prometheus metrics of the RPC service, in a registry of its own per app.
+
+A per-app ``CollectorRegistry`` keeps two apps in one process (tests, ``ovstream
+up``) from sharing or clashing on series. Stream lag and commit outcomes are
+read from Redis when ``/metrics`` is scraped, so they describe the whole
+deployment (every capture worker, every commit), not just this process.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter as Tally
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+import redis
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from core.config import Settings
+from workers.store.keys import Keys
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# Assemble answers in about a millisecond from a snapshot; the OV-backed paths
+# take tens to thousands. Buckets cover both ends.
+_LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)
+
+_OUTCOME_SCAN_BATCH = 1000
+_OUTCOME_SCAN_MAX_PER_SCRAPE = 20_000
+"""Bound on commit-outcome entries read per scrape, so a scrape stays cheap; the rest next time."""
+
+
+_OUTCOME_FIELDS = frozenset({"o", "e"})
+"""Stream entry fields holding an encoded CommitOutcome (workers.store.commit_records writes ``o``)."""
+
+
+class _StatusOnly(msgspec.Struct):
+    status: str = "unknown"
+
+
+_status_decoder = msgspec.json.Decoder(_StatusOnly)
+
+
+def _decode_text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class StreamLagCollector(Collector):
+    """Per shard: entries the capture group has not read yet (XINFO GROUPS lag)
+    and entries read but not acknowledged (pending)."""
+
+    def __init__(self, redis_client: redis.Redis, settings: Settings) -> None:
+        self._redis = redis_client
+        self._settings = settings
+        self._keys = Keys(settings.key_prefix)
+
+    def collect(self) -> Iterator[Metric]:
+        lag = GaugeMetricFamily(
+            "ovstream_stream_lag", "Turn events not yet delivered to the capture group", labels=["shard"]
+        )
+        pending = GaugeMetricFamily(
+            "ovstream_stream_pending", "Turn events delivered but not yet acknowledged", labels=["shard"]
+        )
+        for shard in range(self._settings.shards):
+            try:
+                groups = self._redis.xinfo_groups(self._keys.stream(shard))
+            except redis.ResponseError:
+                continue  # the stream does not exist yet: nothing published to this shard
+            except redis.RedisError as exc:
+                log.warning("metrics: cannot read stream info of shard %d: %s", shard, exc)
+                return
+            for group in groups:
+                if _decode_text(group.get("name", "")) != self._settings.consumer_group:
+                    continue
+                group_lag = group.get("lag")
+                if group_lag is not None:  # None: Redis cannot tell (entries deleted)
+                    lag.add_metric([str(shard)], float(group_lag))
+                pending.add_metric([str(shard)], float(group.get("pending") or 0))
+        yield lag
+        yield pending
+
+
+class CommitOutcomeCollector(Collector):
+    """Commit outcomes by status, tallied from the ``commit-outcomes`` stream.
+
+    The stream is read incrementally: each scrape continues after the last
+    entry the previous scrape saw, so the cost per scrape is the new entries.
+    """
+
+    def __init__(self, redis_client: redis.Redis, settings: Settings) -> None:
+        self._redis = redis_client
+        self._stream = Keys(settings.key_prefix).commit_outcomes()
+        self._last_id = "-"
+        self._tally: Tally[str] = Tally()
+
+    def _catch_up(self) -> None:
+        read = 0
+        while read < _OUTCOME_SCAN_MAX_PER_SCRAPE:
+            start = "-" if self._last_id == "-" else f"({self._last_id}"
+            entries = self._redis.xrange(self._stream, min=start, count=_OUTCOME_SCAN_BATCH)
+            if not entries:
+                return
+            for entry_id, fields in entries:
+                self._tally[self._status_of(fields)] += 1
+                self._last_id = _decode_text(entry_id)
+            read += len(entries)
+            if len(entries) < _OUTCOME_SCAN_BATCH:
+                return
+
+    @staticmethod
+    def _status_of(fields: dict[Any, Any]) -> str:
+        for name, value in fields.items():
+            key = _decode_text(name)
+            if key == "status":
+                return _decode_text(value)
+            if key in _OUTCOME_FIELDS:
+                try:
+                    return _status_decoder.decode(value).status
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    return "unreadable"
+        return "unknown"
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            self._catch_up()
+        except redis.RedisError as exc:
+            log.warning("metrics: cannot read commit outcomes: %s", exc)
+        family = CounterMetricFamily(
+            "ovstream_commit_outcomes", "Commit outcomes recorded, by status", labels=["status"]
+        )
+        for status, count in sorted(self._tally.items()):
+            family.add_metric([status], float(count))
+        yield family
+
+
+class SnapshotRatioCollector(Collector):
+    """Share of full-context assembles served from a cached snapshot."""
+
+    def __init__(self, metrics: RpcMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        hits, misses = self._metrics.hits, self._metrics.misses
+        total = hits + misses
+        yield GaugeMetricFamily(
+            "ovstream_snapshot_hit_ratio",
+            "Snapshot hits / (hits + misses) since start; 0 before the first assemble",
+            value=hits / total if total else 0.0,
+        )
+
+
+class RpcMetrics:
+    """Every series the RPC exposes, bound to one registry."""
+
+    def __init__(self, redis_client: redis.Redis | None, settings: Settings) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.assemble_seconds = Histogram(
+            "ovstream_assemble_seconds", "Assemble latency by path", ["path"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.assemble_results = Counter(
+            "ovstream_assemble_results", "Assemble answers by path and reason", ["path", "reason"], registry=r
+        )
+        self.snapshot_hits = Counter(
+            "ovstream_snapshot_hits", "Full-context assembles answered from the cached snapshot", registry=r
+        )
+        self.snapshot_misses = Counter(
+            "ovstream_snapshot_misses", "Full-context assembles that had to fetch OV /context", registry=r
+        )
+        self.lag_overlays = Counter(
+            "ovstream_lag_overlays", "Assembles that appended turns the snapshot had not captured yet",
+            registry=r,
+        )
+        self.recall_turn_cache = Counter(
+            "ovstream_recall_turn_cache",
+            "Main-call recalls answered from the turn's kept block (hit) or searched (miss)",
+            ["result"], registry=r,
+        )
+        self.recall_timeouts = Counter(
+            "ovstream_recall_timeouts", "Auto-recall searches abandoned after recall_timeout_s", registry=r
+        )
+        self.ov_unavailable = Counter(
+            "ovstream_ov_unavailable", "Requests that found OpenViking unreachable, by operation", ["op"],
+            registry=r,
+        )
+        self.compact_results = Counter(
+            "ovstream_compact_results", "Compact answers by reason", ["reason"], registry=r
+        )
+        self.tool_calls = Counter(
+            "ovstream_tool_calls", "Tool calls by tool and outcome", ["tool", "outcome"], registry=r
+        )
+        self.hits = 0
+        self.misses = 0
+        r.register(SnapshotRatioCollector(self))
+        if redis_client is not None:
+            r.register(StreamLagCollector(redis_client, settings))
+            r.register(CommitOutcomeCollector(redis_client, settings))
+
+    def snapshot_hit(self) -> None:
+        self.hits += 1
+        self.snapshot_hits.inc()
+
+    def snapshot_miss(self) -> None:
+        self.misses += 1
+        self.snapshot_misses.inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
