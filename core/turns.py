@@ -23,13 +23,20 @@ from typing import Any
 
 from core.config import Settings
 from core.events import TurnEvent
-from core.ids import is_bypassed
+from core.ids import is_bypassed, ov_session_id, resolve_agent_id
+from core.session import SessionAddress
 
 SKIP_AUTO_CAPTURE_OFF = "autoCapture off"
 SKIP_HEARTBEAT = "heartbeat"
 SKIP_BYPASSED = "bypassed"
 SKIP_ADVANCEMENT_SEEN = "advancement seen"
 SKIP_SESSION_KNOWN = "import into a known session"
+
+
+def address_of(event: TurnEvent, agent_prefix: str) -> SessionAddress:
+    """The session an event belongs to (the seed's id and agent rules); ValueError when it names none."""
+    sid = ov_session_id(event.session_id, event.session_key)
+    return SessionAddress(sid, resolve_agent_id(event.session_key, event.agent_id, agent_prefix), event.user)
 
 
 def skip_reason(settings: Settings, event: TurnEvent, seen_advancements: Collection[str], *,

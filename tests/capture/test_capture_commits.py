@@ -18,7 +18,8 @@ from workers.store import commit_queue
 from core.session import SessionAddress
 from workers.store.commit_queue import request_commit, wait_commit_outcome
 from workers.store.commit_records import CommitRecords
-from workers.commits.run import memories_extracted, run_commit, run_poll
+from core.ov.tasks import memories_extracted
+from workers.commits.run import run_commit, run_poll
 from workers.commits.worker import drain_jobs, jobs_waiting
 from workers.cli import main
 

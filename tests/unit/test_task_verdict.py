@@ -1,7 +1,7 @@
 import pytest
 
 from core.ov.models import TaskState
-from workers.commits.run import task_verdict
+from core.ov.tasks import task_verdict
 
 
 @pytest.mark.parametrize(

@@ -24,13 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.config import Settings
-from core.messages.convert import turn_to_ov_messages
 from core.events import TurnEvent
-from core.ids import ov_session_id, resolve_agent_id
-from workers.store.keys import Keys, scope_of, shard_of
-from core.turns import SKIP_ADVANCEMENT_SEEN, skip_reason
+from core.messages.convert import turn_to_ov_messages
 from core.session import SessionAddress
+from core.turns import SKIP_ADVANCEMENT_SEEN, address_of, skip_reason
 from workers.store.applied import AppliedState, Intent, ov_message_count, parse_id
+from workers.store.keys import Keys
 
 
 class LeaseLost(Exception):
@@ -55,11 +54,9 @@ class SessionRef:
 
 def session_of(settings: Settings, event: TurnEvent) -> SessionRef:
     """The session an event belongs to; ValueError when the event names none."""
-    sid = ov_session_id(event.session_id, event.session_key)
-    agent = resolve_agent_id(event.session_key, event.agent_id, settings.agent_prefix)
-    scope = scope_of(event.user, agent)
-    shard = shard_of(sid, settings.shards)
-    return SessionRef(sid, agent, event.user, scope, shard, Keys(settings.key_prefix).applied(shard, scope, sid))
+    address = address_of(event, settings.agent_prefix)
+    keys = Keys(settings.key_prefix).session(address, settings.shards)
+    return SessionRef(address.ov_session_id, address.agent_id, address.tenant, keys.scope, keys.shard, keys.applied)
 
 
 @dataclass(slots=True)

@@ -24,19 +24,43 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
+
+import redis.asyncio as aioredis
 
 from core.config import Settings
 from core.events import ContextSnapshot
 from core.ov.client import OVClient, OVError, OVUnavailable
+from workers.capture.plan import (
+    Entry,
+    LeaseLost,
+    SessionRound,
+    commit_markers,
+    finish_state,
+    plan_round,
+)
+from workers.capture.services import CaptureServices
 from workers.store.applied import INTENT, PARTIAL_ID, PARTIAL_SKIP, AppliedState
-from workers.capture.plan import Entry, LeaseLost, SessionRound, commit_markers, finish_state, plan_round
 from workers.store.snapshots import fetch_snapshot, store_snapshot, stored_snapshot
 
-if TYPE_CHECKING:
-    from workers.capture.shard import ShardConsumer
-
 log = logging.getLogger(__name__)
+
+
+class RoundHost(Protocol):
+    """The shard consumer running a round (``workers.capture.shard.ShardConsumer``)."""
+
+    settings: Settings
+    redis: aioredis.Redis
+    worker: CaptureServices
+    stream: str
+    group: str
+    isolate: set[str]
+
+    def check_lease(self) -> None:
+        """Raise LeaseLost when the shard's lease went to another consumer."""
+
+    async def record_failure(self, entry: Entry, error: BaseException) -> None:
+        """Count a failed delivery of ``entry``; dead-letter it past the limit."""
 
 
 @dataclass(slots=True)
@@ -115,7 +139,7 @@ async def _prepare(run: _Run) -> None:
         plan.base = state.total if state.total is not None else await ov_total(run.ov, plan.session.ov_session_id)
 
 
-async def _write(c: ShardConsumer, run: _Run) -> None:
+async def _write(c: RoundHost, run: _Run) -> None:
     plan = run.plan
     c.check_lease()
     c.worker.fault("before_write")
@@ -124,7 +148,7 @@ async def _write(c: ShardConsumer, run: _Run) -> None:
     c.worker.fault("after_write")
 
 
-async def run_round(c: ShardConsumer, groups: list[list[Entry]]) -> RoundOutcome:
+async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
     settings, redis, worker = c.settings, c.redis, c.worker
     outcome = RoundOutcome()
     async with redis.pipeline(transaction=False) as pipe:
@@ -176,7 +200,7 @@ async def run_round(c: ShardConsumer, groups: list[list[Entry]]) -> RoundOutcome
     return outcome
 
 
-async def _commit_on_markers(c: ShardConsumer, finished: list[_Run]) -> None:
+async def _commit_on_markers(c: RoundHost, finished: list[_Run]) -> None:
     """Commit markers (the conversation ended): every earlier turn is in OV now, so commit."""
     for r in finished:
         for reason in dict.fromkeys(commit_markers(r.plan)):
@@ -188,7 +212,7 @@ async def _commit_on_markers(c: ShardConsumer, finished: list[_Run]) -> None:
                 log.error("session %s: %s commit request failed: %s", session.ov_session_id, reason, exc)
 
 
-async def _record_failures(c: ShardConsumer, runs: list[_Run], outcome: RoundOutcome) -> None:
+async def _record_failures(c: RoundHost, runs: list[_Run], outcome: RoundOutcome) -> None:
     for r in runs:
         plan = r.plan
         if r.unavailable is not None:
@@ -207,7 +231,7 @@ async def _record_failures(c: ShardConsumer, runs: list[_Run], outcome: RoundOut
             await c.record_failure(plan.failed_entry, plan.failure or RuntimeError("convert failed"))
 
 
-async def _follow_up(c: ShardConsumer, written: list[_Run]) -> None:
+async def _follow_up(c: RoundHost, written: list[_Run]) -> None:
     """After writes: commits for sessions over the threshold, then every session's snapshot."""
     settings, worker = c.settings, c.worker
     due = [r.plan.session for r in written

@@ -19,20 +19,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis as redis_lib
 
 from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
-from workers.store.keys import Keys
-from workers.store.dead_letters import (
-    REASON_FAILED, REASON_REDELIVERED, REASON_UNDECODABLE, dead_letter_fields,
-)
 from workers.capture.plan import Entry, LeaseLost, session_of
 from workers.capture.round import RoundOutcome, run_round
-
-if TYPE_CHECKING:
-    from workers.capture.worker import CaptureWorker
+from workers.capture.services import CaptureServices
+from workers.store.dead_letters import (
+    REASON_FAILED,
+    REASON_REDELIVERED,
+    REASON_UNDECODABLE,
+    dead_letter_fields,
+)
+from workers.store.keys import Keys
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def _flat_fields(raw: Any) -> dict[bytes, bytes]:
 class ShardConsumer:
     """Consumes one shard while its lease is held."""
 
-    def __init__(self, worker: CaptureWorker, shard: int) -> None:
+    def __init__(self, worker: CaptureServices, shard: int) -> None:
         self.worker = worker
         self.settings = worker.settings
         self.redis = worker.redis

@@ -28,7 +28,6 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import httpx
 import redis as redis_lib
@@ -37,42 +36,19 @@ import redis.asyncio as aioredis
 from core import defaults
 from core.config import Settings
 from core.events import ContextSnapshot
-from workers.store.keys import Keys
 from core.ov.client import OVClient
-from workers.store.connection import connect, connect_async
-from workers.capture.plan import SessionRound, SessionRef
+from workers.capture.plan import SessionRef
+from workers.capture.services import CaptureStats
 from workers.capture.shard import ShardConsumer
 from workers.store.commit_queue import request_commit
+from workers.store.connection import connect, connect_async
+from workers.store.keys import Keys
 
 log = logging.getLogger(__name__)
 
 
 class WorkerKilled(BaseException):
     """Raised by a fault hook: the worker stops at once, like a killed process."""
-
-
-@dataclass(slots=True)
-class CaptureStats:
-    read: int = 0
-    claimed: int = 0
-    applied: int = 0
-    skipped: int = 0
-    messages_written: int = 0
-    ov_writes: int = 0
-    failures: int = 0
-    dead_lettered: int = 0
-    commits_requested: int = 0
-    snapshots: int = 0
-
-    def count_applied(self, plan: SessionRound) -> None:
-        for unit in plan.units:
-            if unit.skip:
-                self.skipped += 1
-            else:
-                self.applied += 1
-        if plan.messages:
-            self.ov_writes += 1
-            self.messages_written += plan.added
 
 
 def default_consumer_name() -> str:

@@ -19,6 +19,7 @@ from rq import get_current_job
 from core.config import Settings
 from core.events import CommitOutcome, CommitRequest, decode
 from core.ov.client import OVClient, OVError, OVUnavailable
+from core.ov.tasks import task_verdict
 from workers.commits.context import JobContext, context_for
 from workers.store import commit_queue as jobs
 from workers.store import tenant_lock as jobs_tenant
@@ -118,40 +119,6 @@ async def _refresh_quietly(redis: redis_lib.Redis, ov: OVClient, settings: Setti
         await refresh_snapshot(redis, ov, settings, request.address)
     except OVError as exc:  # the commit stands; the next batch or commit refreshes again
         log.warning("snapshot of %s not refreshed after commit: %s", request.ov_session_id, exc)
-
-
-def memories_extracted(result: dict[str, Any] | None) -> int | None:
-    """The count of memories a completed phase-2 task reports, when it reports one.
-
-    0.5.2 answers ``{"memory_write": N, "memory_edit": M}`` (``{}`` for none);
-    a ``total`` key, a list, or a ``memory_uris`` list are understood too.
-    """
-    if not isinstance(result, dict):
-        return None
-    value = result.get("memories_extracted")
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, dict):
-        if isinstance(value.get("total"), int):
-            return value["total"]
-        return sum(v for v in value.values() if isinstance(v, int) and not isinstance(v, bool))
-    if isinstance(value, list):
-        return len(value)
-    uris = result.get("memory_uris")
-    return len(uris) if isinstance(uris, list) else None
-
-
-def task_verdict(task: Any) -> tuple[str, dict[str, Any]] | None:
-    """What a read of the phase-2 task means for the commit: its final status and the
-    outcome fields to record, or None while the task still runs. Shared by the poller
-    and compact's inline commit so both read OV's task states the same way."""
-    if task.status == "completed":
-        return "completed", {"memories_extracted": memories_extracted(task.result)}
-    if task.status in ("failed", "cancelled"):
-        return "failed", {"error": str(task.error or f"phase 2 {task.status}")}
-    if task.status == "skipped":
-        return "skipped", {}
-    return None
 
 
 def run_poll(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest, *, deadline_at: float,

@@ -17,8 +17,7 @@ import logging
 import redis
 
 from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
-from core.turns import PendingTurn, last_event_id, recall_turn_key, uncaptured_turns
-from workers.capture.plan import session_of
+from core.turns import PendingTurn, address_of, last_event_id, recall_turn_key, uncaptured_turns
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest
 from workers.store.snapshots import ZERO_ID
@@ -42,7 +41,7 @@ def scan_session_events(svc: Services, caller: Caller, after_id: str) -> list[Tu
     entries = svc.redis.xrevrange(stream, "+", low, count=count)
     # A cheap byte test first: most entries of a busy shard are other sessions'.
     needles = [_json_str(v) for v in (caller.session_id, caller.session_key) if v]
-    scope = session_keys.scope
+    caller_address = caller.address()
     events: list[TurnEvent] = []
     for _, fields in reversed(entries):
         data = fields.get(STREAM_FIELD.encode())  # the clients here speak bytes (workers.store.connection)
@@ -50,10 +49,10 @@ def scan_session_events(svc: Services, caller: Caller, after_id: str) -> list[Tu
             continue
         try:
             event = decode(data, TurnEvent)
-            ref = session_of(svc.settings, event)
+            address = address_of(event, svc.settings.agent_prefix)
         except (EventDecodeError, ValueError):
             continue  # capture dead-letters it; it is no turn of anyone's
-        if ref.ov_session_id == caller.ov_session_id and ref.scope == scope:
+        if address == caller_address:
             events.append(event)
     return events
 

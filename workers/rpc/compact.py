@@ -27,7 +27,7 @@ from core.ov.client import OVError, OVUnavailable
 from workers.store.applied import AppliedState
 from workers.store.commit_queue import request_commit, wait_commit_outcome
 from workers.store.commit_records import FINAL_STATUSES, CommitRecords
-from workers.commits.run import task_verdict
+from core.ov.tasks import task_verdict
 from workers.rpc.context import Caller, RpcError, Services
 from workers.rpc.models import CompactRequest
 from workers.store.snapshots import fetch_snapshot, read_snapshot, refresh_snapshot

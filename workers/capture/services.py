@@ -1,0 +1,74 @@
+"""What a shard consumer and its rounds need from the capture worker running them.
+
+``CaptureWorker`` provides it; ``ShardConsumer`` and ``run_round`` are typed
+against this Protocol, so the three modules import downwards only
+(worker -> shard -> round -> services).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import redis.asyncio as aioredis
+
+from core.config import Settings
+from core.events import ContextSnapshot
+from core.ov.client import OVClient
+from workers.capture.plan import SessionRef, SessionRound
+
+
+@dataclass(slots=True)
+class CaptureStats:
+    read: int = 0
+    claimed: int = 0
+    applied: int = 0
+    skipped: int = 0
+    messages_written: int = 0
+    ov_writes: int = 0
+    failures: int = 0
+    dead_lettered: int = 0
+    commits_requested: int = 0
+    snapshots: int = 0
+
+    def count_applied(self, plan: SessionRound) -> None:
+        for unit in plan.units:
+            if unit.skip:
+                self.skipped += 1
+            else:
+                self.applied += 1
+        if plan.messages:
+            self.ov_writes += 1
+            self.messages_written += plan.added
+
+
+class CaptureServices(Protocol):
+    """The capture worker as its shard consumers see it."""
+
+    settings: Settings
+    redis: aioredis.Redis
+    consumer: str
+    burst: bool
+    stopping: bool
+    stats: CaptureStats
+    clock: Callable[[], float]
+
+    @property
+    def ov_slots(self) -> asyncio.Semaphore: ...
+
+    def fault(self, step: str) -> None:
+        """Run the test fault hook at ``step`` (may raise WorkerKilled)."""
+
+    def ov_for(self, session: SessionRef) -> OVClient:
+        """An OV client acting as the session's agent and tenant."""
+
+    async def ensure_group(self, shard: int) -> None:
+        """Create the shard's consumer group when it is missing."""
+
+    async def request_commit(self, session: SessionRef, reason: str = "threshold") -> None:
+        """Ask for a commit of the session."""
+
+    def snapshot_refreshed(self, snapshot: ContextSnapshot) -> None:
+        """A snapshot was stored (stats, the test hook)."""
