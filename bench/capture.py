@@ -28,15 +28,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import redis  # noqa: E402
+import redis
 
-from core.config import Settings  # noqa: E402
-from core.events import ContextSnapshot, TurnEvent, encode  # noqa: E402
-from workers.dev.fake_ov.app import FakeOV  # noqa: E402
-from workers.store.streams import publish_raw, stream_of_event  # noqa: E402
-from workers.capture.worker import CaptureWorker  # noqa: E402
-from workers.store.applied import parse_id  # noqa: E402
-from workers.dev.local_redis import start_redis_server  # noqa: E402
+from core.config import Settings
+from core.events import ContextSnapshot, TurnEvent, encode
+from workers.capture.worker import CaptureWorker
+from workers.dev.fake_ov.app import FakeOV
+from workers.dev.local_redis import start_redis_server
+from workers.store.applied import parse_id
+from workers.store.streams import publish_raw, stream_of_event
 
 RAW_BATCH = 100
 
@@ -46,12 +46,28 @@ def turn_event(session: str, index: int, *, keep_turns: int) -> TurnEvent:
     first = max(0, index + 1 - keep_turns)
     messages: list[dict[str, Any]] = []
     for i in range(first, index + 1):
-        messages.append({"role": "user", "content": f"question {i} of {session}: how does capture keep order?",
-                         "timestamp": 1_700_000_000 + i})
-        messages.append({"role": "assistant", "content": [
-            {"type": "text", "text": f"answer {i}: one consumer per shard, entries applied in stream order."}]})
-    return TurnEvent(event_id=uuid.uuid4().hex, session_id=session, messages=messages,
-                     pre_prompt_message_count=len(messages) - 2, published_at=time.time())
+        messages.append(
+            {
+                "role": "user",
+                "content": f"question {i} of {session}: how does capture keep order?",
+                "timestamp": 1_700_000_000 + i,
+            }
+        )
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": f"answer {i}: one consumer per shard, entries applied in stream order."}
+                ],
+            }
+        )
+    return TurnEvent(
+        event_id=uuid.uuid4().hex,
+        session_id=session,
+        messages=messages,
+        pre_prompt_message_count=len(messages) - 2,
+        published_at=time.time(),
+    )
 
 
 def workload(events: int, sessions: int, keep_turns: int) -> list[TurnEvent]:
@@ -67,7 +83,7 @@ def bench_raw(client: redis.Redis, settings: Settings, payloads: list[tuple[str,
     started = time.perf_counter()
     for i in range(0, len(payloads), RAW_BATCH):
         pipe = client.pipeline(transaction=False)
-        for stream, payload in payloads[i:i + RAW_BATCH]:
+        for stream, payload in payloads[i : i + RAW_BATCH]:
             pipe.xadd(f"raw:{stream}", {"e": payload}, maxlen=settings.stream_maxlen, approximate=True)
         pipe.execute()
     read = 0
@@ -94,12 +110,18 @@ async def bench_capture(settings: Settings, client: redis.Redis, events: list[Tu
     stored = sum(len(s.messages) + sum(len(a.messages) for a in s.archives) for s in fake.sessions.values())
     assert worker.stats.applied == len(events), worker.stats
     assert stored == 2 * len(events), (stored, len(events))
-    return {"seconds": elapsed, "events_s": len(events) / elapsed, "messages_s": worker.stats.messages_written / elapsed,
-            "ov_writes": worker.stats.ov_writes, "snapshots": worker.stats.snapshots}
+    return {
+        "seconds": elapsed,
+        "events_s": len(events) / elapsed,
+        "messages_s": worker.stats.messages_written / elapsed,
+        "ov_writes": worker.stats.ov_writes,
+        "snapshots": worker.stats.snapshots,
+    }
 
 
-async def bench_latency(settings: Settings, url: str, rate: float, seconds: float, sessions: int,
-                        keep_turns: int) -> list[float]:
+async def bench_latency(
+    settings: Settings, url: str, rate: float, seconds: float, sessions: int, keep_turns: int
+) -> list[float]:
     fake = FakeOV()
     published: dict[str, list[tuple[tuple[int, int], float]]] = {}
     latencies: list[float] = []
@@ -181,30 +203,45 @@ def main() -> None:
         capture = asyncio.run(bench_capture(settings, client, events))
         client.flushall()
         latency_settings = settings.model_copy(update={"key_prefix": "latency"})
-        latencies = asyncio.run(bench_latency(latency_settings, url, args.rate, args.seconds, args.sessions,
-                                              args.keep_turns))
+        latencies = asyncio.run(
+            bench_latency(latency_settings, url, args.rate, args.seconds, args.sessions, args.keep_turns)
+        )
     finally:
         server.stop()
 
     size = statistics.mean(len(p) for _, p in payloads)
     rows = [
         ("raw redis-py XADD+XREADGROUP+XACK", f"{raw_rate:,.0f} entries/s", ""),
-        ("capture worker (1), events", f"{capture['events_s']:,.0f} events/s",
-         f"{capture['events_s'] / raw_rate:.1%} of raw"),
+        (
+            "capture worker (1), events",
+            f"{capture['events_s']:,.0f} events/s",
+            f"{capture['events_s'] / raw_rate:.1%} of raw",
+        ),
         ("capture worker (1), messages", f"{capture['messages_s']:,.0f} messages/s", "target >= 2,000"),
-        ("  OV batch writes / snapshots", f"{capture['ov_writes']:,} / {capture['snapshots']:,}",
-         f"{args.events:,} events in {capture['seconds']:.2f}s"),
+        (
+            "  OV batch writes / snapshots",
+            f"{capture['ov_writes']:,} / {capture['snapshots']:,}",
+            f"{args.events:,} events in {capture['seconds']:.2f}s",
+        ),
     ]
     if latencies:
         rows += [
             (f"XADD -> snapshot at {args.rate:g} turns/s, p50", f"{pct(latencies, 0.50) * 1000:.1f} ms", ""),
-            (f"XADD -> snapshot at {args.rate:g} turns/s, p99", f"{pct(latencies, 0.99) * 1000:.1f} ms",
-             "target < 50 ms"),
-            ("  turns measured", f"{len(latencies):,} of {int(args.rate * args.seconds):,}",
-             f"max {max(latencies) * 1000:.1f} ms"),
+            (
+                f"XADD -> snapshot at {args.rate:g} turns/s, p99",
+                f"{pct(latencies, 0.99) * 1000:.1f} ms",
+                "target < 50 ms",
+            ),
+            (
+                "  turns measured",
+                f"{len(latencies):,} of {int(args.rate * args.seconds):,}",
+                f"max {max(latencies) * 1000:.1f} ms",
+            ),
         ]
-    print(f"\novstream capture benchmark: {args.events:,} events over {args.sessions} sessions, "
-          f"~{size:,.0f} B each ({args.keep_turns} turns of transcript), 4 shards, zero-latency FakeOV\n")
+    print(
+        f"\novstream capture benchmark: {args.events:,} events over {args.sessions} sessions, "
+        f"~{size:,.0f} B each ({args.keep_turns} turns of transcript), 4 shards, zero-latency FakeOV\n"
+    )
     width = max(len(r[0]) for r in rows)
     vwidth = max(len(r[1]) for r in rows)
     for name, value, note in rows:

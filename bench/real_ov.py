@@ -47,17 +47,17 @@ import redis  # noqa: E402
 
 from core.config import Settings  # noqa: E402
 from core.events import TurnEvent  # noqa: E402
-from workers.store.keys import Keys, scope_of, shard_of  # noqa: E402
 from core.ov.client import OVClient  # noqa: E402
-from workers.store.streams import publish_turn  # noqa: E402
-from workers.rpc.assemble import assemble  # noqa: E402
 from workers.capture.worker import CaptureWorker  # noqa: E402
-from workers.store.applied import CAPTURED_THROUGH, LAST_ID  # noqa: E402
 from workers.dev.demo_services import ov_answers, start_local_stack  # noqa: E402
 from workers.dev.local_redis import redis_answers, start_redis_server  # noqa: E402
 from workers.rpc.app import create_app  # noqa: E402
+from workers.rpc.assemble import assemble  # noqa: E402
 from workers.rpc.context import resolve_caller  # noqa: E402
 from workers.rpc.models import decode_assemble_request  # noqa: E402
+from workers.store.applied import CAPTURED_THROUGH, LAST_ID  # noqa: E402
+from workers.store.keys import Keys, scope_of, shard_of  # noqa: E402
+from workers.store.streams import publish_turn  # noqa: E402
 
 
 def _load_bench_assemble() -> Any:
@@ -80,8 +80,9 @@ def say(line: str = "") -> None:
 
 
 def row(name: str, samples: list[float]) -> str:
-    return (f"{name:34} {statistics.median(samples):9.3f} {percentile(samples, 0.99):9.3f} "
-            f"{statistics.fmean(samples):9.3f}")
+    return (
+        f"{name:34} {statistics.median(samples):9.3f} {percentile(samples, 0.99):9.3f} {statistics.fmean(samples):9.3f}"
+    )
 
 
 # --- (a) assemble ---------------------------------------------------------------------------
@@ -100,13 +101,14 @@ async def bench_assemble(settings: Settings, rds: redis.Redis, args: argparse.Na
         assert state.message_count == len(ov_messages), (state, added)
         # What capture records after applying the session's last turn (as bench/assemble.py does).
         shard, scope = shard_of(session_id, settings.shards), scope_of(None, AGENT)
-        rds.hset(Keys(settings.key_prefix).applied(shard, scope, session_id),
-                 mapping={LAST_ID: "1760000000000-0", CAPTURED_THROUGH: len(openclaw)})
+        rds.hset(
+            Keys(settings.key_prefix).applied(shard, scope, session_id),
+            mapping={LAST_ID: "1760000000000-0", CAPTURED_THROUGH: len(openclaw)},
+        )
         body = {"sessionId": session_id, "messages": openclaw, "tokenBudget": 128_000, "prompt": "next"}
         payload = json.dumps(body).encode()
         request = decode_assemble_request(payload)
-        caller = resolve_caller(settings, session_id=session_id, session_key=None, runtime_context=None,
-                                api_key=None)
+        caller = resolve_caller(settings, session_id=session_id, session_key=None, runtime_context=None, api_key=None)
         results: dict[str, list[float]] = {}
         out_count = 0
         for name, app in (("snapshot", snapshot_app), ("direct", direct_app)):
@@ -116,26 +118,32 @@ async def bench_assemble(settings: Settings, rds: redis.Redis, args: argparse.Na
             assert out_count >= args.messages // 2, f"{name}: assemble did not use the session"
             headers = {"content-type": "application/json"}
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://bench") as c:
+
                 async def over_http() -> None:
                     r = await c.post("/v1/assemble", content=payload, headers=headers)
                     r.raise_for_status()
+
                 results[f"{name} via HTTP (ASGI)"] = await timed(args.requests, over_http)
-            results[f"{name} ASGI app (server)"] = await timed(args.requests,
-                                                               lambda: asgi_call(app, payload))
+            results[f"{name} ASGI app (server)"] = await timed(args.requests, lambda: asgi_call(app, payload))
             results[f"{name} handler only"] = await timed(args.requests, lambda: assemble(svc, request, caller))
     finally:
         for app in (snapshot_app, direct_app):
             await app.state.services.ov.aclose()
-    lines = [f"(a) assemble main call, {args.messages}-message session in real OV (loaded via the batch "
-             f"route in {load_s * 1000:.0f} ms; {len(openclaw)} OpenClaw messages in, {out_count} out), "
-             f"{args.requests} requests each after 50 warm-up calls",
-             "", f"{'path':34} {'p50 ms':>9} {'p99 ms':>9} {'mean ms':>9}"]
+    lines = [
+        f"(a) assemble main call, {args.messages}-message session in real OV (loaded via the batch "
+        f"route in {load_s * 1000:.0f} ms; {len(openclaw)} OpenClaw messages in, {out_count} out), "
+        f"{args.requests} requests each after 50 warm-up calls",
+        "",
+        f"{'path':34} {'p50 ms':>9} {'p99 ms':>9} {'mean ms':>9}",
+    ]
     lines += [row(name, samples) for name, samples in results.items()]
     lines.append("")
     for mode in ("via HTTP (ASGI)", "ASGI app (server)", "handler only"):
         snap, direct = results[f"snapshot {mode}"], results[f"direct {mode}"]
-        lines.append(f"snapshot speed-up {mode}: p50 {statistics.median(direct) / statistics.median(snap):.1f}x, "
-                     f"p99 {percentile(direct, 0.99) / percentile(snap, 0.99):.1f}x")
+        lines.append(
+            f"snapshot speed-up {mode}: p50 {statistics.median(direct) / statistics.median(snap):.1f}x, "
+            f"p99 {percentile(direct, 0.99) / percentile(snap, 0.99):.1f}x"
+        )
     return lines
 
 
@@ -151,8 +159,7 @@ async def _count_check(ov: OVClient, sessions: list[str], per_session: int, what
     for sid in sessions:
         state = await ov.get_session(sid)
         if state.message_count != per_session:
-            raise AssertionError(f"{what}: session {sid} has {state.message_count} messages, "
-                                 f"expected {per_session}")
+            raise AssertionError(f"{what}: session {sid} has {state.message_count} messages, expected {per_session}")
 
 
 async def bench_capture(settings: Settings, rds: redis.Redis, args: argparse.Namespace) -> list[str]:
@@ -181,9 +188,17 @@ async def bench_capture(settings: Settings, rds: redis.Redis, args: argparse.Nam
         for turn in range(args.turns):  # the order OpenClaw's afterTurn calls arrive in
             for sid in sessions:
                 end = 2 * (turn + 1)
-                publish_turn(rds, settings, TurnEvent(
-                    event_id=uuid.uuid4().hex, session_id=sid, messages=openclaw[:end],
-                    pre_prompt_message_count=end - 2, published_at=time.time()))
+                publish_turn(
+                    rds,
+                    settings,
+                    TurnEvent(
+                        event_id=uuid.uuid4().hex,
+                        session_id=sid,
+                        messages=openclaw[:end],
+                        pre_prompt_message_count=end - 2,
+                        published_at=time.time(),
+                    ),
+                )
         worker = CaptureWorker(settings)
         t0 = time.perf_counter()
         task = asyncio.create_task(worker.run())
@@ -193,8 +208,10 @@ async def bench_capture(settings: Settings, rds: redis.Redis, args: argparse.Nam
                 if task.done():
                     raise RuntimeError(f"the capture worker stopped early: {task.exception()!r}")
                 if time.perf_counter() - t0 > CAPTURE_TIMEOUT_S:
-                    raise RuntimeError(f"the capture worker wrote {worker.stats.messages_written} of "
-                                       f"{total} messages in {CAPTURE_TIMEOUT_S:g} s")
+                    raise RuntimeError(
+                        f"the capture worker wrote {worker.stats.messages_written} of "
+                        f"{total} messages in {CAPTURE_TIMEOUT_S:g} s"
+                    )
                 await asyncio.sleep(0.005)
             elapsed = time.perf_counter() - t0
         finally:
@@ -204,13 +221,19 @@ async def bench_capture(settings: Settings, rds: redis.Redis, args: argparse.Nam
         await _count_check(ov, sessions, per_session, "capture worker")
         stats = worker.stats
     base_rate = rates["one message a call (add_message)"]
-    lines = [f"(b) capture into real OV: {args.sessions} sessions x {args.turns} turns = {total} messages "
-             f"(user + assistant per turn), the same messages each way", "",
-             f"{'way':40} {'msgs/s':>9} {'vs one a call':>14}"]
+    lines = [
+        f"(b) capture into real OV: {args.sessions} sessions x {args.turns} turns = {total} messages "
+        f"(user + assistant per turn), the same messages each way",
+        "",
+        f"{'way':40} {'msgs/s':>9} {'vs one a call':>14}",
+    ]
     lines += [f"{name:40} {rate:9.0f} {rate / base_rate:13.1f}x" for name, rate in rates.items()]
-    lines += ["", f"capture worker: {stats.read} entries read, {stats.ov_writes} OV batch writes, "
-              f"{stats.messages_written} messages written, {stats.snapshots} snapshot refreshes "
-              f"(each a GET /context), {elapsed:.2f} s"]
+    lines += [
+        "",
+        f"capture worker: {stats.read} entries read, {stats.ov_writes} OV batch writes, "
+        f"{stats.messages_written} messages written, {stats.snapshots} snapshot refreshes "
+        f"(each a GET /context), {elapsed:.2f} s",
+    ]
     return lines
 
 
@@ -218,8 +241,9 @@ async def bench_capture(settings: Settings, rds: redis.Redis, args: argparse.Nam
 
 
 async def run(args: argparse.Namespace, redis_url: str, base_url: str) -> None:
-    settings = Settings(redis_url=redis_url, base_url=base_url, ov_backoff_s=0,
-                        commit_token_threshold=10**9)  # (b) measures writes, not commits
+    settings = Settings(
+        redis_url=redis_url, base_url=base_url, ov_backoff_s=0, commit_token_threshold=10**9
+    )  # (b) measures writes, not commits
     rds = redis.Redis.from_url(redis_url)
     try:
         say("\n".join(await bench_assemble(settings, rds, args)))

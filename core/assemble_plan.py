@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.budget import allocate_context_budget
-from core.messages.convert import archive_summary_message, ov_to_agent_messages, trim_to_budget
 from core.defaults import RECALL_QUERY_MIN_CHARS
 from core.events import ContextSnapshot
+from core.messages.convert import archive_summary_message, ov_to_agent_messages, trim_to_budget
 from core.messages.model import AgentMessage, dump_message, dump_messages
 from core.messages.pipeline import run_pipeline
-from core.recall.text import has_recall_marker, message_text, prepare_recall_query
 from core.messages.tokens import estimate_message_tokens, estimate_tokens
+from core.recall.text import has_recall_marker, message_text, prepare_recall_query
 
 _TRUNCATION_MARK = "\n…"
 
@@ -140,8 +140,9 @@ def build_session_base(
 
 def snapshot_base(snapshot: ContextSnapshot) -> SessionBase:
     """``build_session_base`` of a stored snapshot."""
-    return build_session_base(snapshot.latest_archive_overview, snapshot.pre_archive_abstracts,
-                              snapshot.messages, snapshot.total_archives)
+    return build_session_base(
+        snapshot.latest_archive_overview, snapshot.pre_archive_abstracts, snapshot.messages, snapshot.total_archives
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,8 +238,11 @@ def system_prompt_addition(recall_block: str | None, guide: str | None) -> str |
 
 
 def build_full_context(
-    base: SessionBase, tail: Sequence[AgentMessage], token_budget: int | float | None,
-    *, recall_block: str | None = None,
+    base: SessionBase,
+    tail: Sequence[AgentMessage],
+    token_budget: int | float | None,
+    *,
+    recall_block: str | None = None,
 ) -> FullContext | Passthrough:
     """The main call's answer: summary, OV session messages trimmed from the
     oldest to fit, then the lag tail (kept whole), through the five-step pipeline;

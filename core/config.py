@@ -10,11 +10,9 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, ValidationError, field_validator
-from typing import Annotated
-
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
@@ -163,7 +161,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
     elif explicit:
         raise ConfigError(f"config file not found: {file_path}")
     # Environment beats the file: drop file keys that the environment sets.
-    env_set = {k[len("OVSTREAM_"):].lower() for k in os.environ if k.startswith("OVSTREAM_")}
+    env_set = {k[len("OVSTREAM_") :].lower() for k in os.environ if k.startswith("OVSTREAM_")}
     merged = {k: v for k, v in file_values.items() if _snake(k) not in env_set}
     merged.update(overrides)
     try:

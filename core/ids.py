@@ -67,9 +67,7 @@ def agent_id_from_session_key(session_key: str | None) -> str | None:
     return match.group(1).strip() or None
 
 
-def resolve_agent_id(
-    session_key: str | None, runtime_agent_id: str | None, prefix: str = ""
-) -> str:
+def resolve_agent_id(session_key: str | None, runtime_agent_id: str | None, prefix: str = "") -> str:
     """The OV agent (peer) id for a call.
 
     The sessionKey's ``agent:<id>:`` wins, then runtimeContext.agentId, then
@@ -102,9 +100,7 @@ def _compile_session_globs(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], 
     return tuple(_compile_session_glob(p) for p in patterns)
 
 
-def is_bypassed(
-    patterns: Sequence[str], session_id: str | None, session_key: str | None
-) -> bool:
+def is_bypassed(patterns: Sequence[str], session_id: str | None, session_key: str | None) -> bool:
     """Whether a session matches one of the bypass globs (so OV is skipped).
 
     Matched in full against the trimmed sessionKey when it is non-empty, else

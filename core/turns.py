@@ -39,8 +39,9 @@ def address_of(event: TurnEvent, agent_prefix: str) -> SessionAddress:
     return SessionAddress(sid, resolve_agent_id(event.session_key, event.agent_id, agent_prefix), event.user)
 
 
-def skip_reason(settings: Settings, event: TurnEvent, seen_advancements: Collection[str], *,
-                session_known: bool) -> str | None:
+def skip_reason(
+    settings: Settings, event: TurnEvent, seen_advancements: Collection[str], *, session_known: bool
+) -> str | None:
     """Why ``event`` writes nothing to OV, or None when it is a turn to capture.
 
     ``session_known``: capture has applied an entry of this session before, or

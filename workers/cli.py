@@ -24,8 +24,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "commits": ("workers.commits.worker:cli_commits", "show the commit outcomes of a session"),
     "dlq": ("workers.store.dead_letters:cli_dlq", "list or replay dead-lettered turn events"),
     "demo": ("workers.dev.demo:cli_demo", "replay the sample conversation and print assemble's answer"),
-    "model-server": ("workers.dev.model_server:cli_model_server", "run the deterministic OpenAI-compatible model server"),
-    "fake-ov": ("workers.dev.fake_ov.server:cli_fake_ov", "serve the in-memory OpenViking fake over HTTP (tests, demos)"),
+    "model-server": (
+        "workers.dev.model_server:cli_model_server",
+        "run the deterministic OpenAI-compatible model server",
+    ),
+    "fake-ov": (
+        "workers.dev.fake_ov.server:cli_fake_ov",
+        "serve the in-memory OpenViking fake over HTTP (tests, demos)",
+    ),
 }
 
 # Extra arguments per subcommand, added by the owning module's ``add_arguments(parser)``

@@ -22,9 +22,7 @@ def normalize_assistant_content(raw: Sequence[Any]) -> list[Any]:
     """Assistant string content becomes one text block; nothing else changes."""
     out: list[Any] = []
     for msg in raw:
-        if isinstance(msg, Mapping) and msg.get("role") == "assistant" and isinstance(
-            msg.get("content"), str
-        ):
+        if isinstance(msg, Mapping) and msg.get("role") == "assistant" and isinstance(msg.get("content"), str):
             msg = {**msg, "content": [{"type": "text", "text": msg["content"]}]}
         out.append(msg)
     return out
@@ -67,9 +65,7 @@ def _canonical_call(block: Mapping[str, Any]) -> dict[str, Any]:
         for key in ("name", "thoughtSignature"):
             if key in block:
                 out[key] = block[key]
-    out["arguments"] = _arguments(
-        _first_present(block, "arguments", "input", "args", "toolInput")
-    )
+    out["arguments"] = _arguments(_first_present(block, "arguments", "input", "args", "toolInput"))
     return out
 
 
@@ -103,10 +99,7 @@ def _canonical_assistant(msg: Mapping[str, Any]) -> dict[str, Any]:
         content = []
     if isinstance(content, list):
         content = [
-            _canonical_call(block)
-            if isinstance(block, Mapping)
-            and _is_call_type(block.get("type"))
-            else block
+            _canonical_call(block) if isinstance(block, Mapping) and _is_call_type(block.get("type")) else block
             for block in content
         ] + _openai_calls(msg.get("tool_calls"))
     out = {k: v for k, v in msg.items() if k != "tool_calls"}

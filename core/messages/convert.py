@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
+from core.messages.canonical import canonicalize_agent_messages, normalize_assistant_content
 from core.messages.model import (
     AgentMessage,
     AssistantMessage,
@@ -28,9 +29,8 @@ from core.messages.model import (
     UserMessage,
     dump_messages,
 )
-from core.messages.canonical import canonicalize_agent_messages, normalize_assistant_content
-from core.recall.text import sanitize_capture_text
 from core.messages.tokens import estimate_message_tokens
+from core.recall.text import sanitize_capture_text
 
 ARCHIVE_SUMMARY_HEADER = "[Session History Summary]"
 NO_OUTPUT_TEXT = "(no output)"
@@ -53,9 +53,7 @@ def _compact_json(value: Any) -> str:
 
 
 def _capture_start(pre_prompt_message_count: Any) -> int:
-    valid = isinstance(pre_prompt_message_count, int) and not isinstance(
-        pre_prompt_message_count, bool
-    )
+    valid = isinstance(pre_prompt_message_count, int) and not isinstance(pre_prompt_message_count, bool)
     return pre_prompt_message_count if valid and pre_prompt_message_count >= 0 else 0
 
 
@@ -65,7 +63,7 @@ def _iso_utc(value: Any) -> str | None:
         return None
     millis = value * 1000 if abs(value) < _SECONDS_LIMIT else value
     try:
-        moment = datetime.fromtimestamp(millis / 1000, tz=timezone.utc)
+        moment = datetime.fromtimestamp(millis / 1000, tz=UTC)
     except (OverflowError, OSError, ValueError):
         return None
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -105,9 +103,7 @@ def _block_texts(content: list[Any]) -> list[str]:
     return [
         block["text"].strip()
         for block in content
-        if isinstance(block, Mapping)
-        and block.get("type") == "text"
-        and isinstance(block.get("text"), str)
+        if isinstance(block, Mapping) and block.get("type") == "text" and isinstance(block.get("text"), str)
     ]
 
 
@@ -129,9 +125,7 @@ def _message_text(content: Any) -> str:
     return ""
 
 
-def _tool_part(
-    msg: Mapping[str, Any], inputs: Mapping[str, dict[str, Any]]
-) -> dict[str, Any] | None:
+def _tool_part(msg: Mapping[str, Any], inputs: Mapping[str, dict[str, Any]]) -> dict[str, Any] | None:
     output = _tool_output(msg.get("content"))
     if not output:
         return None
@@ -153,9 +147,7 @@ def _tool_part(
 
 def _is_tool_only(message: Mapping[str, Any]) -> bool:
     parts = message["parts"]
-    return message["role"] == "assistant" and bool(parts) and all(
-        p["type"] == "tool" for p in parts
-    )
+    return message["role"] == "assistant" and bool(parts) and all(p["type"] == "tool" for p in parts)
 
 
 def _coalesce_tool_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -169,9 +161,7 @@ def _coalesce_tool_messages(messages: list[dict[str, Any]]) -> list[dict[str, An
     return out
 
 
-def turn_to_ov_messages(
-    messages: Sequence[Any], pre_prompt_message_count: Any, agent_id: str
-) -> list[dict[str, Any]]:
+def turn_to_ov_messages(messages: Sequence[Any], pre_prompt_message_count: Any, agent_id: str) -> list[dict[str, Any]]:
     """OV message bodies for the messages OpenClaw added this turn.
 
     The turn is ``messages[pre_prompt_message_count:]`` (0 when missing or
@@ -348,11 +338,7 @@ def _estimate_dumped(msgs: list[AgentMessage]) -> int:
 
 def _unit_starts(msgs: Sequence[AgentMessage]) -> list[int]:
     """Indexes where a droppable unit starts: a toolResult belongs to the unit before it."""
-    return [
-        i
-        for i, msg in enumerate(msgs)
-        if i == 0 or not isinstance(msg, ToolResultMessage)
-    ]
+    return [i for i, msg in enumerate(msgs) if i == 0 or not isinstance(msg, ToolResultMessage)]
 
 
 def trim_to_budget(
@@ -372,14 +358,14 @@ def trim_to_budget(
     msgs = list(msgs)
     if not msgs or measure(msgs) <= budget_tokens:
         return msgs
-    starts = _unit_starts(msgs) + [len(msgs)]
+    starts = [*_unit_starts(msgs), len(msgs)]
     # Dropping messages never grows the estimate, so the first fitting cut is
     # found by bisection: O(log n) estimates instead of one per dropped message.
     lo, hi = 1, len(starts) - 1  # starts[hi] == len(msgs) always fits ([] -> 0)
     while lo < hi:
         mid = (lo + hi) // 2
-        if measure(msgs[starts[mid]:]) <= budget_tokens:
+        if measure(msgs[starts[mid] :]) <= budget_tokens:
             hi = mid
         else:
             lo = mid + 1
-    return msgs[starts[lo]:]
+    return msgs[starts[lo] :]

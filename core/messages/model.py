@@ -10,7 +10,7 @@ raises ``MessageFormatError`` when the input is not a list of objects at all.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 
@@ -52,8 +52,8 @@ class ToolCallBlock(msgspec.Struct, tag_field="type", tag="toolCall", **_STRUCT_
     """Google's opaque signature; carried so a replay keeps it."""
 
 
-UserBlock = Union[TextBlock, ImageBlock]
-AssistantBlock = Union[TextBlock, ThinkingBlock, ToolCallBlock]
+UserBlock = TextBlock | ImageBlock
+AssistantBlock = TextBlock | ThinkingBlock | ToolCallBlock
 
 # --- messages --------------------------------------------------------------------
 
@@ -86,7 +86,7 @@ class ToolResultMessage(msgspec.Struct, tag_field="role", tag="toolResult", **_S
     timestamp: int | float | None = None
 
 
-AgentMessage = Union[UserMessage, AssistantMessage, ToolResultMessage]
+AgentMessage = UserMessage | AssistantMessage | ToolResultMessage
 
 # --- parsing ---------------------------------------------------------------------
 
@@ -164,9 +164,7 @@ def _parse_one(raw: dict[str, Any]) -> AgentMessage | None:
             content = []
         if not isinstance(content, list):
             return None
-        return AssistantMessage(
-            content=_blocks(content, "assistant"), **_optional_fields(raw, "assistant")
-        )
+        return AssistantMessage(content=_blocks(content, "assistant"), **_optional_fields(raw, "assistant"))
     if role == "toolResult":
         call_id = raw.get("toolCallId")
         if not isinstance(call_id, str) or not call_id:
@@ -200,9 +198,7 @@ def parse_messages(raw: Any) -> list[AgentMessage]:
         raise MessageFormatError(f"messages must be a list, not {type(raw).__name__}")
     for index, item in enumerate(raw):
         if not isinstance(item, dict):
-            raise MessageFormatError(
-                f"messages[{index}] must be an object, not {type(item).__name__}"
-            )
+            raise MessageFormatError(f"messages[{index}] must be an object, not {type(item).__name__}")
     canonical = canonicalize_agent_messages(normalize_assistant_content(list(raw)))
     return [msg for msg in map(_parse_one, canonical) if msg is not None]
 
@@ -230,6 +226,4 @@ def text_of(msg: AgentMessage) -> str:
     """The message's text blocks joined by newlines (a string content as is)."""
     if isinstance(msg.content, str):
         return msg.content
-    return "\n".join(
-        block.text for block in msg.content if isinstance(block, TextBlock) and block.text
-    )
+    return "\n".join(block.text for block in msg.content if isinstance(block, TextBlock) and block.text)

@@ -31,8 +31,7 @@ from core.messages.model import (
 )
 
 MISSING_TOOL_RESULT_TEXT = (
-    "[openclaw] missing tool result in session history; "
-    "inserted synthetic error result for transcript repair."
+    "[openclaw] missing tool result in session history; inserted synthetic error result for transcript repair."
 )
 """Text of the synthetic error result given to a call that has none (OpenClaw's wording)."""
 
@@ -130,9 +129,7 @@ def merge_consecutive_users(msgs: Sequence[AgentMessage]) -> list[AgentMessage]:
     for msg in msgs:
         prev = out[-1] if out else None
         if isinstance(msg, UserMessage) and isinstance(prev, UserMessage):
-            out[-1] = msgspec.structs.replace(
-                prev, content=_user_blocks(prev) + _user_blocks(msg)
-            )
+            out[-1] = msgspec.structs.replace(prev, content=_user_blocks(prev) + _user_blocks(msg))
         else:
             out.append(msg)
     return out

@@ -60,9 +60,7 @@ def estimate_tokens(text: str) -> int:
     units = len(text)
     if not text.isascii():
         # surrogatepass: a lone surrogate (possible in Python text) must not fail.
-        heavy = (
-            text.encode("utf-8", "surrogatepass").translate(None, _ASCII_BYTES).decode("utf-8", "surrogatepass")
-        )
+        heavy = text.encode("utf-8", "surrogatepass").translate(None, _ASCII_BYTES).decode("utf-8", "surrogatepass")
         cjk = sum(len(run) for run in _CJK_RUNS.findall(heavy))
         astral = sum(len(run) for run in _ASTRAL_RUNS.findall(heavy))
         units += cjk * _EXTRA_UNITS_CJK + astral * _EXTRA_UNITS_ASTRAL

@@ -27,8 +27,15 @@ import msgspec
 
 from core import defaults
 from core.ov.models import (
-    AddMessagesResult, Archive, CommitAccepted, FindResult, GrepResult, SessionContext,
-    SessionState, TaskState, to_struct,
+    AddMessagesResult,
+    Archive,
+    CommitAccepted,
+    FindResult,
+    GrepResult,
+    SessionContext,
+    SessionState,
+    TaskState,
+    to_struct,
 )
 
 log = logging.getLogger(__name__)
@@ -36,10 +43,20 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
-_CODE_BY_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
-                   404: "NOT_FOUND", 409: "ALREADY_EXISTS", 412: "FAILED_PRECONDITION",
-                   429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 501: "UNIMPLEMENTED",
-                   502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+_CODE_BY_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ALREADY_EXISTS",
+    412: "FAILED_PRECONDITION",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
 _UPLOAD_ID = re.compile(r"^(upload_[0-9a-f]{32}(\.[A-Za-z0-9]+)?|shared_[\w.-]+)$")
 
 
@@ -76,11 +93,21 @@ def _seg(value: str) -> str:
 class OVClient:
     """One OV identity (API key or dev-mode account/user, plus an optional actor peer)."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, account: str = defaults.OV_ACCOUNT,
-                 user: str = defaults.OV_USER, timeout: float = defaults.OV_TIMEOUT_S,
-                 retries: int = defaults.OV_RETRIES, backoff: float = defaults.OV_BACKOFF_S,
-                 transport: httpx.AsyncBaseTransport | None = None, peer: str | None = None,
-                 batch_max: int = defaults.OV_BATCH_MAX, _http: httpx.AsyncClient | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        account: str = defaults.OV_ACCOUNT,
+        user: str = defaults.OV_USER,
+        timeout: float = defaults.OV_TIMEOUT_S,
+        retries: int = defaults.OV_RETRIES,
+        backoff: float = defaults.OV_BACKOFF_S,
+        transport: httpx.AsyncBaseTransport | None = None,
+        peer: str | None = None,
+        batch_max: int = defaults.OV_BATCH_MAX,
+        _http: httpx.AsyncClient | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.account = account
@@ -92,23 +119,42 @@ class OVClient:
         self.batch_max = batch_max
         self._owns_http = _http is None
         self._http = _http or httpx.AsyncClient(
-            base_url=self.base_url, transport=transport, timeout=httpx.Timeout(timeout),
+            base_url=self.base_url,
+            transport=transport,
+            timeout=httpx.Timeout(timeout),
             trust_env=False,  # OV is usually on loopback: never route it through an HTTP(S)_PROXY
-            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
+            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+        )
         self.headers = self._identity_headers()
 
     @classmethod
     def from_settings(cls, settings: Any, transport: httpx.AsyncBaseTransport | None = None) -> OVClient:
-        return cls(settings.base_url, api_key=settings.api_key, account=settings.account,
-                   user=settings.user, timeout=settings.ov_timeout_s, retries=settings.ov_retries,
-                   backoff=settings.ov_backoff_s, batch_max=settings.ov_batch_max, transport=transport)
+        return cls(
+            settings.base_url,
+            api_key=settings.api_key,
+            account=settings.account,
+            user=settings.user,
+            timeout=settings.ov_timeout_s,
+            retries=settings.ov_retries,
+            backoff=settings.ov_backoff_s,
+            batch_max=settings.ov_batch_max,
+            transport=transport,
+        )
 
     def scoped(self, *, peer: str | None = None, api_key: str | None = None) -> OVClient:
         """The same pool with another actor peer and/or API key (None keeps this client's)."""
-        return OVClient(self.base_url, api_key=api_key or self.api_key, account=self.account,
-                        user=self.user, timeout=self.timeout, retries=self.retries,
-                        backoff=self.backoff, peer=peer or self.peer, batch_max=self.batch_max,
-                        _http=self._http)
+        return OVClient(
+            self.base_url,
+            api_key=api_key or self.api_key,
+            account=self.account,
+            user=self.user,
+            timeout=self.timeout,
+            retries=self.retries,
+            backoff=self.backoff,
+            peer=peer or self.peer,
+            batch_max=self.batch_max,
+            _http=self._http,
+        )
 
     def _identity_headers(self) -> dict[str, str]:
         if self.api_key:
@@ -132,8 +178,7 @@ class OVClient:
 
     # --- the one IO seam --------------------------------------------------------------
 
-    async def _call(self, method: str, path: str, *, idempotent: bool, raw: bool = False,
-                    **kwargs: Any) -> Any:
+    async def _call(self, method: str, path: str, *, idempotent: bool, raw: bool = False, **kwargs: Any) -> Any:
         attempts = 1 + (max(0, self.retries) if idempotent else 0)
         for attempt in range(attempts):
             try:
@@ -142,9 +187,10 @@ class OVClient:
                 retryable = isinstance(err, OVUnavailable) or err.status >= 500
                 if not retryable or attempt == attempts - 1:
                     raise
-                delay = self.backoff * (2 ** attempt)
-                log.debug("OV %s %s retry %d/%d in %.2fs after %s", method, path, attempt + 1,
-                          attempts - 1, delay, err.code)
+                delay = self.backoff * (2**attempt)
+                log.debug(
+                    "OV %s %s retry %d/%d in %.2fs after %s", method, path, attempt + 1, attempts - 1, delay, err.code
+                )
                 if delay > 0:
                     await asyncio.sleep(delay)
         raise AssertionError("unreachable")
@@ -165,8 +211,9 @@ class OVClient:
     async def _get(self, path: str, **kwargs: Any) -> Any:
         return await self._call("GET", path, idempotent=True, **kwargs)
 
-    async def _post(self, path: str, body: dict[str, Any] | None = None, *, idempotent: bool = False,
-                    **kwargs: Any) -> Any:
+    async def _post(
+        self, path: str, body: dict[str, Any] | None = None, *, idempotent: bool = False, **kwargs: Any
+    ) -> Any:
         return await self._call("POST", path, idempotent=idempotent, json=body, **kwargs)
 
     # --- system and sessions ----------------------------------------------------------
@@ -197,7 +244,7 @@ class OVClient:
         """
         path = f"/api/v1/sessions/{_seg(session_id)}/messages/batch"
         size = max(1, min(self.batch_max, defaults.OV_BATCH_MAX))
-        chunks = [messages[i:i + size] for i in range(0, len(messages), size)] or [[]]
+        chunks = [messages[i : i + size] for i in range(0, len(messages), size)] or [[]]
         added = 0
         last = AddMessagesResult(session_id=session_id)
         for chunk in chunks:
@@ -210,8 +257,9 @@ class OVClient:
         last.added = added
         return last
 
-    async def commit(self, session_id: str, *, keep_recent_count: int | None = None,
-                     enable_working_memory: bool | None = None) -> CommitAccepted:
+    async def commit(
+        self, session_id: str, *, keep_recent_count: int | None = None, enable_working_memory: bool | None = None
+    ) -> CommitAccepted:
         body: dict[str, Any] = {}
         if keep_recent_count is not None:
             body["keep_recent_count"] = keep_recent_count
@@ -224,8 +272,9 @@ class OVClient:
         return _decode(await self._get(f"/api/v1/tasks/{_seg(task_id)}"), TaskState)
 
     async def get_context(self, session_id: str, *, token_budget: int) -> SessionContext:
-        result = await self._get(f"/api/v1/sessions/{_seg(session_id)}/context",
-                                 params={"token_budget": str(token_budget)})
+        result = await self._get(
+            f"/api/v1/sessions/{_seg(session_id)}/context", params={"token_budget": str(token_budget)}
+        )
         return _decode(result, SessionContext)
 
     async def get_archive(self, session_id: str, archive_id: str) -> Archive:
@@ -237,9 +286,15 @@ class OVClient:
 
     # --- search and content -----------------------------------------------------------
 
-    async def find(self, query: str, *, target_uri: str | list[str], limit: int,
-                   score_threshold: float | None = None,
-                   context_type: str | list[str] | None = None) -> FindResult:
+    async def find(
+        self,
+        query: str,
+        *,
+        target_uri: str | list[str],
+        limit: int,
+        score_threshold: float | None = None,
+        context_type: str | list[str] | None = None,
+    ) -> FindResult:
         body: dict[str, Any] = {"query": query, "target_uri": target_uri, "limit": limit}
         if score_threshold is not None:
             body["score_threshold"] = score_threshold
@@ -272,15 +327,22 @@ class OVClient:
 
     async def temp_upload(self, filename: str, content: bytes) -> str:
         """Upload a file; returns its ``temp_file_id`` for add_resource / add_skill."""
-        result = await self._call("POST", "/api/v1/resources/temp_upload", idempotent=False,
-                                  files={"file": (filename, content)})
+        result = await self._call(
+            "POST", "/api/v1/resources/temp_upload", idempotent=False, files={"file": (filename, content)}
+        )
         if not isinstance(result, dict) or not isinstance(result.get("temp_file_id"), str):
             raise OVError("BAD_RESPONSE", f"temp_upload answered {result!r}", status=200)
         return result["temp_file_id"]
 
-    async def add_resource(self, path: str | None = None, *, temp_file_id: str | None = None,
-                           to: str | None = None, reason: str | None = None,
-                           wait: bool | None = None) -> dict[str, Any]:
+    async def add_resource(
+        self,
+        path: str | None = None,
+        *,
+        temp_file_id: str | None = None,
+        to: str | None = None,
+        reason: str | None = None,
+        wait: bool | None = None,
+    ) -> dict[str, Any]:
         """Add a resource from a public URL (``path``) or an upload (``temp_file_id``).
 
         0.5.2 takes an upload id in its own ``temp_file_id`` field; a ``path`` that
@@ -288,12 +350,12 @@ class OVClient:
         """
         if temp_file_id is None and path is not None and _UPLOAD_ID.match(path):
             path, temp_file_id = None, path
-        body = _drop_none({"path": path, "temp_file_id": temp_file_id, "to": to,
-                           "reason": reason, "wait": wait})
+        body = _drop_none({"path": path, "temp_file_id": temp_file_id, "to": to, "reason": reason, "wait": wait})
         return await self._post("/api/v1/resources", body)
 
-    async def add_skill(self, data: Any = None, *, temp_file_id: str | None = None,
-                        wait: bool | None = None) -> dict[str, Any]:
+    async def add_skill(
+        self, data: Any = None, *, temp_file_id: str | None = None, wait: bool | None = None
+    ) -> dict[str, Any]:
         """Add a skill from SKILL.md text (``data``) or an upload (``temp_file_id``)."""
         if temp_file_id is None and isinstance(data, str) and _UPLOAD_ID.match(data):
             data, temp_file_id = None, data
@@ -304,13 +366,11 @@ class OVClient:
 
     async def admin_create_account(self, account_id: str, admin_user_id: str) -> dict[str, Any]:
         """Returns ``{account_id, admin_user_id, user_key}``."""
-        return await self._post("/api/v1/admin/accounts",
-                                {"account_id": account_id, "admin_user_id": admin_user_id})
+        return await self._post("/api/v1/admin/accounts", {"account_id": account_id, "admin_user_id": admin_user_id})
 
     async def admin_create_user(self, account_id: str, user_id: str, role: str = "user") -> dict[str, Any]:
         """Returns ``{account_id, user_id, user_key}``."""
-        return await self._post(f"/api/v1/admin/accounts/{_seg(account_id)}/users",
-                                {"user_id": user_id, "role": role})
+        return await self._post(f"/api/v1/admin/accounts/{_seg(account_id)}/users", {"user_id": user_id, "role": role})
 
 
 def _ms(started: float) -> float:

@@ -138,8 +138,32 @@ def recall_category(hit: RecallHit) -> str:
 
 _QUERY_TOKEN = re.compile(r"[a-z0-9]{2,}")
 _STOPWORDS = frozenset(
-    "what when where which who whom whose why how did does is are was were "
-    "the and for with from that this your you".split()
+    [
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "why",
+        "how",
+        "did",
+        "does",
+        "is",
+        "are",
+        "was",
+        "were",
+        "the",
+        "and",
+        "for",
+        "with",
+        "from",
+        "that",
+        "this",
+        "your",
+        "you",
+    ]
 )
 _WANTS_PREFERENCE = re.compile(r"prefer|preference|favorite|favourite|like|偏好|喜欢|爱好|更倾向", re.I)
 _WANTS_TIME = re.compile(
@@ -232,8 +256,7 @@ def select_recall_hits(
         (
             (_rank(hit, profile), hit)
             for hit in best_by_uri.values()
-            if (hit.level is None or hit.level == LEAF_LEVEL)
-            and clamp_score(hit.score) >= score_threshold
+            if (hit.level is None or hit.level == LEAF_LEVEL) and clamp_score(hit.score) >= score_threshold
         ),
         # Ties fall back to the raw score, then the URI, so the order is stable.
         key=lambda pair: (-pair[0], -clamp_score(pair[1].score), pair[1].uri),

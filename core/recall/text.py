@@ -119,9 +119,7 @@ def message_text(message: Any) -> str:
         return "\n".join(
             block["text"]
             for block in content
-            if isinstance(block, Mapping)
-            and block.get("type") == "text"
-            and isinstance(block.get("text"), str)
+            if isinstance(block, Mapping) and block.get("type") == "text" and isinstance(block.get("text"), str)
         )
     return ""
 

@@ -12,10 +12,10 @@ import redis
 
 from core.config import Settings
 from core.events import TurnEvent
+from workers.capture.worker import CaptureWorker
 from workers.dev.fake_ov.app import FakeOV
 from workers.store.keys import Keys
 from workers.store.streams import publish_turn
-from workers.capture.worker import CaptureWorker
 
 
 def turn(session: str, index: int, *, per_turn: int = 2, **fields: Any) -> TurnEvent:
@@ -28,8 +28,9 @@ def turn(session: str, index: int, *, per_turn: int = 2, **fields: Any) -> TurnE
             suffix = "" if k == 0 else f".{k}"
             messages.append({"role": "assistant", "content": [{"type": "text", "text": f"{session}:a{i}{suffix}"}]})
     fields.setdefault("pre_prompt_message_count", per_turn * index)
-    return TurnEvent(event_id=uuid.uuid4().hex, session_id=session, messages=messages,
-                     published_at=time.time(), **fields)
+    return TurnEvent(
+        event_id=uuid.uuid4().hex, session_id=session, messages=messages, published_at=time.time(), **fields
+    )
 
 
 def expected_texts(session: str, turns: int, *, per_turn: int = 2) -> list[str]:
@@ -58,8 +59,9 @@ def make_worker(settings: Settings, fake: FakeOV, **kw: Any) -> CaptureWorker:
     return CaptureWorker(settings, ov_transport=fake.transport(), **kw)
 
 
-async def run_until(workers: list[CaptureWorker], done: Callable[[], bool], *, timeout_s: float = 30.0,
-                    stop: bool = True) -> list[BaseException | None]:
+async def run_until(
+    workers: list[CaptureWorker], done: Callable[[], bool], *, timeout_s: float = 30.0, stop: bool = True
+) -> list[BaseException | None]:
     """Run ``workers`` until ``done()``; stop them; return how each ended (None: cleanly)."""
     tasks = [asyncio.create_task(w.run()) for w in workers]
     deadline = time.monotonic() + timeout_s

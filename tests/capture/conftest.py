@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from core.config import Settings
-from workers.dev.fake_ov.app import FakeOV
 from workers.commits import context as jobs
+from workers.dev.fake_ov.app import FakeOV
 from workers.store import commit_queue
 
 _HERE = Path(__file__).parent
@@ -33,10 +33,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def settings(redis_url: str) -> Settings:
     return Settings(
-        redis_url=redis_url, key_prefix=f"t{next(_prefixes)}", shards=4,
-        capture_block_ms=50, claim_idle_ms=300, max_deliveries=2, ov_backoff_s=0.01,
-        commit_token_threshold=100_000, phase2_poll_interval_s=0.01, phase2_deadline_s=30,
-        phase2_read_retries=2, commit_tenant_wait_s=0.05,
+        redis_url=redis_url,
+        key_prefix=f"t{next(_prefixes)}",
+        shards=4,
+        capture_block_ms=50,
+        claim_idle_ms=300,
+        max_deliveries=2,
+        ov_backoff_s=0.01,
+        commit_token_threshold=100_000,
+        phase2_poll_interval_s=0.01,
+        phase2_deadline_s=30,
+        phase2_read_retries=2,
+        commit_tenant_wait_s=0.05,
     )
 
 

@@ -6,22 +6,22 @@ import json
 
 import httpx
 import pytest
+from capture_helpers import make_worker, ov_texts, publish, turn
 from rq.job import Job
 
-from capture_helpers import make_worker, ov_texts, publish, turn
 from core.config import Settings
 from core.events import CommitRequest
-from workers.store.keys import Keys
-from workers.commits.context import context_of
-from workers.commits import context as jobs
-from workers.store import commit_queue
-from core.session import SessionAddress
-from workers.store.commit_queue import request_commit, wait_commit_outcome
-from workers.store.commit_records import CommitRecords
 from core.ov.tasks import memories_extracted
+from core.session import SessionAddress
+from workers.cli import main
+from workers.commits import context as jobs
+from workers.commits.context import context_of
 from workers.commits.run import run_commit, run_poll
 from workers.commits.worker import drain_jobs, jobs_waiting
-from workers.cli import main
+from workers.store import commit_queue
+from workers.store.commit_queue import request_commit, wait_commit_outcome
+from workers.store.commit_records import CommitRecords
+from workers.store.keys import Keys
 
 FINAL = ("completed", "failed", "timeout", "skipped")
 
@@ -66,14 +66,23 @@ async def test_threshold_crossings_enqueue_one_commit_until_it_finishes(redis_cl
     assert first.commit_id != second.commit_id and second.status == "pending"
     assert drain_jobs(redis_client, low, until=_final(redis_client, low, _as_request(second)))
     assert [o.status for o in CommitRecords(redis_client, low).list(SessionAddress("busy", "main", None))] == [
-        "completed", "completed"]
+        "completed",
+        "completed",
+    ]
     assert len(ov_texts(fake_ov, "busy")) == 16  # archived ones included: nothing lost
 
 
 def _as_request(outcome) -> CommitRequest:
-    return CommitRequest(commit_id=outcome.commit_id, ov_session_id=outcome.ov_session_id,
-                         agent_id=outcome.agent_id, user=outcome.user, reason=outcome.reason,
-                         keep_recent_count=0, generation=0, requested_at=outcome.requested_at)
+    return CommitRequest(
+        commit_id=outcome.commit_id,
+        ov_session_id=outcome.ov_session_id,
+        agent_id=outcome.agent_id,
+        user=outcome.user,
+        reason=outcome.reason,
+        keep_recent_count=0,
+        generation=0,
+        requested_at=outcome.requested_at,
+    )
 
 
 def test_a_second_request_returns_the_one_in_flight(redis_client, settings, fake_ov):
@@ -122,15 +131,20 @@ def test_poller_records_a_timeout_past_the_deadline(redis_client, settings, fake
     assert running.status == "running" and running.task_id
     deadline = now[0] + settings.phase2_deadline_s
     now[0] += settings.phase2_deadline_s - 1
-    assert run_poll(redis_client, context_of(settings), request, deadline_at=deadline, failed_reads=0, attempt=1).status == "running"
+    assert (
+        run_poll(redis_client, context_of(settings), request, deadline_at=deadline, failed_reads=0, attempt=1).status
+        == "running"
+    )
     now[0] += 2
     outcome = run_poll(redis_client, context_of(settings), request, deadline_at=deadline, failed_reads=0, attempt=2)
     assert outcome.status == "timeout" and outcome.finished_at == now[0]
-    assert run_poll(redis_client, context_of(settings), request, deadline_at=deadline, failed_reads=0,
-                    attempt=3).status == "timeout"  # the first final outcome stands
+    assert (
+        run_poll(redis_client, context_of(settings), request, deadline_at=deadline, failed_reads=0, attempt=3).status
+        == "timeout"
+    )  # the first final outcome stands
 
 
-@pytest.mark.parametrize("failures, status", [(2, "completed"), (3, "failed")])
+@pytest.mark.parametrize(("failures", "status"), [(2, "completed"), (3, "failed")])
 def test_poller_retries_failed_task_reads(redis_client, settings, fake_ov, failures, status):
     once = settings.model_copy(update={"ov_retries": 0})  # one HTTP attempt per read
     _seed(fake_ov, "s")
@@ -144,7 +158,8 @@ def test_poller_retries_failed_task_reads(redis_client, settings, fake_ov, failu
 
 def test_commit_with_nothing_to_archive_is_skipped(redis_client, settings, fake_ov):
     httpx.Client(transport=httpx.MockTransport(fake_ov.handle), base_url="http://ov").post(
-        "/api/v1/sessions", json={"session_id": "empty"})  # a session with no messages
+        "/api/v1/sessions", json={"session_id": "empty"}
+    )  # a session with no messages
     request = _request(redis_client, settings, sid="empty")
     outcome = wait_for_outcome(redis_client, settings, request)
     assert outcome.status == "skipped" and "no_messages" in outcome.error

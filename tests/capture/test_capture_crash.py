@@ -6,11 +6,11 @@ import asyncio
 
 import httpx
 import pytest
-
 from capture_helpers import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
-from workers.store.keys import Keys, shard_of
+
 from workers.capture.worker import CaptureWorker, WorkerKilled
 from workers.store.dead_letters import list_dead_letters
+from workers.store.keys import Keys, shard_of
 
 SESSIONS = [f"c{i}" for i in range(6)]
 
@@ -72,8 +72,9 @@ async def test_a_kill_between_chunks_of_one_write(redis_client, settings, fake_o
     small = settings.model_copy(update={"ov_batch_max": 2})
     turns = 6
     publish(redis_client, small, [turn("chunky", t, per_turn=3) for t in range(turns)])  # 18 messages
-    victim = CaptureWorker(small, ov_transport=_KillingTransport(fake_ov.transport(), kill_on),
-                           consumer="victim", lease_ms=600)
+    victim = CaptureWorker(
+        small, ov_transport=_KillingTransport(fake_ov.transport(), kill_on), consumer="victim", lease_ms=600
+    )
     [ended] = await run_until([victim], lambda: False, timeout_s=20)
     assert isinstance(ended, WorkerKilled)
     stored_before = len(ov_texts(fake_ov, "chunky"))
@@ -139,8 +140,9 @@ async def test_total_message_count_is_monotonic_across_commits(fake_ov):
     from core.ov.client import OVClient
 
     async with OVClient("http://ov", transport=fake_ov.transport()) as ov:
-        await ov.add_messages("mono", [{"role": "user", "parts": [{"type": "text", "text": f"m{i}"}]}
-                                       for i in range(4)])
+        await ov.add_messages(
+            "mono", [{"role": "user", "parts": [{"type": "text", "text": f"m{i}"}]} for i in range(4)]
+        )
         assert (await ov.get_session("mono")).total_message_count == 4
         await ov.commit("mono", keep_recent_count=1)
         state = await ov.get_session("mono")
@@ -151,16 +153,17 @@ async def test_total_message_count_is_monotonic_across_commits(fake_ov):
 
 async def test_a_commit_between_the_crash_and_the_redelivery_changes_nothing(redis_client, settings, fake_ov):
     from core.session import SessionAddress
+    from workers.commits.worker import drain_jobs
     from workers.store.commit_queue import request_commit
     from workers.store.commit_records import CommitRecords
-    from workers.commits.worker import drain_jobs
 
     publish(redis_client, settings, [turn("arch", t) for t in range(3)])
     victim = make_worker(settings, fake_ov, consumer="victim", fault_hook=kill_at("before_ack", 1))
     [ended] = await run_until([victim], lambda: False, timeout_s=20)
     assert isinstance(ended, WorkerKilled) and len(ov_texts(fake_ov, "arch")) == 6
-    request = request_commit(redis_client, settings, SessionAddress("arch", "main", None),
-                             reason="compact", keep_recent_count=0)
+    request = request_commit(
+        redis_client, settings, SessionAddress("arch", "main", None), reason="compact", keep_recent_count=0
+    )
     done = lambda: CommitRecords(redis_client, settings).outcome(request).status == "completed"  # noqa: E731
     assert await asyncio.to_thread(drain_jobs, redis_client, settings, until=done)
     assert fake_ov.sessions["arch"].messages == []  # all archived before the redelivery

@@ -6,14 +6,13 @@ from __future__ import annotations
 import time
 
 import msgspec
-
 from capture_helpers import expected_texts, make_worker, ov_texts, publish, turn
 
 from core.config import Settings
 from core.events import TurnEvent
-from workers.store.applied import EVENT_IDS_KEPT, AppliedState, Intent
-from workers.capture.plan import Entry, finish_state, plan_round, session_of
 from core.session import SessionAddress
+from workers.capture.plan import Entry, finish_state, plan_round, session_of
+from workers.store.applied import EVENT_IDS_KEPT, AppliedState, Intent
 from workers.store.snapshots import read_snapshot
 
 
@@ -27,11 +26,18 @@ def _applied(client, settings: Settings, event: TurnEvent) -> AppliedState:
 
 def commit_turn(session: str, index: int) -> TurnEvent:
     """commitTurn of OpenClaw >= 2026.8.1: only this turn's messages, an advancement key."""
-    messages = [{"role": "user", "content": f"{session}:q{index}"},
-                {"role": "assistant", "content": [{"type": "text", "text": f"{session}:a{index}"}]}]
-    return TurnEvent(event_id=f"{session}-ev{index}", session_id=session, messages=messages,
-                     pre_prompt_message_count=0, advancement_key=f"{session}-adv{index}",
-                     published_at=time.time())
+    messages = [
+        {"role": "user", "content": f"{session}:q{index}"},
+        {"role": "assistant", "content": [{"type": "text", "text": f"{session}:a{index}"}]},
+    ]
+    return TurnEvent(
+        event_id=f"{session}-ev{index}",
+        session_id=session,
+        messages=messages,
+        pre_prompt_message_count=0,
+        advancement_key=f"{session}-adv{index}",
+        published_at=time.time(),
+    )
 
 
 # --- re-published events -----------------------------------------------------------------
@@ -128,13 +134,19 @@ async def test_the_snapshot_of_commit_turns_counts_the_whole_transcript(redis_cl
 
 
 def _marker(session: str) -> TurnEvent:
-    return TurnEvent(event_id=f"{session}-end", session_id=session, messages=[], commit="session_end",
-                     published_at=time.time())
+    return TurnEvent(
+        event_id=f"{session}-end", session_id=session, messages=[], commit="session_end", published_at=time.time()
+    )
 
 
 def _import(session: str, texts: list[str]) -> TurnEvent:
-    return TurnEvent(event_id=f"import-{session}", session_id=session, import_transcript=True,
-                     messages=[{"role": "user", "content": t} for t in texts], published_at=time.time())
+    return TurnEvent(
+        event_id=f"import-{session}",
+        session_id=session,
+        import_transcript=True,
+        messages=[{"role": "user", "content": t} for t in texts],
+        published_at=time.time(),
+    )
 
 
 async def test_a_commit_marker_commits_after_every_earlier_turn(redis_client, settings, fake_ov):
@@ -161,7 +173,6 @@ async def test_an_import_is_written_only_into_a_session_capture_never_touched(re
     later = make_worker(settings, fake_ov, burst=True)
     await later.run()
     assert ov_texts(fake_ov, "imp").count("old one") == 1 and later.stats.ov_writes == 0
-
 
 
 async def test_an_import_after_a_turn_in_the_same_round_writes_nothing(redis_client, settings, fake_ov):

@@ -8,13 +8,13 @@ import time
 
 import httpx
 import pytest
-
 from capture_helpers import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
+
 from core.events import STREAM_FIELD, encode
-from workers.store.keys import Keys, shard_of
 from workers.capture.worker import CaptureWorker
-from workers.store.dead_letters import list_dead_letters
 from workers.cli import main
+from workers.store.dead_letters import list_dead_letters
+from workers.store.keys import Keys, shard_of
 
 
 @pytest.fixture
@@ -52,17 +52,20 @@ async def test_bad_events_are_dead_lettered_at_once_and_the_worker_goes_on(redis
 
 
 async def test_repeated_failures_dead_letter_one_entry_and_the_session_continues(
-        redis_client, settings, fake_ov, cli_env, capsys):
+    redis_client, settings, fake_ov, cli_env, capsys
+):
     # the merged write of turns 0+1 fails, then turn 0 alone fails max_deliveries + 1 times
-    fake_ov.fail_next(1 + settings.max_deliveries + 1, status=400, code="INVALID_ARGUMENT",
-                      route="/sessions/flaky/messages/batch")
+    fake_ov.fail_next(
+        1 + settings.max_deliveries + 1, status=400, code="INVALID_ARGUMENT", route="/sessions/flaky/messages/batch"
+    )
     publish(redis_client, settings, [turn("flaky", 0), turn("flaky", 1), turn("fine", 0)])
     worker = make_worker(settings, fake_ov)
     await run_until([worker], lambda: len(ov_texts(fake_ov, "flaky")) == 2, timeout_s=30)
     [letter] = list_dead_letters(redis_client, settings)
     assert letter.reason == "failed" and letter.deliveries == settings.max_deliveries + 1
     assert "INVALID_ARGUMENT" in letter.error and letter.event().messages[-1]["content"] == [
-        {"type": "text", "text": "flaky:a0"}]
+        {"type": "text", "text": "flaky:a0"}
+    ]
     assert ov_texts(fake_ov, "flaky") == ["flaky:q1", "flaky:a1"]
     assert ov_texts(fake_ov, "fine") == expected_texts("fine", 1)
     assert worker.stats.failures == settings.max_deliveries
@@ -127,8 +130,12 @@ async def test_ov_down_acks_nothing_then_everything_is_written(redis_client, set
         for t in range(5):
             publish(redis_client, settings, [turn(s, t) for s in sessions])
         # several failed rounds: the backoff has doubled at least twice
-        await _wait(lambda: worker.stats.read == 15 and any(
-            c.ov_backoff >= 4 * settings.ov_backoff_s for c in worker.consumers.values()))
+        await _wait(
+            lambda: (
+                worker.stats.read == 15
+                and any(c.ov_backoff >= 4 * settings.ov_backoff_s for c in worker.consumers.values())
+            )
+        )
         assert pending_count(redis_client, settings) == 15  # nothing acked
         assert all(ov_texts(fake_ov, s) == [] for s in sessions)
         fake_ov.down = switch.on = False

@@ -6,6 +6,7 @@ import asyncio
 import random
 
 from capture_helpers import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
+
 from workers.store.keys import Keys
 
 
@@ -20,7 +21,7 @@ async def test_four_workers_four_shards_keep_each_sessions_order(redis_client, s
         order = [(s, i) for s in sessions for i in range(turns)]
         rng = random.Random(7)
         rng.shuffle(order)
-        next_turn = {s: 0 for s in sessions}
+        next_turn = dict.fromkeys(sessions, 0)
         for s, _ in order:
             publish(redis_client, settings, [turn(s, next_turn[s])])
             next_turn[s] += 1

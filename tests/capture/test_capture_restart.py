@@ -21,8 +21,7 @@ async def _ticks(worker, now: list[float], count: int, step_s: float) -> None:
         now[0] += step_s
 
 
-async def test_a_crashing_shard_consumer_is_retaken_with_backoff(redis_client, settings, fake_ov, monkeypatch,
-                                                                 caplog):
+async def test_a_crashing_shard_consumer_is_retaken_with_backoff(redis_client, settings, fake_ov, monkeypatch, caplog):
     now = [1000.0]
     starts: list[float] = []
 
@@ -58,8 +57,9 @@ def test_the_restart_backoff_is_capped(settings, fake_ov):
     assert worker.restart_delay(50) == defaults.CAPTURE_RESTART_BACKOFF_MAX_S
 
 
-async def test_a_consumer_that_ran_long_before_crashing_starts_the_count_afresh(redis_client, settings, fake_ov,
-                                                                             monkeypatch):
+async def test_a_consumer_that_ran_long_before_crashing_starts_the_count_afresh(
+    redis_client, settings, fake_ov, monkeypatch
+):
     now = [1000.0]
     started = asyncio.Event()
     crash_now = asyncio.Event()

@@ -7,16 +7,16 @@ import threading
 import time
 
 import httpx
-
 from capture_helpers import make_worker, publish, turn
+
 from core.config import Settings
 from core.ov.client import OVClient
-from workers.store.connection import connect, reset_fake_server
-from workers.commits.worker import drain_jobs
 from core.session import SessionAddress
+from workers.commits.worker import drain_jobs
+from workers.store.applied import AppliedState
 from workers.store.commit_queue import request_commit
 from workers.store.commit_records import CommitRecords
-from workers.store.applied import AppliedState
+from workers.store.connection import connect, reset_fake_server
 from workers.store.snapshots import read_snapshot, refresh_snapshot, snapshot_key
 
 
@@ -48,8 +48,9 @@ async def test_an_older_snapshot_never_replaces_a_newer_one(redis_client, settin
     address = SessionAddress("order", "main")
 
     async def refresh(last_id: str, captured: int):
-        return await refresh_snapshot(redis_client, ov, settings, address,
-                                      applied=AppliedState(last_id=last_id, captured=captured))
+        return await refresh_snapshot(
+            redis_client, ov, settings, address, applied=AppliedState(last_id=last_id, captured=captured)
+        )
 
     newest = await refresh("9000000000000-5", 2)
     assert _snap(redis_client, settings, "order").applied_stream_id == "9000000000000-5"
@@ -72,8 +73,9 @@ async def test_a_commit_refreshes_the_snapshot_at_the_applied_stream_id(redis_cl
     await make_worker(settings, fake_ov, burst=True).run()
     before = _snap(redis_client, settings, "cm")
     assert before.latest_archive_overview == "" and before.total_archives == 0
-    request = request_commit(redis_client, settings, SessionAddress("cm", "main", None),
-                             reason="compact", keep_recent_count=0)
+    request = request_commit(
+        redis_client, settings, SessionAddress("cm", "main", None), reason="compact", keep_recent_count=0
+    )
     done = lambda: CommitRecords(redis_client, settings).outcome(request).status == "completed"  # noqa: E731
     assert await asyncio.to_thread(drain_jobs, redis_client, settings, until=done)
     after = _snap(redis_client, settings, "cm")
@@ -86,8 +88,9 @@ def test_ovstream_up_runs_capture_jobs_and_rpc_in_one_process():
     from workers.dev.up import run_up
 
     reset_fake_server()
-    settings = Settings(redis_url="fakeredis://", key_prefix="up", capture_block_ms=50,
-                        phase2_poll_interval_s=0.01, compact_wait_s=20)
+    settings = Settings(
+        redis_url="fakeredis://", key_prefix="up", capture_block_ms=50, phase2_poll_interval_s=0.01, compact_wait_s=20
+    )
     started = threading.Event()
     box = {}
 
@@ -95,8 +98,11 @@ def test_ovstream_up_runs_capture_jobs_and_rpc_in_one_process():
         box["runtime"] = runtime
         started.set()
 
-    thread = threading.Thread(target=lambda: asyncio.run(run_up(
-        settings, fake_ov=True, host="127.0.0.1", port=0, started=on_start, install_signals=False)))
+    thread = threading.Thread(
+        target=lambda: asyncio.run(
+            run_up(settings, fake_ov=True, host="127.0.0.1", port=0, started=on_start, install_signals=False)
+        )
+    )
     thread.start()
     try:
         assert started.wait(20)
@@ -107,8 +113,9 @@ def test_ovstream_up_runs_capture_jobs_and_rpc_in_one_process():
         while (snap := _snap(redis, settings, "demo")) is None or snap.applied_stream_id != last:
             assert time.monotonic() < deadline, "capture did not refresh the snapshot"
             time.sleep(0.02)
-        answer = httpx.post(f"http://127.0.0.1:{runtime.port}/v1/compact", json={"sessionId": "demo"},
-                            timeout=30).json()
+        answer = httpx.post(
+            f"http://127.0.0.1:{runtime.port}/v1/compact", json={"sessionId": "demo"}, timeout=30
+        ).json()
         assert answer["ok"] and answer["compacted"], answer
         assert runtime.fake_ov.sessions["demo"].archives
     finally:

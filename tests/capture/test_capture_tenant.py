@@ -15,17 +15,17 @@ from rq.job import Job, JobStatus
 from core.config import Settings
 from core.defaults import COMMIT_TENANT_LOCK_MARGIN_S
 from core.events import CommitRequest
-from workers.dev.fake_ov.app import FakeOV
-from workers.commits.context import context_of
-from workers.commits import context as jobs
-from workers.store import commit_queue
-from workers.store.keys import Keys
-from workers.store import tenant_lock as jobs_tenant
 from core.session import SessionAddress
-from workers.store.commit_queue import request_commit
-from workers.store.commit_records import FINAL_STATUSES, CommitRecords
+from workers.commits import context as jobs
+from workers.commits.context import context_of
 from workers.commits.run import run_commit, run_poll
 from workers.commits.worker import drain_jobs
+from workers.dev.fake_ov.app import FakeOV
+from workers.store import commit_queue
+from workers.store import tenant_lock as jobs_tenant
+from workers.store.commit_queue import request_commit
+from workers.store.commit_records import FINAL_STATUSES, CommitRecords
+from workers.store.keys import Keys
 
 
 def _seed(fake: FakeOV, sid: str, api_key: str | None = None) -> None:
@@ -36,8 +36,7 @@ def _seed(fake: FakeOV, sid: str, api_key: str | None = None) -> None:
 
 
 def _request(client, settings: Settings, sid: str, user: str | None = None) -> CommitRequest:
-    return request_commit(client, settings, SessionAddress(sid, "main", user), reason="compact",
-                          keep_recent_count=0)
+    return request_commit(client, settings, SessionAddress(sid, "main", user), reason="compact", keep_recent_count=0)
 
 
 def _commit_calls(fake: FakeOV, sid: str) -> list[int]:
@@ -48,6 +47,7 @@ def _final(client, settings, *requests):
     def done() -> bool:
         outcomes = [CommitRecords(client, settings).outcome(r) for r in requests]
         return all(o is not None and o.status in FINAL_STATUSES for o in outcomes)
+
     return done
 
 
@@ -58,18 +58,25 @@ def test_a_tenants_second_commit_waits_for_the_first_outcome(redis_client, setti
     running = run_commit(redis_client, context_of(settings), first)
     assert running.status == "running" and jobs_tenant.holder(redis_client, settings, first) == first.commit_id
     lock_ttl_ms = redis_client.pttl(jobs_tenant.lock_key(settings, first))
-    assert settings.phase2_deadline_s * 1000 < lock_ttl_ms <= (
-        settings.phase2_deadline_s + COMMIT_TENANT_LOCK_MARGIN_S) * 1000  # a dead poller's lock ends
+    assert (
+        settings.phase2_deadline_s * 1000
+        < lock_ttl_ms
+        <= (settings.phase2_deadline_s + COMMIT_TENANT_LOCK_MARGIN_S) * 1000
+    )  # a dead poller's lock ends
 
     waiting = run_commit(redis_client, context_of(settings), second)
     assert waiting.status == "pending" and _commit_calls(fake_ov, "b") == []
     # it scheduled itself again; meanwhile it is the session's commit in flight
-    job_id = redis_client.hget(Keys(settings.key_prefix).session(second.address, settings.shards).commit_inflight, "job").decode()
+    job_id = redis_client.hget(
+        Keys(settings.key_prefix).session(second.address, settings.shards).commit_inflight, "job"
+    ).decode()
     assert job_id.startswith(second.commit_id + "_wait")
     assert Job.fetch(job_id, connection=redis_client).get_status() == JobStatus.SCHEDULED
     assert _request(redis_client, settings, "b").commit_id == second.commit_id
 
-    done = run_poll(redis_client, context_of(settings), first, deadline_at=commit_queue.now() + 30, failed_reads=0, attempt=1)
+    done = run_poll(
+        redis_client, context_of(settings), first, deadline_at=commit_queue.now() + 30, failed_reads=0, attempt=1
+    )
     assert done.status == "completed" and jobs_tenant.holder(redis_client, settings, first) is None
     reads_before = len(fake_ov.requests)
     assert drain_jobs(redis_client, settings, until=_final(redis_client, settings, second))
@@ -126,7 +133,9 @@ def test_a_lock_left_by_a_finished_commit_is_taken(redis_client, settings, fake_
     assert run_commit(redis_client, context_of(settings), first).status == "running"
     with monkeypatch.context() as m:  # the poller dies between recording the outcome and releasing
         m.setattr(jobs_tenant, "release", lambda *a: False)
-        run_poll(redis_client, context_of(settings), first, deadline_at=commit_queue.now() + 30, failed_reads=0, attempt=1)
+        run_poll(
+            redis_client, context_of(settings), first, deadline_at=commit_queue.now() + 30, failed_reads=0, attempt=1
+        )
     assert jobs_tenant.holder(redis_client, settings, first) == first.commit_id
     assert run_commit(redis_client, context_of(settings), second).status == "running"
     assert jobs_tenant.holder(redis_client, settings, second) == second.commit_id

@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from capture_helpers import turn
+
 from core.config import Settings
 from core.events import STREAM_FIELD, TurnEvent, decode
 from core.ids import ov_session_id
-from workers.store.keys import Keys, shard_of
-from workers.store.connection import connect, connect_async, reset_fake_server
-from workers.store.streams import publish_turn
-from workers.store.applied import AppliedState, Intent, ov_message_count
 from workers.capture.plan import Entry, drop_written, finish_state, plan_round, session_of
+from workers.store.applied import AppliedState, Intent, ov_message_count
+from workers.store.connection import connect, connect_async, reset_fake_server
+from workers.store.keys import Keys, shard_of
+from workers.store.streams import publish_turn
 
 
 def _entry(settings: Settings, event: TurnEvent, entry_id: str) -> Entry:
@@ -31,8 +31,10 @@ def test_settling_an_intent_counts_what_ov_stored():
     assert state.intent is None
 
 
-@pytest.mark.parametrize("ov_total, last, partial", [(10, "5-0", None), (17, "8-0", None), (99, "8-0", None),
-                                                     (12, "7-0", None), (3, "5-0", None)])
+@pytest.mark.parametrize(
+    ("ov_total", "last", "partial"),
+    [(10, "5-0", None), (17, "8-0", None), (99, "8-0", None), (12, "7-0", None), (3, "5-0", None)],
+)
 def test_settling_edges(ov_total, last, partial):
     state = AppliedState(last_id="5-0", intent=Intent(10, [("6-0", 2), ("7-0", 0), ("8-0", 5)]))
     state.settle_intent(ov_total)
@@ -68,8 +70,13 @@ def test_ov_splits_tool_only_user_messages():
 
 def test_plan_applies_the_seed_rules_in_order(settings):
     bypassing = settings.model_copy(update={"bypass_session_patterns": ("agent:*:cron:**",)})
-    events = [turn("s", 0), turn("s", 1, is_heartbeat=True), turn("s", 2, advancement_key="A"),
-              turn("s", 3, advancement_key="A"), turn("s", 4)]
+    events = [
+        turn("s", 0),
+        turn("s", 1, is_heartbeat=True),
+        turn("s", 2, advancement_key="A"),
+        turn("s", 3, advancement_key="A"),
+        turn("s", 4),
+    ]
     entries = [_entry(settings, e, f"{i + 1}-0") for i, e in enumerate(events)]
     state = AppliedState(last_id="1-0")
     plan = plan_round(bypassing, entries[0].session, entries, state)
@@ -111,8 +118,11 @@ def test_plan_stops_at_an_entry_convert_cannot_read(settings, monkeypatch):
     monkeypatch.setattr(plan_mod, "turn_to_ov_messages", picky)
     bad = turn("s", 1)
     bad.messages[-1]["content"] = [{"type": "text", "text": "boom"}]
-    entries = [_entry(settings, turn("s", 0), "1-0"), _entry(settings, bad, "2-0"),
-               _entry(settings, turn("s", 2), "3-0")]
+    entries = [
+        _entry(settings, turn("s", 0), "1-0"),
+        _entry(settings, bad, "2-0"),
+        _entry(settings, turn("s", 2), "3-0"),
+    ]
     plan = plan_round(settings, entries[0].session, entries, AppliedState())
     assert [u.entry.id for u in plan.units] == ["1-0"]
     assert plan.failed_entry is entries[1] and isinstance(plan.failure, TypeError)
@@ -128,13 +138,13 @@ def test_publish_goes_to_the_sessions_shard(redis_client, settings):
         ids[name] = publish_turn(redis_client, settings, event)
         shard = shard_of(ov_session_id(name, None), settings.shards)
         stream = Keys(settings.key_prefix).stream(shard)
-        [(entry_id, fields)] = redis_client.xrange(stream, ids[name], ids[name])
+        [(_entry_id, fields)] = redis_client.xrange(stream, ids[name], ids[name])
         assert decode(fields[STREAM_FIELD.encode()], TurnEvent).event_id == event.event_id
 
 
 def test_publish_caps_the_stream(redis_client, settings):
     small = settings.model_copy(update={"stream_maxlen": 10})
-    for i in range(2000):
+    for _i in range(2000):
         publish_turn(redis_client, small, turn("same", 0))
     stream = Keys(small.key_prefix).stream(shard_of("same", small.shards))
     assert redis_client.xlen(stream) < 2000

@@ -25,8 +25,8 @@ import httpx
 import pytest
 
 from workers.dev.local_ov import INSTALL_HINT, LocalOV, find_openviking_server, start_local_ov
-from workers.dev.model_server import ModelServerHandle, start_model_server
 from workers.dev.local_redis import free_port
+from workers.dev.model_server import ModelServerHandle, start_model_server
 
 HERE = Path(__file__).resolve().parent
 ROOT_API_KEY = "ovstream-test-root-key"
@@ -77,13 +77,14 @@ class _LazyServer:
         return self.server
 
 
-def _launcher(binary: str, model: ModelServerHandle, root_api_key: str | None,
-              tmp_dirs: list[str]) -> Callable[[], LocalOV]:
+def _launcher(
+    binary: str, model: ModelServerHandle, root_api_key: str | None, tmp_dirs: list[str]
+) -> Callable[[], LocalOV]:
     def start() -> LocalOV:
         workdir = tempfile.mkdtemp(prefix="ovstream-ov-")
         tmp_dirs.append(workdir)
-        return start_local_ov(workdir, port=free_port(), model_url=model.url,
-                              root_api_key=root_api_key, binary=binary)
+        return start_local_ov(workdir, port=free_port(), model_url=model.url, root_api_key=root_api_key, binary=binary)
+
     return start
 
 
@@ -136,8 +137,7 @@ def model_mode(model_server: ModelServerHandle) -> Iterator[Callable[[str], None
         model_server.set_mode("normal")
 
 
-def poll_task(client: httpx.Client, task_id: str, *, timeout_s: float = 120.0,
-              interval_s: float = 0.25) -> dict:
+def poll_task(client: httpx.Client, task_id: str, *, timeout_s: float = 120.0, interval_s: float = 0.25) -> dict:
     """Poll ``/api/v1/tasks/{id}`` until it is terminal; returns the task result dict.
 
     The timeout only bounds a hang (a broken server); no test asserts on timing.

@@ -53,11 +53,17 @@ def e2e_settings() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def e2e_service(request: pytest.FixtureRequest, redis_server: str, ov_server, e2e_settings: dict[str, Any],
-                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+def e2e_service(
+    request: pytest.FixtureRequest,
+    redis_server: str,
+    ov_server,
+    e2e_settings: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Service]:
     workdir = workdir_for(tmp_path_factory.getbasetemp(), f"e2e-{Path(str(request.path)).stem}")
-    yield from _run(Service(ov_url=ov_server.url, redis_url=_module_redis_url(redis_server),
-                            workdir=workdir, **e2e_settings))
+    yield from _run(
+        Service(ov_url=ov_server.url, redis_url=_module_redis_url(redis_server), workdir=workdir, **e2e_settings)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +99,19 @@ def tenants(ov_keyed_server) -> Tenants:
 
 
 @pytest.fixture(scope="module")
-def keyed_service(request: pytest.FixtureRequest, redis_server: str, ov_keyed_server, tenants: Tenants,
-                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+def keyed_service(
+    request: pytest.FixtureRequest,
+    redis_server: str,
+    ov_keyed_server,
+    tenants: Tenants,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Service]:
     workdir = workdir_for(tmp_path_factory.getbasetemp(), f"e2e-{Path(str(request.path)).stem}")
-    yield from _run(Service(ov_url=ov_keyed_server.url, redis_url=_module_redis_url(redis_server),
-                            workdir=workdir, user_api_keys=tenants.keys))
+    yield from _run(
+        Service(
+            ov_url=ov_keyed_server.url,
+            redis_url=_module_redis_url(redis_server),
+            workdir=workdir,
+            user_api_keys=tenants.keys,
+        )
+    )

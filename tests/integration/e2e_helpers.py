@@ -28,12 +28,12 @@ import redis
 from core.config import Settings
 from core.events import CommitOutcome, TurnEvent
 from core.ids import ov_session_id, resolve_agent_id
-from workers.store.keys import Keys
-from workers.store.streams import publish_turn
 from core.messages.tokens import estimate_tokens
 from core.session import SessionAddress
-from workers.store.commit_records import FINAL_STATUSES, CommitRecords
 from workers.dev.local_redis import free_port
+from workers.store.commit_records import FINAL_STATUSES, CommitRecords
+from workers.store.keys import Keys
+from workers.store.streams import publish_turn
 
 DEADLINE_S = 90.0
 """Every wait is bounded by this: a hang fails the test instead of stalling the tier."""
@@ -51,8 +51,7 @@ MAIN_CALL = {"prompt": "Answer the user.", "availableTools": ["ov_archive_search
 T = TypeVar("T")
 
 
-def wait_for(check: Callable[[], T], what: str, *, timeout_s: float = DEADLINE_S,
-             interval_s: float = 0.2) -> T:
+def wait_for(check: Callable[[], T], what: str, *, timeout_s: float = DEADLINE_S, interval_s: float = 0.2) -> T:
     """``check()``'s first truthy value; AssertionError naming ``what`` after ``timeout_s``.
 
     The deadline only bounds a hang; no test asserts on how long anything took.
@@ -102,11 +101,23 @@ class Conversation:
         before = len(self.messages)
         now_ms = int(time.time() * 1000)
         self.messages.append({"role": "user", "content": user_text, "timestamp": now_ms})
-        self.messages.append({"role": "assistant", "content": [{"type": "text", "text": assistant_text}],
-                              "stopReason": "stop", "timestamp": now_ms + 1})
-        return TurnEvent(event_id=uuid.uuid4().hex, session_id=self.session_id,
-                         session_key=self.session_key, messages=[dict(m) for m in self.messages],
-                         pre_prompt_message_count=before, published_at=time.time(), user=self.user)
+        self.messages.append(
+            {
+                "role": "assistant",
+                "content": [{"type": "text", "text": assistant_text}],
+                "stopReason": "stop",
+                "timestamp": now_ms + 1,
+            }
+        )
+        return TurnEvent(
+            event_id=uuid.uuid4().hex,
+            session_id=self.session_id,
+            session_key=self.session_key,
+            messages=[dict(m) for m in self.messages],
+            pre_prompt_message_count=before,
+            published_at=time.time(),
+            user=self.user,
+        )
 
     def texts(self) -> list[str]:
         return [message_text(m) for m in self.messages]
@@ -155,20 +166,37 @@ def _ovstream_command() -> list[str]:
 class Service:
     """``ovstream up`` (capture + RQ worker + RPC in one process) as a subprocess."""
 
-    def __init__(self, *, ov_url: str, redis_url: str, workdir: Path,
-                 user_api_keys: dict[str, str] | None = None, **settings: Any) -> None:
+    def __init__(
+        self,
+        *,
+        ov_url: str,
+        redis_url: str,
+        workdir: Path,
+        user_api_keys: dict[str, str] | None = None,
+        **settings: Any,
+    ) -> None:
         self.workdir = workdir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / "ovstream-up.log"
         self.values: dict[str, Any] = {
-            "base_url": ov_url, "redis_url": redis_url, "rpc_port": self.port,
-            "commit_token_threshold": THRESHOLD, "commit_keep_recent_count": KEEP_RECENT,
-            "phase2_poll_interval_s": 0.3, "phase2_deadline_s": 120.0, "compact_wait_s": DEADLINE_S,
-            "claim_idle_ms": 10_000, "capture_block_ms": 200, "shards": 2,
+            "base_url": ov_url,
+            "redis_url": redis_url,
+            "rpc_port": self.port,
+            "commit_token_threshold": THRESHOLD,
+            "commit_keep_recent_count": KEEP_RECENT,
+            "phase2_poll_interval_s": 0.3,
+            "phase2_deadline_s": 120.0,
+            "compact_wait_s": DEADLINE_S,
+            "claim_idle_ms": 10_000,
+            "capture_block_ms": 200,
+            "shards": 2,
             # named, not defaulted: the test's Settings must not pick up a developer's OVSTREAM_*
-            "key_prefix": "ovstream", "consumer_group": "capture", "commit_queue": "ovstream-commits",
-            "user_api_keys": dict(user_api_keys or {}), **settings,
+            "key_prefix": "ovstream",
+            "consumer_group": "capture",
+            "commit_queue": "ovstream-commits",
+            "user_api_keys": dict(user_api_keys or {}),
+            **settings,
         }
         self.settings = Settings(**self.values)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")}
@@ -186,8 +214,14 @@ class Service:
     def start(self) -> Service:
         # cwd: a directory without config/ovstream.toml, so only the env configures it.
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([*_ovstream_command(), "up"], cwd=self.workdir, env=self.env,
-                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [*_ovstream_command(), "up"],
+                cwd=self.workdir,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         wait_for(self._healthy, "ovstream up healthy (/healthz ok)", timeout_s=START_DEADLINE_S)
         return self
 
@@ -224,7 +258,7 @@ class Service:
         assert proc.returncode == 0, f"ovstream up exited with {proc.returncode}:\n{self.log_tail()}"
         log = self.log_path.read_text(errors="replace")
         at = log.find("Traceback")
-        assert at < 0, f"ovstream up logged a traceback:\n{log[max(0, at - 2000):at + 4000]}"
+        assert at < 0, f"ovstream up logged a traceback:\n{log[max(0, at - 2000) : at + 4000]}"
 
     def close(self) -> None:
         """Stop the service and close the test's own clients."""
@@ -269,40 +303,51 @@ class Service:
         assert r.status_code == 200, f"{path}: {r.status_code} {r.text}\n--- service log ---\n{self.log_tail()}"
         return r.json()
 
-    def assemble(self, conv: Conversation, messages: list[dict[str, Any]] | None = None, *,
-                 main: bool, api_key: str | None = None, **extra: Any) -> dict[str, Any]:
+    def assemble(
+        self,
+        conv: Conversation,
+        messages: list[dict[str, Any]] | None = None,
+        *,
+        main: bool,
+        api_key: str | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
         body = {**conv.ref, "messages": conv.messages if messages is None else messages, **extra}
         if main:
             body.update(MAIN_CALL)
         return self.post("/v1/assemble", body, api_key=api_key)
 
-    def tool(self, name: str, params: dict[str, Any], *, conv: Conversation | None = None,
-             api_key: str | None = None) -> dict[str, Any]:
+    def tool(
+        self, name: str, params: dict[str, Any], *, conv: Conversation | None = None, api_key: str | None = None
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {"params": params, **(conv.ref if conv else {})}
         return self.post(f"/v1/tools/{name}", body, api_key=api_key)
 
     # commit records
 
     def commits(self, conv: Conversation) -> list[CommitOutcome]:
-        return CommitRecords(self.redis, self.settings).list(SessionAddress(conv.ov_session_id, conv.agent_id, conv.user))
+        return CommitRecords(self.redis, self.settings).list(
+            SessionAddress(conv.ov_session_id, conv.agent_id, conv.user)
+        )
 
-    def wait_commits(self, conv: Conversation, count: int, *, timeout_s: float = DEADLINE_S
-                     ) -> list[CommitOutcome]:
+    def wait_commits(self, conv: Conversation, count: int, *, timeout_s: float = DEADLINE_S) -> list[CommitOutcome]:
         """The session's commit records once ``count`` of them are final."""
+
         def done() -> list[CommitOutcome] | None:
             outcomes = self.commits(conv)
             final = [o for o in outcomes if o.status in FINAL_STATUSES]
             return outcomes if len(final) >= count else None
-        return wait_for(done, f"{count} final commit(s) of {conv.session_id}", timeout_s=timeout_s,
-                        interval_s=0.25)
+
+        return wait_for(done, f"{count} final commit(s) of {conv.session_id}", timeout_s=timeout_s, interval_s=0.25)
 
     def commits_cli(self, conv: Conversation) -> str:
         """``ovstream commits <sessionId> --session-key K [--user U]`` as an operator runs it."""
         args = [*_ovstream_command(), "commits", conv.session_id, "--session-key", conv.session_key]
         if conv.user:
             args += ["--user", conv.user]
-        done = subprocess.run(args, check=False, cwd=self.workdir, env=self.env, capture_output=True, text=True,
-                              timeout=DEADLINE_S)
+        done = subprocess.run(
+            args, check=False, cwd=self.workdir, env=self.env, capture_output=True, text=True, timeout=DEADLINE_S
+        )
         assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
         return done.stdout
 
@@ -315,7 +360,7 @@ def commit_rows(cli_output: str) -> list[dict[str, str]]:
     names = ["COMMIT", "REASON", "STATUS", "REQUESTED (UTC)", "FINISHED (UTC)", "MEMORIES", "ARCHIVE", "ERROR"]
     starts = [header.index(n) for n in names]
     rows = []
-    for line in lines[header_at + 1:]:
+    for line in lines[header_at + 1 :]:
         cells = [line[s:e].strip() for s, e in zip(starts, [*starts[1:], None])]
         rows.append(dict(zip(names, cells)))
     return rows
@@ -342,9 +387,11 @@ class OVSession:
 
     def wait_total_messages(self, ov_sid: str, count: int) -> dict[str, Any]:
         """The session state once OV holds ``count`` messages ever added (capture caught up)."""
+
         def caught_up() -> dict[str, Any] | None:
             state = self.state(ov_sid)
             return state if state and state.get("total_message_count", 0) >= count else None
+
         return wait_for(caught_up, f"OV session {ov_sid} holding {count} messages")
 
     def close(self) -> None:

@@ -58,7 +58,7 @@ def plan_answer(body: dict[str, Any]) -> tuple[str, list[tuple[str, dict[str, An
     messages = body.get("messages") or []
     last_user = latest_user_index(messages)
     text = content_text(messages[last_user].get("content")) if last_user >= 0 else ""
-    done = sum(1 for m in messages[last_user + 1:] if m.get("role") == "tool")
+    done = sum(1 for m in messages[last_user + 1 :] if m.get("role") == "tool")
     offered = {t.get("function", {}).get("name") for t in body.get("tools") or []}
     directives = _TOOL_RE.findall(text)
     if done < len(directives):
@@ -100,7 +100,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if self.path.rstrip("/").endswith("/models"):
             self._json(200, {"object": "list", "data": [{"id": MODEL_ID, "object": "model", "owned_by": "tests"}]})
         elif self.path == "/requests":
@@ -109,7 +109,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"error": {"message": "not found"}})
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b"{}"
         if self.path == "/reset":
@@ -124,8 +124,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.state.add(body)
         text, calls = plan_answer(body)
         tool_calls = [
-            {"index": i, "id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-             "function": {"name": name, "arguments": json.dumps(args)}}
+            {
+                "index": i,
+                "id": f"call_{uuid.uuid4().hex[:12]}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+            }
             for i, (name, args) in enumerate(calls)
         ]
         finish = "tool_calls" if tool_calls else "stop"
@@ -135,9 +139,17 @@ class _Handler(BaseHTTPRequestHandler):
             message: dict[str, Any] = {"role": "assistant", "content": text or None}
             if tool_calls:
                 message["tool_calls"] = [{k: v for k, v in c.items() if k != "index"} for c in tool_calls]
-            self._json(200, {"id": cid, "object": "chat.completion", "created": created, "model": MODEL_ID,
-                             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                             "usage": usage})
+            self._json(
+                200,
+                {
+                    "id": cid,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": MODEL_ID,
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                    "usage": usage,
+                },
+            )
             return
         delta: dict[str, Any] = {"role": "assistant"}
         if text:

@@ -12,6 +12,7 @@ the README's own commands.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -75,9 +76,25 @@ class HostRedis:
         exe = shutil.which("redis-server") or "redis-server"
         log = open(self.dir / "redis.log", "ab")  # noqa: SIM115 (the child owns it)
         self.proc = subprocess.Popen(
-            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir), "--save", "",
-             "--appendonly", "yes", "--appendfsync", "always"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                exe,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.dir),
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         import redis
 
         client = redis.Redis.from_url(self.url)
@@ -112,11 +129,15 @@ class HostStack:
         self.home = workdir / "openclaw-home"
         self.spool = self.home / ".openclaw" / "ovstream" / "spool"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENCLAW_", "OVSTREAM_"))}
-        self.env.update({
-            "OPENCLAW_HOME": str(self.home), "PATH": f"{NODE_BIN}:{os.environ.get('PATH', '')}",
-            "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
-            "OPENCLAW_AGENT_CLEANUP_TIMEOUT_MS": "5000",
-        })
+        self.env.update(
+            {
+                "OPENCLAW_HOME": str(self.home),
+                "PATH": f"{NODE_BIN}:{os.environ.get('PATH', '')}",
+                "NO_PROXY": "127.0.0.1,localhost",
+                "no_proxy": "127.0.0.1,localhost",
+                "OPENCLAW_AGENT_CLEANUP_TIMEOUT_MS": "5000",
+            }
+        )
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -132,8 +153,14 @@ class HostStack:
 
     def start_service(self, name: str) -> None:
         log = open(self.workdir / f"ovstream-{name}.log", "ab")  # noqa: SIM115
-        self.procs[name] = subprocess.Popen([*_ovstream_command(), name], cwd=self.workdir, env=self.service.env,
-                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[name] = subprocess.Popen(
+            [*_ovstream_command(), name],
+            cwd=self.workdir,
+            env=self.service.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def configure_openclaw(self) -> None:
         """The config a user writes, then the README's install commands."""
@@ -141,27 +168,63 @@ class HostStack:
         config_dir.mkdir(parents=True, exist_ok=True)
         workspace = self.workdir / "workspace"
         workspace.mkdir(exist_ok=True)
-        (config_dir / "openclaw.json").write_text(json.dumps({
-            "gateway": {"mode": "local", "bind": "loopback", "port": self.gateway_port, "auth": {"mode": "none"}},
-            "agents": {"defaults": {"model": {"primary": f"fake/{MODEL_ID}"}, "workspace": str(workspace)},
-                       "list": [{"id": "main", "default": True}, {"id": "helper"}]},
-            "models": {"mode": "merge", "providers": {"fake": {
-                "baseUrl": f"http://127.0.0.1:{self.model_port}/v1", "apiKey": "sk-test",
-                "api": "openai-completions",
-                "models": [{"id": MODEL_ID, "name": "Scripted", "reasoning": False, "input": ["text"],
-                            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
-                            "contextWindow": 128000, "maxTokens": 4096}]}}},
-        }))
+        (config_dir / "openclaw.json").write_text(
+            json.dumps(
+                {
+                    "gateway": {
+                        "mode": "local",
+                        "bind": "loopback",
+                        "port": self.gateway_port,
+                        "auth": {"mode": "none"},
+                    },
+                    "agents": {
+                        "defaults": {"model": {"primary": f"fake/{MODEL_ID}"}, "workspace": str(workspace)},
+                        "list": [{"id": "main", "default": True}, {"id": "helper"}],
+                    },
+                    "models": {
+                        "mode": "merge",
+                        "providers": {
+                            "fake": {
+                                "baseUrl": f"http://127.0.0.1:{self.model_port}/v1",
+                                "apiKey": "sk-test",
+                                "api": "openai-completions",
+                                "models": [
+                                    {
+                                        "id": MODEL_ID,
+                                        "name": "Scripted",
+                                        "reasoning": False,
+                                        "input": ["text"],
+                                        "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+                                        "contextWindow": 128000,
+                                        "maxTokens": 4096,
+                                    }
+                                ],
+                            }
+                        },
+                    },
+                }
+            )
+        )
         installed = self.openclaw("plugins", "install", "-l", str(PLUGIN_DIR), "--force", "--accept-capabilities")
         self.install_output = installed.stdout + installed.stderr
-        plugin_config = {"redisUrl": self.redis.url, "rpcUrl": self.service.url,
-                         "shards": self.service.settings.shards, "keyPrefix": self.service.settings.key_prefix}
+        plugin_config = {
+            "redisUrl": self.redis.url,
+            "rpcUrl": self.service.url,
+            "shards": self.service.settings.shards,
+            "keyPrefix": self.service.settings.key_prefix,
+        }
         self.openclaw("config", "set", "plugins.entries.ovstream.config", json.dumps(plugin_config), "--strict-json")
 
     def start_gateway(self) -> None:
         log = open(self.workdir / "gateway.log", "ab")  # noqa: SIM115
-        self.procs["gateway"] = subprocess.Popen([str(OPENCLAW), "gateway", "run"], cwd=self.workdir, env=self.env,
-                                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs["gateway"] = subprocess.Popen(
+            [str(OPENCLAW), "gateway", "run"],
+            cwd=self.workdir,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         wait_for(self._gateway_ready, "OpenClaw gateway ready", timeout_s=120)
 
     def stop_gateway(self) -> None:
@@ -178,10 +241,8 @@ class HostStack:
         for name in ("gateway", "capture", "worker", "rpc"):
             proc = self.procs.pop(name, None)
             if proc is not None and proc.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
             _stop(proc)
         self.model.shutdown()
         self.model.server_close()
@@ -191,19 +252,22 @@ class HostStack:
 
     # --- driving -----------------------------------------------------------------------------
 
-    def openclaw(self, *args: str, check: bool = True,
-                 timeout_s: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([str(OPENCLAW), *args], cwd=self.workdir, env=self.env, capture_output=True,
-                              text=True, timeout=timeout_s)
+    def openclaw(
+        self, *args: str, check: bool = True, timeout_s: float = CLI_TIMEOUT_S
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [str(OPENCLAW), *args], cwd=self.workdir, env=self.env, capture_output=True, text=True, timeout=timeout_s
+        )
         if check and proc.returncode != 0:
-            raise AssertionError(f"openclaw {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n"
-                                 f"{proc.stderr[-3000:]}")
+            raise AssertionError(
+                f"openclaw {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+            )
         return proc
 
     def agent(self, session_key: str, message: str, *extra: str) -> dict[str, Any]:
         """One turn through the gateway; its JSON answer."""
         out = self.openclaw("agent", "--session-key", session_key, "--message", message, "--json", *extra).stdout
-        return json.loads(out[out.index("{"):])
+        return json.loads(out[out.index("{") :])
 
     def turn(self, session_key: str, message: str) -> list[dict[str, Any]]:
         """One turn; the chat requests the model received during it."""
@@ -232,5 +296,3 @@ def system_text(request: dict[str, Any]) -> str:
 
 def conversation_text(request: dict[str, Any]) -> str:
     return "\n".join(content_text(m.get("content")) for m in request["messages"] if m.get("role") != "system")
-
-

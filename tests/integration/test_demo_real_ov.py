@@ -29,11 +29,21 @@ def _alive(pid: int) -> bool:
 
 def test_demo_starts_real_ov_replays_and_stops_everything(ov_binary: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")}  # KEEP_OV_WORKDIR too
-    env.update({"OVSTREAM_OV_SERVER": ov_binary,
-                "OVSTREAM_BASE_URL": f"http://127.0.0.1:{free_port()}",
-                "OVSTREAM_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"})
-    result = subprocess.run([sys.executable, "-m", "workers.cli", "demo"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=HANG_GUARD_S)
+    env.update(
+        {
+            "OVSTREAM_OV_SERVER": ov_binary,
+            "OVSTREAM_BASE_URL": f"http://127.0.0.1:{free_port()}",
+            "OVSTREAM_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+        }
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "demo"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+    )
     out = result.stdout
     assert result.returncode == 0, f"{out[-4000:]}\n--- stderr ---\n{result.stderr[-4000:]}"
 

@@ -32,20 +32,36 @@ PREFERENCE = "I prefer cardamom buns with black coffee for breakfast on Sundays.
 QUESTION = "What should I bake for breakfast on Sunday: cardamom buns with black coffee?"
 ARCHIVED_WORD = "quince"
 ALICE_TURNS = [
-    ("Good morning! I am sorting out the weekend plans for the family. " + PREFERENCE,
-     "Good morning! Cardamom buns with black coffee for the Sunday breakfast, noted for the weekend plan."),
-    (f"On Saturday the children visit the {ARCHIVED_WORD} orchard behind the old mill, from ten until noon.",
-     f"Saturday from ten until noon: the {ARCHIVED_WORD} orchard behind the old mill with the children."),
-    ("In the afternoon we repaint the garden fence, so we need two tins of green paint and new brushes.",
-     "Shopping list: two tins of green paint and a set of new brushes for the garden fence."),
-    ("Sunday afternoon is for the chess tournament at the community hall, starting at three o'clock.",
-     "Sunday at three: the chess tournament at the community hall. I will add travel time to the plan."),
-    ("Please finish the plan with a reminder to water the tomatoes every evening, Saturday and Sunday.",
-     "Added: water the tomatoes every evening on Saturday and Sunday. The weekend plan is complete now."),
-    (("One last thing: the neighbours are away, so we also feed their two cats on Saturday and Sunday "
-     "morning, around eight."),
-     ("Added as well: feed the neighbours' two cats on Saturday and Sunday morning at around eight "
-     "o'clock, while they are away.")),
+    (
+        "Good morning! I am sorting out the weekend plans for the family. " + PREFERENCE,
+        "Good morning! Cardamom buns with black coffee for the Sunday breakfast, noted for the weekend plan.",
+    ),
+    (
+        f"On Saturday the children visit the {ARCHIVED_WORD} orchard behind the old mill, from ten until noon.",
+        f"Saturday from ten until noon: the {ARCHIVED_WORD} orchard behind the old mill with the children.",
+    ),
+    (
+        "In the afternoon we repaint the garden fence, so we need two tins of green paint and new brushes.",
+        "Shopping list: two tins of green paint and a set of new brushes for the garden fence.",
+    ),
+    (
+        "Sunday afternoon is for the chess tournament at the community hall, starting at three o'clock.",
+        "Sunday at three: the chess tournament at the community hall. I will add travel time to the plan.",
+    ),
+    (
+        "Please finish the plan with a reminder to water the tomatoes every evening, Saturday and Sunday.",
+        "Added: water the tomatoes every evening on Saturday and Sunday. The weekend plan is complete now.",
+    ),
+    (
+        (
+            "One last thing: the neighbours are away, so we also feed their two cats on Saturday and Sunday "
+            "morning, around eight."
+        ),
+        (
+            "Added as well: feed the neighbours' two cats on Saturday and Sunday morning at around eight "
+            "o'clock, while they are away."
+        ),
+    ),
 ]
 
 
@@ -115,8 +131,10 @@ def test_bob_never_sees_alices_session(keyed_service: Service, alice: Alice, bob
 
 def test_bob_never_recalls_alices_memory(keyed_service: Service, alice: Alice, bob_key: str) -> None:
     # alice's recall of the same question finds it (the previous test waited for the index)
-    wait_for(lambda: RECALL_MARKER in first_text(
-        _recall_answer(keyed_service, alice.key, "alice")["messages"][-1]), "alice's recall")
+    wait_for(
+        lambda: RECALL_MARKER in first_text(_recall_answer(keyed_service, alice.key, "alice")["messages"][-1]),
+        "alice's recall",
+    )
     answer = _recall_answer(keyed_service, bob_key, "bob")
     assert "cardamom buns" not in first_text(answer["messages"][-1]).split(QUESTION)[0]
     assert all("viking://user/alice" not in message_text(m) for m in answer["messages"])
@@ -125,12 +143,17 @@ def test_bob_never_recalls_alices_memory(keyed_service: Service, alice: Alice, b
     assert PREFERENCE not in tool["content"][0]["text"]
 
 
-def test_same_session_id_two_users_two_sessions(keyed_service: Service, ov_keyed_server, alice: Alice,
-                                                 bob_key: str) -> None:
+def test_same_session_id_two_users_two_sessions(
+    keyed_service: Service, ov_keyed_server, alice: Alice, bob_key: str
+) -> None:
     """Bob captures his own turn in a session with alice's id: each user sees only theirs."""
     bob = Conversation("bob", user="bob", session_id=alice.conv.session_id)
-    keyed_service.publish(bob.turn("Bob here: the bicycle needs new brake pads before the trip on Friday.",
-             "New brake pads before Friday's trip: noted."))
+    keyed_service.publish(
+        bob.turn(
+            "Bob here: the bicycle needs new brake pads before the trip on Friday.",
+            "New brake pads before Friday's trip: noted.",
+        )
+    )
     keyed_service.publish(bob.turn("Also check the tyre pressure.", "Tyre pressure: on the list too."))
     ov = OVSession(ov_keyed_server.url, api_key=bob_key)
     try:
@@ -139,8 +162,7 @@ def test_same_session_id_two_users_two_sessions(keyed_service: Service, ov_keyed
         ov.close()
     mine = keyed_service.assemble(bob, main=True, api_key=bob_key)
     assert [message_text(m) for m in mine["messages"]] == bob.texts()
-    assert all(ARCHIVED_WORD not in message_text(m) and SUMMARY_PREFIX not in message_text(m)
-               for m in mine["messages"])
+    assert all(ARCHIVED_WORD not in message_text(m) and SUMMARY_PREFIX not in message_text(m) for m in mine["messages"])
     hers = keyed_service.assemble(alice.conv, main=True, api_key=alice.key)
     assert first_text(hers["messages"][0]).startswith(SUMMARY_PREFIX)
     assert all("brake pads" not in message_text(m) for m in hers["messages"])
@@ -155,10 +177,15 @@ def test_alice_compacts_with_her_own_key(keyed_service: Service, alice: Alice, b
     assert answer["result"]["summary"].startswith("# Working Memory")
     outcomes = keyed_service.commits(alice.conv)
     assert [(o.reason, o.status, o.user) for o in outcomes] == [
-        ("threshold", "completed", "alice"), ("compact", "completed", "alice")]
+        ("threshold", "completed", "alice"),
+        ("compact", "completed", "alice"),
+    ]
     # bob still has nothing there
     bob_view = Conversation("bob", user="bob", session_id=alice.conv.session_id)
     assert keyed_service.commits(bob_view) == []
-    r = keyed_service.http.post("/v1/tools/ov_archive_expand", headers={"X-OpenViking-API-Key": bob_key},
-                                json={**alice.conv.ref, "params": {"archiveId": "archive_002"}})
+    r = keyed_service.http.post(
+        "/v1/tools/ov_archive_expand",
+        headers={"X-OpenViking-API-Key": bob_key},
+        json={**alice.conv.ref, "params": {"archiveId": "archive_002"}},
+    )
     assert r.status_code == 404 and r.json()["error"]["code"] == "archive_not_found", r.text

@@ -32,22 +32,44 @@ pytest_plugins = ("conftest_e2e",)
 PREFERENCE = "I prefer hibiscus lemonade with a little honey in the afternoon."
 ARCHIVED_WORD = "zebrawood"
 GARDEN = [
-    ("Hello! We are organising a garden party next Saturday by the lake. " + PREFERENCE,
-     ("Noted. A lakeside garden party sounds lovely; hibiscus lemonade with honey goes on the list "
-     "for the afternoon break.")),
-    ((f"The pavilion floor is made of {ARCHIVED_WORD} planks, so guests should wear soft shoes. "
-     "Please draft a short note for the invitation cards."),
-     (f"Here is a draft: Join us at the lakeside pavilion next Saturday. The floor is {ARCHIVED_WORD}, "
-     "so please wear soft shoes. Tea and cake from three o'clock.")),
-    ("We expect about forty guests, and the caterer needs the final headcount by Wednesday evening.",
-     ("Understood: forty guests, final headcount to the caterer by Wednesday evening. I can send a "
-     "reminder on Tuesday if that helps.")),
-    ("Yes, please set the reminder for Tuesday morning and add a line about parking near the north gate.",
-     ("Done: a reminder for Tuesday morning, and the invitation now says that parking is available "
-     "near the north gate of the park.")),
-    ("Great. Could you also remind the florist that the white lilies should arrive before noon on Saturday?",
-     ("Of course: the florist will get a message today saying the white lilies must be delivered "
-     "before noon on Saturday, at the pavilion entrance.")),
+    (
+        "Hello! We are organising a garden party next Saturday by the lake. " + PREFERENCE,
+        (
+            "Noted. A lakeside garden party sounds lovely; hibiscus lemonade with honey goes on the list "
+            "for the afternoon break."
+        ),
+    ),
+    (
+        (
+            f"The pavilion floor is made of {ARCHIVED_WORD} planks, so guests should wear soft shoes. "
+            "Please draft a short note for the invitation cards."
+        ),
+        (
+            f"Here is a draft: Join us at the lakeside pavilion next Saturday. The floor is {ARCHIVED_WORD}, "
+            "so please wear soft shoes. Tea and cake from three o'clock."
+        ),
+    ),
+    (
+        "We expect about forty guests, and the caterer needs the final headcount by Wednesday evening.",
+        (
+            "Understood: forty guests, final headcount to the caterer by Wednesday evening. I can send a "
+            "reminder on Tuesday if that helps."
+        ),
+    ),
+    (
+        "Yes, please set the reminder for Tuesday morning and add a line about parking near the north gate.",
+        (
+            "Done: a reminder for Tuesday morning, and the invitation now says that parking is available "
+            "near the north gate of the park."
+        ),
+    ),
+    (
+        "Great. Could you also remind the florist that the white lilies should arrive before noon on Saturday?",
+        (
+            "Of course: the florist will get a message today saying the white lilies must be delivered "
+            "before noon on Saturday, at the pavilion entrance."
+        ),
+    ),
 ]
 
 
@@ -81,12 +103,15 @@ def test_the_threshold_commit_is_recorded_completed(e2e_service: Service, archiv
     assert f"session {archived.conv.ov_session_id} (agent main): 1 commit(s)" in out
     [row] = commit_rows(out)
     assert (row["COMMIT"], row["REASON"], row["STATUS"], row["ARCHIVE"]) == (
-        outcome.commit_id, "threshold", "completed", "archive_001")
+        outcome.commit_id,
+        "threshold",
+        "completed",
+        "archive_001",
+    )
     assert int(row["MEMORIES"]) == outcome.memories_extracted and row["ERROR"] == "-"
 
 
-def test_the_next_main_assemble_carries_the_summary_and_the_kept_turn(
-        e2e_service: Service, archived: Archived) -> None:
+def test_the_next_main_assemble_carries_the_summary_and_the_kept_turn(e2e_service: Service, archived: Archived) -> None:
     conv = archived.conv
     answer = e2e_service.assemble(conv, main=True, tokenBudget=128_000)
     messages = answer["messages"]
@@ -105,8 +130,7 @@ def test_the_next_main_assemble_carries_the_summary_and_the_kept_turn(
     assert answer["estimatedTokens"] > 0
 
 
-def test_auto_recall_injects_the_preference_in_another_session(
-        e2e_service: Service, archived: Archived) -> None:
+def test_auto_recall_injects_the_preference_in_another_session(e2e_service: Service, archived: Archived) -> None:
     assert archived.outcomes[0].status == "completed"
     later = Conversation("later")
     question = "Should I make hibiscus lemonade with honey this afternoon?"

@@ -24,28 +24,53 @@ from core.messages.tokens import estimate_message_tokens
 pytest_plugins = ("conftest_e2e",)
 
 MOVING = [
-    ("Please list the boxes for the office move: monitors, cables, the small printer and two desk lamps.",
-     ("Box list: monitors in box one, cables in box two, the small printer in box three, and both desk "
-     "lamps in box four.")),
-    (("The movers arrive on Thursday at eight o'clock, and the new office is on the fifth floor of the "
-     "harbour building."),
-     ("Thursday at eight, fifth floor of the harbour building. The lift there is large enough for the "
-     "printer box.")),
-    ("Label box three as fragile and put the spare toner cartridges in it as well.",
-     "Box three is now labelled fragile and holds the small printer plus the spare toner cartridges."),
-    ("Add the whiteboard markers and the coffee mugs to box two, next to the cables.",
-     "Box two now holds the cables, the whiteboard markers and the coffee mugs; box four still has the lamps."),
-    (("The old office keys go back to the landlord on Friday afternoon, after the cleaners have finished "
-     "the rooms."),
-     ("Friday afternoon, after the cleaning: the old office keys go back to the landlord. I will add it "
-     "to the moving checklist.")),
-    (("Finally, the internet provider installs the new line on Monday morning, so the team starts working "
-     "there on Monday afternoon."),
-     ("Monday morning the line is installed and the team starts on Monday afternoon. The checklist now "
-     "covers every day of the move.")),
+    (
+        "Please list the boxes for the office move: monitors, cables, the small printer and two desk lamps.",
+        (
+            "Box list: monitors in box one, cables in box two, the small printer in box three, and both desk "
+            "lamps in box four."
+        ),
+    ),
+    (
+        (
+            "The movers arrive on Thursday at eight o'clock, and the new office is on the fifth floor of the "
+            "harbour building."
+        ),
+        ("Thursday at eight, fifth floor of the harbour building. The lift there is large enough for the printer box."),
+    ),
+    (
+        "Label box three as fragile and put the spare toner cartridges in it as well.",
+        "Box three is now labelled fragile and holds the small printer plus the spare toner cartridges.",
+    ),
+    (
+        "Add the whiteboard markers and the coffee mugs to box two, next to the cables.",
+        "Box two now holds the cables, the whiteboard markers and the coffee mugs; box four still has the lamps.",
+    ),
+    (
+        (
+            "The old office keys go back to the landlord on Friday afternoon, after the cleaners have finished "
+            "the rooms."
+        ),
+        (
+            "Friday afternoon, after the cleaning: the old office keys go back to the landlord. I will add it "
+            "to the moving checklist."
+        ),
+    ),
+    (
+        (
+            "Finally, the internet provider installs the new line on Monday morning, so the team starts working "
+            "there on Monday afternoon."
+        ),
+        (
+            "Monday morning the line is installed and the team starts on Monday afternoon. The checklist now "
+            "covers every day of the move."
+        ),
+    ),
 ]
-AFTER_COMMIT = ("One more thing: the plants travel in the car, not in the van.",
-                "Noted: the plants go in the car with the team, not in the van.")
+AFTER_COMMIT = (
+    "One more thing: the plants travel in the car, not in the van.",
+    "Noted: the plants go in the car with the team, not in the van.",
+)
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +84,15 @@ def compacted(e2e_service: Service, dev_ov: OVSession) -> tuple[Conversation, di
     assert first.status == "completed" and first.archive_uri.endswith("/archive_001"), first
     e2e_service.publish(conv.turn(*AFTER_COMMIT))
     dev_ov.wait_total_messages(conv.ov_session_id, len(conv.messages))
-    answer = e2e_service.post("/v1/compact", {
-        **conv.ref, "tokenBudget": 128_000, "currentTokenCount": estimate_message_tokens(conv.messages)})
+    answer = e2e_service.post(
+        "/v1/compact", {**conv.ref, "tokenBudget": 128_000, "currentTokenCount": estimate_message_tokens(conv.messages)}
+    )
     return conv, answer, dev_ov.context(conv.ov_session_id)
 
 
-def test_compact_answers_the_seeds_compact_result(e2e_service: Service,
-                                                 compacted: tuple[Conversation, dict, dict]) -> None:
+def test_compact_answers_the_seeds_compact_result(
+    e2e_service: Service, compacted: tuple[Conversation, dict, dict]
+) -> None:
     conv, answer, context = compacted
     assert (answer["ok"], answer["compacted"], answer["reason"]) == (True, True, "commit_completed"), answer
     result = answer["result"]
@@ -74,8 +101,9 @@ def test_compact_answers_the_seeds_compact_result(e2e_service: Service,
     # after: what assemble sends now (everything archived: the summary and the guide only);
     # prompt null: the session's context without a turn's recalled memories
     assert context["messages"] == [] and context["stats"]["totalArchives"] == 2
-    assembled = e2e_service.post("/v1/assemble", {**conv.ref, "messages": conv.messages, "prompt": None,
-                                                  "tokenBudget": 128_000})
+    assembled = e2e_service.post(
+        "/v1/assemble", {**conv.ref, "messages": conv.messages, "prompt": None, "tokenBudget": 128_000}
+    )
     assert result["tokensAfter"] == assembled["estimatedTokens"] > 0
     assert result["summary"] == context["latest_archive_overview"].strip()
     assert result["summary"].startswith("# Working Memory")
@@ -89,11 +117,14 @@ def test_both_commits_are_recorded(e2e_service: Service, compacted: tuple[Conver
     assert [o.archive_uri.rsplit("/", 1)[-1] for o in outcomes] == ["archive_001", "archive_002"]
     rows = commit_rows(e2e_service.commits_cli(conv))
     assert [(r["REASON"], r["STATUS"], r["ARCHIVE"]) for r in rows] == [
-        ("threshold", "completed", "archive_001"), ("compact", "completed", "archive_002")]
+        ("threshold", "completed", "archive_001"),
+        ("compact", "completed", "archive_002"),
+    ]
 
 
 def test_the_main_assemble_after_compact_is_the_summary(
-        e2e_service: Service, compacted: tuple[Conversation, dict, dict]) -> None:
+    e2e_service: Service, compacted: tuple[Conversation, dict, dict]
+) -> None:
     conv, answer, _ = compacted
     assembled = e2e_service.assemble(conv, main=True, tokenBudget=128_000)
     [summary] = assembled["messages"]

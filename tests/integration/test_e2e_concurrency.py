@@ -25,26 +25,42 @@ def e2e_settings() -> dict[str, Any]:
 
 
 def _turns(preference: str, topic: str) -> list[tuple[str, str]]:
-    filler = (f"Let us plan the {topic} properly this time, with a list of tasks, owners and dates, so "
-              "that nothing is forgotten and everybody knows what to do next.")
+    filler = (
+        f"Let us plan the {topic} properly this time, with a list of tasks, owners and dates, so "
+        "that nothing is forgotten and everybody knows what to do next."
+    )
     return [
         (f"Hello again. {preference}", f"Noted for the {topic}: {preference.lower()}"),
         (filler, f"Agreed. I will draft the {topic} task list with owners and dates for each item."),
-        (f"The {topic} starts on the twelfth, and the budget must be approved by the ninth.",
-         f"The {topic} starts on the twelfth; budget approval is due on the ninth."),
-        (f"Please send the {topic} summary to the whole group on Friday afternoon.",
-         f"The {topic} summary goes to the whole group on Friday afternoon."),
-        (f"Also book the meeting room for the {topic} kickoff on Monday at ten.",
-         f"Meeting room booked for the {topic} kickoff on Monday at ten o'clock."),
-        ((f"Finally, ask everyone to confirm their attendance for the {topic} kickoff by Thursday evening, "
-         "and remind them to bring their calendars and any questions about the schedule. Thank you very much for the help!"),
-         (f"I will ask everyone to confirm attendance for the {topic} kickoff by Thursday evening at the "
-         "latest, and remind them to bring calendars and questions about the schedule.")),
+        (
+            f"The {topic} starts on the twelfth, and the budget must be approved by the ninth.",
+            f"The {topic} starts on the twelfth; budget approval is due on the ninth.",
+        ),
+        (
+            f"Please send the {topic} summary to the whole group on Friday afternoon.",
+            f"The {topic} summary goes to the whole group on Friday afternoon.",
+        ),
+        (
+            f"Also book the meeting room for the {topic} kickoff on Monday at ten.",
+            f"Meeting room booked for the {topic} kickoff on Monday at ten o'clock.",
+        ),
+        (
+            (
+                f"Finally, ask everyone to confirm their attendance for the {topic} kickoff by Thursday evening, "
+                "and remind them to bring their calendars and any questions about the schedule. "
+                "Thank you very much for the help!"
+            ),
+            (
+                f"I will ask everyone to confirm attendance for the {topic} kickoff by Thursday evening at the "
+                "latest, and remind them to bring calendars and questions about the schedule."
+            ),
+        ),
     ]
 
 
 def test_two_sessions_of_one_user_committing_together_keep_both_memories(
-        e2e_service: Service, dev_ov: OVSession) -> None:
+    e2e_service: Service, dev_ov: OVSession
+) -> None:
     a_turns = _turns("I prefer oolong tea served in small clay cups.", "harvest festival")
     b_turns = _turns("I prefer fountain pens with dark blue ink.", "library fair")
     check_crosses_at_last_turn(a_turns)
@@ -56,5 +72,4 @@ def test_two_sessions_of_one_user_committing_together_keep_both_memories(
     [a_outcome] = e2e_service.wait_commits(a, 1)
     [b_outcome] = e2e_service.wait_commits(b, 1)
     assert (a_outcome.status, b_outcome.status) == ("completed", "completed")
-    assert (a_outcome.memories_extracted or 0) >= 1 and (b_outcome.memories_extracted or 0) >= 1, (
-        a_outcome, b_outcome)
+    assert (a_outcome.memories_extracted or 0) >= 1 and (b_outcome.memories_extracted or 0) >= 1, (a_outcome, b_outcome)

@@ -19,25 +19,42 @@ from e2e_helpers import (
 pytest_plugins = ("conftest_e2e",)
 
 LIBRARY = [
-    ("The reading club meets on the first Tuesday of every month in the back room of the library.",
-     "First Tuesday of each month, back room of the library. Shall I note the next date for you?"),
-    ("Yes. This month we discuss the lighthouse novel, chapters one to nine, and Anna brings the biscuits.",
-     "Noted: the lighthouse novel, chapters one to nine, and Anna brings the biscuits this month."),
-    ("Next month the club reads the travel diary about the northern railway, all twelve chapters of it.",
-     "Next month: the travel diary about the northern railway, all twelve chapters."),
-    ("Please also remind everyone that the library closes at nine, so the meeting ends by half past eight.",
-     "Reminder drafted: the library closes at nine, so the meeting ends by half past eight."),
-    ("And the room needs to be booked again for the autumn, from September to December, every first Tuesday.",
-     "I will ask the library to book the back room from September to December, every first Tuesday."),
-    (("Last point: the club wants a short newsletter after each meeting, with the chapters discussed, the "
-     "next date and who brings the biscuits."),
-     ("Understood: after each meeting a short newsletter goes out listing the chapters discussed, the date "
-     "of the next meeting and who brings the biscuits.")),
+    (
+        "The reading club meets on the first Tuesday of every month in the back room of the library.",
+        "First Tuesday of each month, back room of the library. Shall I note the next date for you?",
+    ),
+    (
+        "Yes. This month we discuss the lighthouse novel, chapters one to nine, and Anna brings the biscuits.",
+        "Noted: the lighthouse novel, chapters one to nine, and Anna brings the biscuits this month.",
+    ),
+    (
+        "Next month the club reads the travel diary about the northern railway, all twelve chapters of it.",
+        "Next month: the travel diary about the northern railway, all twelve chapters.",
+    ),
+    (
+        "Please also remind everyone that the library closes at nine, so the meeting ends by half past eight.",
+        "Reminder drafted: the library closes at nine, so the meeting ends by half past eight.",
+    ),
+    (
+        "And the room needs to be booked again for the autumn, from September to December, every first Tuesday.",
+        "I will ask the library to book the back room from September to December, every first Tuesday.",
+    ),
+    (
+        (
+            "Last point: the club wants a short newsletter after each meeting, with the chapters discussed, the "
+            "next date and who brings the biscuits."
+        ),
+        (
+            "Understood: after each meeting a short newsletter goes out listing the chapters discussed, the date "
+            "of the next meeting and who brings the biscuits."
+        ),
+    ),
 ]
 
 
 def test_a_failed_phase_2_is_recorded_and_survives_a_later_success(
-        e2e_service: Service, dev_ov: OVSession, model_mode) -> None:
+    e2e_service: Service, dev_ov: OVSession, model_mode
+) -> None:
     check_crosses_at_last_turn(LIBRARY)
     conv = Conversation("failing")
     model_mode("garbage")  # before the threshold commit: its phase 2 must fail
@@ -63,8 +80,10 @@ def test_a_failed_phase_2_is_recorded_and_survives_a_later_success(
 
     # the model recovers; a new turn and a compact succeed, and OV forgets the failure...
     model_mode("normal")
-    conv_event = conv.turn("The club also needs a new notebook for the minutes.",
-                           "I will buy a new notebook for the minutes before the next meeting.")
+    conv_event = conv.turn(
+        "The club also needs a new notebook for the minutes.",
+        "I will buy a new notebook for the minutes before the next meeting.",
+    )
     e2e_service.publish(conv_event)
     dev_ov.wait_total_messages(conv.ov_session_id, len(conv.messages))
     ok = e2e_service.post("/v1/compact", conv.ref)
@@ -75,7 +94,13 @@ def test_a_failed_phase_2_is_recorded_and_survives_a_later_success(
     # ...but ovstream's record keeps both failures
     outcomes = e2e_service.commits(conv)
     assert [(o.reason, o.status) for o in outcomes] == [
-        ("threshold", "failed"), ("compact", "failed"), ("compact", "completed")]
+        ("threshold", "failed"),
+        ("compact", "failed"),
+        ("compact", "completed"),
+    ]
     rows = commit_rows(e2e_service.commits_cli(conv))
     assert [(r["STATUS"], r["ARCHIVE"]) for r in rows] == [
-        ("failed", "archive_001"), ("failed", "archive_002"), ("completed", "archive_003")]
+        ("failed", "archive_001"),
+        ("failed", "archive_002"),
+        ("completed", "archive_003"),
+    ]

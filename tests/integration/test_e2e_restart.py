@@ -23,8 +23,7 @@ def e2e_settings() -> dict[str, Any]:
     return {"bypass_session_patterns": (BYPASS_PATTERN,)}
 
 
-def test_turns_published_while_down_are_captured_once_after_restart(
-        e2e_service: Service, dev_ov: OVSession) -> None:
+def test_turns_published_while_down_are_captured_once_after_restart(e2e_service: Service, dev_ov: OVSession) -> None:
     conv = Conversation("restart")
     e2e_service.publish(conv.turn("The bicycle needs new brake pads.", "Brake pads: noted."))
     dev_ov.wait_total_messages(conv.ov_session_id, 2)

@@ -28,8 +28,10 @@ def stored(e2e_service: Service) -> dict:
     answer = e2e_service.tool("memory_store", {"text": STATED})
     if answer["details"].get("action") == "stored":
         # OV indexes a new memory for search shortly after phase 2 completes
-        wait_for(lambda: any(u.endswith(TOPIC_FILE) for u in _recalled_uris(e2e_service)),
-                 "the stored memory becoming searchable")
+        wait_for(
+            lambda: any(u.endswith(TOPIC_FILE) for u in _recalled_uris(e2e_service)),
+            "the stored memory becoming searchable",
+        )
     return answer
 
 

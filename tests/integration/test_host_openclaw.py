@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from e2e_helpers import unique, wait_for, workdir_for
-from host_helpers import HostStack, conversation_text, host_available, system_text
 from host_chat_model import content_text
+from host_helpers import HostStack, conversation_text, host_available, system_text
 
 from core.session import SessionAddress
 from workers.store.commit_records import CommitRecords
@@ -80,15 +80,24 @@ def test_tools_behind_tool_search_store_a_memory(host: HostStack) -> None:
     tool_results = [content_text(m.get("content")) for m in requests[-1]["messages"] if m.get("role") == "tool"]
     assert tool_results and "memory_store failed" not in tool_results[-1], tool_results
     # The memory is findable through the service before the next conversation asks for it.
-    wait_for(lambda: "sepia" in host.service.http.post(
-        "/v1/tools/memory_recall", json={"params": {"query": "which pens do I prefer"}}).text,
-        "the stored preference is recalled by memory_recall", timeout_s=180)
+    wait_for(
+        lambda: (
+            "sepia"
+            in host.service.http.post(
+                "/v1/tools/memory_recall", json={"params": {"query": "which pens do I prefer"}}
+            ).text
+        ),
+        "the stored preference is recalled by memory_recall",
+        timeout_s=180,
+    )
 
 
 def test_recall_reaches_every_model_request_of_a_turn_once(host: HostStack) -> None:
     key = f"agent:main:{unique('recall')}"
     misses = _metric(host, 'ovstream_recall_turn_cache_total{result="miss"}')
-    requests = host.turn(key, 'Which pens do I prefer for handwritten letters? [[tool:ov_archive_search {"query": "pens"}]]')
+    requests = host.turn(
+        key, 'Which pens do I prefer for handwritten letters? [[tool:ov_archive_search {"query": "pens"}]]'
+    )
     assert len(requests) >= 2  # the tool loop: one model request per step
     for request in requests:
         system = system_text(request)
@@ -107,7 +116,7 @@ def test_every_turn_exactly_once_while_capture_is_paused(host: HostStack) -> Non
         tokens = [f"token{n}x{os.getpid()}" for n in range(3)]
         for i, token in enumerate(tokens):
             requests = host.turn(key, f"remember {token}")
-            for earlier in tokens[:i + 1]:
+            for earlier in tokens[: i + 1]:
                 for request in requests:
                     assert count_in_user_messages(request, earlier) == 1, (earlier, user_texts(request))
     finally:
@@ -183,8 +192,7 @@ def test_a_one_shot_run_with_redis_down_keeps_its_turn(host: HostStack) -> None:
     finally:
         host.redis.start()
     before = len(host.requests())
-    second = host.openclaw("agent", "--local", "--session-key", key, "--message", "what did I say last run?",
-                           "--json")
+    second = host.openclaw("agent", "--local", "--session-key", key, "--message", "what did I say last run?", "--json")
     assert "delivering 1 turn event(s) an earlier run left" in second.stderr, second.stderr[-3000:]
     requests = host.requests()[before:]
     assert requests and all(count_in_user_messages(r, token) == 1 for r in requests)

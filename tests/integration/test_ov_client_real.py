@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
+from core.messages.tokens import estimate_tokens
 from core.ov.client import OVClient, OVError
 from core.ov.models import TaskState
-from core.messages.tokens import estimate_tokens
 
 
 def sid(prefix: str) -> str:
@@ -91,8 +91,11 @@ async def test_find_read_and_grep_shapes(ov_server) -> None:
         deadline = time.monotonic() + 30
         while True:
             found = await ov.find("vinyl records", target_uri="viking://~/memories", limit=10)
-            leaves = [h for h in found.memories
-                      if h.level == 2 and h.uri.endswith("/preferences/default/vinyl_records_streaming.md")]
+            leaves = [
+                h
+                for h in found.memories
+                if h.level == 2 and h.uri.endswith("/preferences/default/vinyl_records_streaming.md")
+            ]
             if leaves or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.25)

@@ -51,6 +51,7 @@ def commit_and_wait(http: httpx.Client, wait_task, session_id: str, **body: Any)
 
 # --- health, envelope, errors -----------------------------------------------------------
 
+
 def test_health_reports_version_and_dev_mode(ov_http: httpx.Client) -> None:
     body = ov_http.get("/health").json()
     assert body["status"] == "ok"
@@ -69,19 +70,22 @@ def test_missing_session_is_404_not_found(ov_http: httpx.Client) -> None:
 def test_old_user_memories_uri_finds_nothing_in_dev_mode(ov_http: httpx.Client) -> None:
     # dev mode answers 200 and searches a user literally called "memories";
     # API-key mode rejects it (test_api_key_mode_rejects_old_user_memories_uri)
-    r = ov_http.post("/api/v1/search/find",
-                     json={"query": "coffee", "target_uri": "viking://user/memories", "limit": 5})
+    r = ov_http.post(
+        "/api/v1/search/find", json={"query": "coffee", "target_uri": "viking://user/memories", "limit": 5}
+    )
     assert ok(r)["memories"] == []
 
 
 def test_find_rejects_unknown_fields(ov_http: httpx.Client) -> None:
-    r = ov_http.post("/api/v1/search/find", json={"query": "x", "target_uri": "viking://~/memories",
-                                                  "limit": 3, "bogus": 1})
+    r = ov_http.post(
+        "/api/v1/search/find", json={"query": "x", "target_uri": "viking://~/memories", "limit": 3, "bogus": 1}
+    )
     error = err(r, 400, "INVALID_ARGUMENT")
     assert error["details"]["validation_errors"][0]["loc"] == ["body", "bogus"]
 
 
 # --- sessions and messages --------------------------------------------------------------
+
 
 def test_create_session_then_duplicate_is_409(ov_http: httpx.Client) -> None:
     s = sid("create")
@@ -95,9 +99,14 @@ def test_create_session_then_duplicate_is_409(ov_http: httpx.Client) -> None:
 
 def test_add_message_autocreates_and_echoes_fields(ov_http: httpx.Client) -> None:
     s = sid("add")
-    added = ok(ov_http.post(f"/api/v1/sessions/{s}/messages",
-                            json=text_msg("assistant", "hello there", peer_id="agent_a",
-                                          created_at="2026-01-01T00:00:00Z", turn_id="turn-1")))
+    added = ok(
+        ov_http.post(
+            f"/api/v1/sessions/{s}/messages",
+            json=text_msg(
+                "assistant", "hello there", peer_id="agent_a", created_at="2026-01-01T00:00:00Z", turn_id="turn-1"
+            ),
+        )
+    )
     assert added == {"session_id": s, "message_count": 1, "pending_tokens": estimate_tokens("hello there")}
     ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json={"role": "user", "content": "plain content"}))
     ctx = ok(ov_http.get(f"/api/v1/sessions/{s}/context", params=BUDGET))
@@ -120,13 +129,16 @@ def test_batch_route_adds_up_to_100_and_rejects_101(ov_http: httpx.Client) -> No
     assert state["message_count"] == 100 and state["total_message_count"] == 100
 
 
-@pytest.mark.parametrize("text", [
-    "I prefer dark roast coffee in the morning.",
-    "你好世界，今天天气很好。",
-    "emoji 😀 and 🎉 mixed",
-    "mixed 日本語 かな 한국어 text 😀",
-    "x",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I prefer dark roast coffee in the morning.",
+        "你好世界，今天天气很好。",
+        "emoji 😀 and 🎉 mixed",
+        "mixed 日本語 かな 한국어 text 😀",
+        "x",
+    ],
+)
 def test_pending_tokens_matches_local_estimate(ov_http: httpx.Client, text: str) -> None:
     s = sid("tokens")
     first = ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json=text_msg("user", text)))
@@ -139,13 +151,23 @@ def test_pending_tokens_matches_local_estimate(ov_http: httpx.Client, text: str)
 
 def test_pending_tokens_of_tool_and_context_parts(ov_http: httpx.Client) -> None:
     s = sid("toolparts")
-    tool = {"type": "tool", "tool_id": "call_1", "tool_name": "read", "tool_input": {"path": "/x", "n": 2},
-            "tool_output": "hello world", "tool_status": "completed"}
+    tool = {
+        "type": "tool",
+        "tool_id": "call_1",
+        "tool_name": "read",
+        "tool_input": {"path": "/x", "n": 2},
+        "tool_output": "hello world",
+        "tool_status": "completed",
+    }
     r = ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json={"role": "assistant", "parts": [tool]}))
     # tool_id + tool_name + json.dumps(input) (Python's default separators) + output
     assert r["pending_tokens"] == estimate_tokens('call_1read{"path": "/x", "n": 2}hello world')
-    ctx_part = {"type": "context", "uri": "viking://user/default/memories/x.md",
-                "context_type": "memory", "abstract": "an abstract"}
+    ctx_part = {
+        "type": "context",
+        "uri": "viking://user/default/memories/x.md",
+        "context_type": "memory",
+        "abstract": "an abstract",
+    }
     r2 = ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json={"role": "user", "parts": [ctx_part]}))
     assert r2["pending_tokens"] - r["pending_tokens"] == estimate_tokens("an abstract")
 
@@ -158,12 +180,12 @@ def test_delete_session(ov_http: httpx.Client) -> None:
 
 
 def test_fs_delete_of_missing_uri_is_ok_with_zero(ov_http: httpx.Client) -> None:
-    r = ok(ov_http.delete("/api/v1/fs", params={"uri": "viking://user/default/memories/nope.md",
-                                                "recursive": "false"}))
+    r = ok(ov_http.delete("/api/v1/fs", params={"uri": "viking://user/default/memories/nope.md", "recursive": "false"}))
     assert r["estimated_deleted_count"] == 0
 
 
 # --- commit and phase 2 -------------------------------------------------------------------
+
 
 def test_commit_of_empty_session_is_skipped(ov_http: httpx.Client) -> None:
     s = sid("empty")
@@ -175,10 +197,17 @@ def test_commit_of_empty_session_is_skipped(ov_http: httpx.Client) -> None:
 
 def test_commit_with_working_memory_extracts_preference(ov_http: httpx.Client, wait_task) -> None:
     s = sid("phase2")
-    ok(ov_http.post(f"/api/v1/sessions/{s}/messages/batch", json={"messages": [
-        text_msg("user", "I prefer green tea with jasmine flowers."),
-        text_msg("assistant", "Noted: jasmine green tea."),
-    ]}))
+    ok(
+        ov_http.post(
+            f"/api/v1/sessions/{s}/messages/batch",
+            json={
+                "messages": [
+                    text_msg("user", "I prefer green tea with jasmine flowers."),
+                    text_msg("assistant", "Noted: jasmine green tea."),
+                ]
+            },
+        )
+    )
     accepted, task = commit_and_wait(ov_http, wait_task, s, enable_working_memory=True)
     assert accepted["archive_uri"] == f"viking://user/default/sessions/{s}/history/archive_001"
     assert accepted["archived"] is True and accepted["effective_enable_working_memory"] is True
@@ -199,7 +228,9 @@ def test_commit_with_working_memory_extracts_preference(ov_http: httpx.Client, w
     assert archive["archive_id"] == "archive_001"
     assert archive["overview"] == ctx["latest_archive_overview"]
     assert [m["parts"][0]["text"] for m in archive["messages"]] == [
-        "I prefer green tea with jasmine flowers.", "Noted: jasmine green tea."]
+        "I prefer green tea with jasmine flowers.",
+        "Noted: jasmine green tea.",
+    ]
 
     state = ok(ov_http.get(f"/api/v1/sessions/{s}"))
     assert (state["message_count"], state["commit_count"], state["pending_tokens"]) == (0, 1, 0)
@@ -209,8 +240,11 @@ def test_commit_with_working_memory_extracts_preference(ov_http: httpx.Client, w
         # OV indexes a new memory a moment after its task reports completed: wait for a leaf.
         deadline = time.monotonic() + 30
         while True:
-            found = ok(ov_http.post("/api/v1/search/find",
-                                    json={"query": "green tea jasmine", "target_uri": target, "limit": 10}))
+            found = ok(
+                ov_http.post(
+                    "/api/v1/search/find", json={"query": "green tea jasmine", "target_uri": target, "limit": 10}
+                )
+            )
             leaves = [h for h in found["memories"] if h["level"] == 2]
             if leaves or time.monotonic() > deadline:
                 break
@@ -221,14 +255,17 @@ def test_commit_with_working_memory_extracts_preference(ov_http: httpx.Client, w
     assert "I prefer green tea with jasmine flowers." in body
 
 
-def test_second_commit_updates_working_memory_and_existing_preference(ov_http: httpx.Client,
-                                                                      wait_task) -> None:
+def test_second_commit_updates_working_memory_and_existing_preference(ov_http: httpx.Client, wait_task) -> None:
     s = sid("phase2b")
     ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json=text_msg("user", "I like mountain biking trails.")))
     _, first = commit_and_wait(ov_http, wait_task, s, enable_working_memory=True)
     assert first["status"] == "completed", first
-    ok(ov_http.post(f"/api/v1/sessions/{s}/messages",
-                    json=text_msg("user", "I like mountain biking trails at dawn. I love sourdough bread.")))
+    ok(
+        ov_http.post(
+            f"/api/v1/sessions/{s}/messages",
+            json=text_msg("user", "I like mountain biking trails at dawn. I love sourdough bread."),
+        )
+    )
     accepted, second = commit_and_wait(ov_http, wait_task, s, enable_working_memory=True)
     assert accepted["archive_uri"].endswith("/history/archive_002")
     assert second["status"] == "completed", second
@@ -257,8 +294,7 @@ def test_commit_without_working_memory_has_no_overview(ov_http: httpx.Client, wa
 def test_keep_recent_count_keeps_the_tail_active(ov_http: httpx.Client, wait_task) -> None:
     s = sid("keep")
     texts = [f"turn {i} says something" for i in range(5)]
-    ok(ov_http.post(f"/api/v1/sessions/{s}/messages/batch",
-                    json={"messages": [text_msg("user", t) for t in texts]}))
+    ok(ov_http.post(f"/api/v1/sessions/{s}/messages/batch", json={"messages": [text_msg("user", t) for t in texts]}))
     accepted = ok(ov_http.post(f"/api/v1/sessions/{s}/commit", json={"keep_recent_count": 2}))
     # phase 1 (archiving) is done when commit answers. pending_tokens counts only the
     # messages OUTSIDE the last commit's keep_recent_count window (what the next
@@ -278,8 +314,9 @@ def test_keep_recent_count_keeps_the_tail_active(ov_http: httpx.Client, wait_tas
     assert ctx["stats"]["activeTokens"] == sum(estimate_tokens(t) for t in active)
 
 
-def test_phase2_failure_is_counted_and_later_commits_work(ov_http: httpx.Client, wait_task,
-                                                          model_mode, model_server) -> None:
+def test_phase2_failure_is_counted_and_later_commits_work(
+    ov_http: httpx.Client, wait_task, model_mode, model_server
+) -> None:
     s = sid("fail")
     ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json=text_msg("user", "I prefer loud heavy metal.")))
     model_mode("garbage")
@@ -304,8 +341,11 @@ def test_phase2_failure_is_counted_and_later_commits_work(ov_http: httpx.Client,
     assert ctx["stats"]["failedArchives"] == 0 and ctx["stats"]["totalArchives"] == 2
     assert "quiet jazz" in ctx["latest_archive_overview"]
     assert "heavy metal" not in ctx["latest_archive_overview"]
-    found = ok(ov_http.post("/api/v1/search/find", json={
-        "query": "loud heavy metal", "target_uri": "viking://~/memories", "limit": 10}))
+    found = ok(
+        ov_http.post(
+            "/api/v1/search/find", json={"query": "loud heavy metal", "target_uri": "viking://~/memories", "limit": 10}
+        )
+    )
     assert not [h for h in found["memories"] if h["uri"].endswith("/loud_heavy_metal.md")]
 
 
@@ -314,8 +354,12 @@ def test_grep_finds_archived_text(ov_http: httpx.Client, wait_task) -> None:
     ok(ov_http.post(f"/api/v1/sessions/{s}/messages", json=text_msg("user", "The Zanzibar protocol.")))
     _, task = commit_and_wait(ov_http, wait_task, s)
     assert task["status"] == "completed"
-    found = ok(ov_http.post("/api/v1/search/grep", json={
-        "uri": f"viking://~/sessions/{s}/history", "pattern": "zanzibar", "case_insensitive": True}))
+    found = ok(
+        ov_http.post(
+            "/api/v1/search/grep",
+            json={"uri": f"viking://~/sessions/{s}/history", "pattern": "zanzibar", "case_insensitive": True},
+        )
+    )
     assert found["count"] == 1
     assert found["matches"][0]["uri"] == f"viking://user/default/sessions/{s}/history/archive_001/messages.jsonl"
     assert "Zanzibar" in found["matches"][0]["content"]
@@ -323,16 +367,19 @@ def test_grep_finds_archived_text(ov_http: httpx.Client, wait_task) -> None:
 
 # --- API-key mode -------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def keyed(ov_keyed_server) -> dict[str, Any]:
     """Root client plus two users of one fresh account on the API-key server."""
     client = httpx.Client(base_url=ov_keyed_server.url, timeout=60.0, trust_env=False)
     account = sid("acct")
     root = {"X-API-Key": ov_keyed_server.root_api_key}
-    alice = ok(client.post("/api/v1/admin/accounts", headers=root,
-                           json={"account_id": account, "admin_user_id": "alice"}))
-    bob = ok(client.post(f"/api/v1/admin/accounts/{account}/users", headers=root,
-                         json={"user_id": "bob", "role": "user"}))
+    alice = ok(
+        client.post("/api/v1/admin/accounts", headers=root, json={"account_id": account, "admin_user_id": "alice"})
+    )
+    bob = ok(
+        client.post(f"/api/v1/admin/accounts/{account}/users", headers=root, json={"user_id": "bob", "role": "user"})
+    )
     try:
         yield {"client": client, "account": account, "alice": alice, "bob": bob, "root": root}
     finally:
@@ -346,13 +393,21 @@ def test_api_key_mode_auth_errors(keyed: dict[str, Any]) -> None:
     err(c.post("/api/v1/sessions", json={}, headers={"X-API-Key": "wrong"}), 401, "UNAUTHENTICATED")
     root = keyed["root"]
     err(c.post("/api/v1/sessions", json={}, headers=root), 403, "PERMISSION_DENIED")
-    err(c.post("/api/v1/search/find", headers=root,
-               json={"query": "x", "target_uri": "viking://~/memories", "limit": 3}), 403, "PERMISSION_DENIED")
+    err(
+        c.post(
+            "/api/v1/search/find", headers=root, json={"query": "x", "target_uri": "viking://~/memories", "limit": 3}
+        ),
+        403,
+        "PERMISSION_DENIED",
+    )
 
 
 def test_api_key_mode_rejects_old_user_memories_uri(keyed: dict[str, Any]) -> None:
-    r = keyed["client"].post("/api/v1/search/find", headers={"X-API-Key": keyed["alice"]["user_key"]},
-                             json={"query": "coffee", "target_uri": "viking://user/memories", "limit": 5})
+    r = keyed["client"].post(
+        "/api/v1/search/find",
+        headers={"X-API-Key": keyed["alice"]["user_key"]},
+        json={"query": "coffee", "target_uri": "viking://user/memories", "limit": 5},
+    )
     error = err(r, 400, "INVALID_URI")
     assert error["details"]["uri"] == "viking://user/memories"
     assert "viking://~/memories" in error["message"]
@@ -372,10 +427,20 @@ def test_api_key_users_are_isolated(keyed: dict[str, Any]) -> None:
     assert b["uri"] == "viking://user/bob/sessions/shared"
     assert ok(c.get("/api/v1/sessions/shared", headers=bob))["message_count"] == 0
     assert ok(c.get("/api/v1/sessions/shared", headers=alice))["message_count"] == 1
-    err(c.post("/api/v1/search/find", headers=bob, json={
-        "query": "alice", "target_uri": "viking://user/alice/memories", "limit": 3}), 403, "PERMISSION_DENIED")
-    own = ok(c.post("/api/v1/search/find", headers=bob, json={
-        "query": "alice", "target_uri": "viking://~/memories", "limit": 3}))
+    err(
+        c.post(
+            "/api/v1/search/find",
+            headers=bob,
+            json={"query": "alice", "target_uri": "viking://user/alice/memories", "limit": 3},
+        ),
+        403,
+        "PERMISSION_DENIED",
+    )
+    own = ok(
+        c.post(
+            "/api/v1/search/find", headers=bob, json={"query": "alice", "target_uri": "viking://~/memories", "limit": 3}
+        )
+    )
     assert all("/user/bob/" in h["uri"] for h in own["memories"])
 
 
@@ -384,4 +449,3 @@ def test_estimate_helper_is_the_weighted_ceiling() -> None:
     assert estimate_tokens("abcd") == 1 and estimate_tokens("abcde") == 2
     assert estimate_tokens("你") == 2 and estimate_tokens("😀") == 2
     assert estimate_tokens("😀😀a") == math.ceil(4.25)
-

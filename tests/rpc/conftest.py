@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from rpc_helpers import TEST_SETTINGS, Rpc, running_worker
 
 from core.config import Settings
 from workers.dev.fake_ov.app import FakeOV
-from rpc_helpers import TEST_SETTINGS, Rpc, running_worker
 from workers.rpc.app import create_app
 
 

@@ -12,11 +12,11 @@ import httpx
 import redis
 
 from core.config import Settings
-from workers.dev.fake_ov.app import FakeOV
-from workers.store.keys import Keys, scope_of, shard_of
 from workers.commits import context as jobs
-from workers.store.applied import CAPTURED_THROUGH, LAST_ID
 from workers.commits.worker import run_embedded_worker
+from workers.dev.fake_ov.app import FakeOV
+from workers.store.applied import CAPTURED_THROUGH, LAST_ID
+from workers.store.keys import Keys, scope_of, shard_of
 
 # Small waits and no retry back-off, so failure paths answer at once.
 TEST_SETTINGS: dict[str, Any] = {
@@ -50,11 +50,19 @@ class Rpc:
         """The app's own OV client (seeding sessions the way capture would)."""
         return self.app.state.services.ov
 
-    def mark_captured(self, ov_session_id: str, captured_through: int, *, agent_id: str = "main",
-                      user: str | None = None, stream_id: str = "1700000000000-0") -> None:
+    def mark_captured(
+        self,
+        ov_session_id: str,
+        captured_through: int,
+        *,
+        agent_id: str = "main",
+        user: str | None = None,
+        stream_id: str = "1700000000000-0",
+    ) -> None:
         """Record what capture records after applying a turn: the applied offset."""
         key = Keys(self.settings.key_prefix).applied(
-            shard_of(ov_session_id, self.settings.shards), scope_of(user, agent_id), ov_session_id)
+            shard_of(ov_session_id, self.settings.shards), scope_of(user, agent_id), ov_session_id
+        )
         self.redis.hset(key, mapping={LAST_ID: stream_id, CAPTURED_THROUGH: captured_through})
 
     def metric(self, text: str, line_start: str) -> float | None:
@@ -69,8 +77,9 @@ def running_worker(rpc: Rpc) -> Iterator[None]:
     """An embedded RQ worker (scheduler included) running commit jobs against the FakeOV."""
     jobs.set_ov_transport_factory(lambda _settings: rpc.fake.transport())
     stop = threading.Event()
-    thread = threading.Thread(target=run_embedded_worker, args=(rpc.redis, rpc.settings, stop),
-                              kwargs={"pause_s": 0.02}, daemon=True)
+    thread = threading.Thread(
+        target=run_embedded_worker, args=(rpc.redis, rpc.settings, stop), kwargs={"pause_s": 0.02}, daemon=True
+    )
     thread.start()
     try:
         yield

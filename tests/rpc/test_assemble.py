@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from core.messages.tokens import estimate_message_tokens
+from core.recall.text import AUTO_RECALL_SOURCE_MARKER
 from core.session import SessionAddress
 from workers.dev.fake_ov.app import FakeOV
-from core.recall.text import AUTO_RECALL_SOURCE_MARKER
-from core.messages.tokens import estimate_message_tokens
 from workers.rpc.context import OVBreaker
 from workers.store.applied import AppliedState
 from workers.store.snapshots import read_snapshot
@@ -21,8 +21,10 @@ SID = "sess-1"
 
 def ov_turns(*texts: str) -> list[dict[str, Any]]:
     """OV message bodies alternating user / assistant."""
-    return [{"role": "user" if i % 2 == 0 else "assistant", "parts": [{"type": "text", "text": t}]}
-            for i, t in enumerate(texts)]
+    return [
+        {"role": "user" if i % 2 == 0 else "assistant", "parts": [{"type": "text", "text": t}]}
+        for i, t in enumerate(texts)
+    ]
 
 
 def oc_turns(*texts: str) -> list[dict[str, Any]]:
@@ -119,25 +121,47 @@ async def test_miss_reads_ov_once_then_hits_serve_without_ov(rpc: Any) -> None:
 
 
 async def test_answer_is_the_ov_context_through_the_pipeline(rpc: Any) -> None:
-    await rpc.ov.add_messages(SID, [
-        {"role": "user", "parts": [{"type": "text", "text": "read the file"}]},
-        {"role": "assistant", "parts": [
-            {"type": "tool", "tool_id": "t1", "tool_name": "read_file", "tool_input": {"path": "a.py"},
-             "tool_output": "x = 1", "tool_status": "completed"}]},
-        {"role": "assistant", "parts": [{"type": "text", "text": "it sets x"}]},
-    ])
+    await rpc.ov.add_messages(
+        SID,
+        [
+            {"role": "user", "parts": [{"type": "text", "text": "read the file"}]},
+            {
+                "role": "assistant",
+                "parts": [
+                    {
+                        "type": "tool",
+                        "tool_id": "t1",
+                        "tool_name": "read_file",
+                        "tool_input": {"path": "a.py"},
+                        "tool_output": "x = 1",
+                        "tool_status": "completed",
+                    }
+                ],
+            },
+            {"role": "assistant", "parts": [{"type": "text", "text": "it sets x"}]},
+        ],
+    )
     rpc.mark_captured(SID, 4)
-    caller_view = [{"role": "user", "content": "read the file"},
-                   {"role": "assistant", "content": [{"type": "toolCall", "id": "t1", "name": "read_file",
-                                                      "arguments": {"path": "a.py"}}]},
-                   {"role": "toolResult", "toolCallId": "t1", "toolName": "read_file",
-                    "content": [{"type": "text", "text": "x = 1"}]},
-                   {"role": "assistant", "content": [{"type": "text", "text": "it sets x"}]}]
+    caller_view = [
+        {"role": "user", "content": "read the file"},
+        {
+            "role": "assistant",
+            "content": [{"type": "toolCall", "id": "t1", "name": "read_file", "arguments": {"path": "a.py"}}],
+        },
+        {
+            "role": "toolResult",
+            "toolCallId": "t1",
+            "toolName": "read_file",
+            "content": [{"type": "text", "text": "x = 1"}],
+        },
+        {"role": "assistant", "content": [{"type": "text", "text": "it sets x"}]},
+    ]
     body = (await rpc.assemble(main_call(caller_view))).json()
     roles = [m["role"] for m in body["messages"]]
     assert roles == ["user", "assistant", "toolResult", "assistant"]
     assert body["messages"][1]["content"] == [
-        {"type": "toolCall", "id": "t1", "name": "read_file", "arguments": {"path": "a.py"}}]
+        {"type": "toolCall", "id": "t1", "name": "read_file", "arguments": {"path": "a.py"}}
+    ]
     assert body["estimatedTokens"] == estimate_message_tokens(body["messages"])
 
 
@@ -147,8 +171,7 @@ async def test_archive_gives_summary_and_guide(rpc: Any) -> None:
     rpc.fake.run_phase2()
     await rpc.ov.add_messages(SID, ov_turns("and the cache?", "redis"))
     rpc.mark_captured(SID, 4)
-    body = (await rpc.assemble(main_call(oc_turns("a", "b", "and the cache?", "redis"),
-                                         tokenBudget=64_000))).json()
+    body = (await rpc.assemble(main_call(oc_turns("a", "b", "and the cache?", "redis"), tokenBudget=64_000))).json()
     first = body["messages"][0]["content"]
     first_text = first if isinstance(first, str) else first[0]["text"]
     assert first_text.startswith("[Session History Summary]\n")
@@ -188,8 +211,13 @@ async def test_new_snapshot_version_is_picked_up(rpc: Any) -> None:
     from workers.store.snapshots import refresh_snapshot
 
     await rpc.ov.add_messages(SID, ov_turns("q2", "a2"))
-    await refresh_snapshot(rpc.redis, rpc.ov.scoped(peer="main"), rpc.settings, SessionAddress(SID, "main"),
-                           applied=AppliedState(last_id="1700000000001-0", captured=4))
+    await refresh_snapshot(
+        rpc.redis,
+        rpc.ov.scoped(peer="main"),
+        rpc.settings,
+        SessionAddress(SID, "main"),
+        applied=AppliedState(last_id="1700000000001-0", captured=4),
+    )
     body = (await rpc.assemble(main_call(oc_turns("q1", "a1", "q2", "a2")))).json()
     assert body["messages"][-1] == {"role": "assistant", "content": [{"type": "text", "text": "a2"}]}
 
@@ -237,8 +265,14 @@ async def test_two_api_keys_see_only_their_own_context(make_rpc: Any) -> None:
 
 
 def recall_call(text: str, **extra: Any) -> dict[str, Any]:
-    return {"sessionId": SID, "messages": [{"role": "assistant", "content": [{"type": "text", "text": "earlier"}]},
-                                           {"role": "user", "content": text}], **extra}
+    return {
+        "sessionId": SID,
+        "messages": [
+            {"role": "assistant", "content": [{"type": "text", "text": "earlier"}]},
+            {"role": "user", "content": text},
+        ],
+        **extra,
+    }
 
 
 async def test_recall_prepends_user_and_agent_memories(rpc: Any) -> None:

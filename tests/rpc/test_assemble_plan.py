@@ -7,19 +7,30 @@ from typing import Any
 import pytest
 
 from core.assemble_plan import (
-    FullContext, Overlay, Passthrough, build_full_context, build_session_base, fit_overview,
-    plan_overlay, recall_query, session_context_guide,
+    FullContext,
+    Overlay,
+    Passthrough,
+    build_full_context,
+    build_session_base,
+    fit_overview,
+    plan_overlay,
+    recall_query,
+    session_context_guide,
 )
 from core.messages.convert import INTERRUPTED_TEXT
 from core.messages.model import parse_messages
 from core.messages.pipeline import NO_CONTENT_TEXT
-from core.recall.text import AUTO_RECALL_SOURCE_MARKER
 from core.messages.tokens import estimate_message_tokens, estimate_tokens
+from core.recall.text import AUTO_RECALL_SOURCE_MARKER
 
 
 def text_record(role: str, text: str, i: int = 0) -> dict[str, Any]:
-    return {"id": f"m{i}", "role": role, "parts": [{"type": "text", "text": text}],
-            "created_at": "2026-01-01T00:00:00Z"}
+    return {
+        "id": f"m{i}",
+        "role": role,
+        "parts": [{"type": "text", "text": text}],
+        "created_at": "2026-01-01T00:00:00Z",
+    }
 
 
 def first_text(message: dict[str, Any]) -> str:
@@ -28,8 +39,7 @@ def first_text(message: dict[str, Any]) -> str:
 
 
 def conversation(n: int, words: int = 20) -> list[dict[str, Any]]:
-    return [text_record("user" if i % 2 == 0 else "assistant", f"turn {i} " + "word " * words, i)
-            for i in range(n)]
+    return [text_record("user" if i % 2 == 0 else "assistant", f"turn {i} " + "word " * words, i) for i in range(n)]
 
 
 # --- recall_query --------------------------------------------------------------------------
@@ -39,15 +49,24 @@ def conversation(n: int, words: int = 20) -> list[dict[str, Any]]:
     ("messages", "auto_recall", "expected"),
     [
         ([], True, Passthrough("latest_not_user")),
-        ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": []}], True,
-         Passthrough("latest_not_user")),
-        ([{"role": "user", "content": "what backend should we use?"}], False,
-         Passthrough("auto_recall_disabled")),
-        ([{"role": "user", "content": f"<relevant-memories>\n{AUTO_RECALL_SOURCE_MARKER}\n</relevant-memories>\n\nq?"}],
-         True, Passthrough("recall_already_injected")),
+        (
+            [{"role": "user", "content": "hi"}, {"role": "assistant", "content": []}],
+            True,
+            Passthrough("latest_not_user"),
+        ),
+        ([{"role": "user", "content": "what backend should we use?"}], False, Passthrough("auto_recall_disabled")),
+        (
+            [
+                {
+                    "role": "user",
+                    "content": f"<relevant-memories>\n{AUTO_RECALL_SOURCE_MARKER}\n</relevant-memories>\n\nq?",
+                }
+            ],
+            True,
+            Passthrough("recall_already_injected"),
+        ),
         ([{"role": "user", "content": "hey"}], True, Passthrough("recall_query_too_short")),
-        ([{"role": "user", "content": "[Fri 2026-04-10 17:20 GMT+8] ok"}], True,
-         Passthrough("recall_query_too_short")),
+        ([{"role": "user", "content": "[Fri 2026-04-10 17:20 GMT+8] ok"}], True, Passthrough("recall_query_too_short")),
         ([{"role": "user", "content": "what backend should we use?"}], True, "what backend should we use?"),
         ([{"role": "user", "content": [{"type": "text", "text": "  deploy   steps  "}]}], True, "deploy steps"),
     ],
@@ -81,8 +100,16 @@ EMPTY = build_session_base("", [], [])
         (PLAIN, 0, False, 4, Overlay(4)),
         (ARCHIVED, 0, False, 50, Overlay(50)),  # an archive explains the shorter OV side
     ],
-    ids=["empty-known", "empty-unknown", "caught-up", "behind", "shrunk", "unknown-fewer",
-         "unknown-enough", "unknown-archived"],
+    ids=[
+        "empty-known",
+        "empty-unknown",
+        "caught-up",
+        "behind",
+        "shrunk",
+        "unknown-fewer",
+        "unknown-enough",
+        "unknown-archived",
+    ],
 )
 def test_plan_overlay(base: Any, captured: int, known: bool, count: int, expected: Any) -> None:
     assert plan_overlay(base, captured_through=captured, capture_known=known, input_count=count) == expected
@@ -98,8 +125,13 @@ def test_session_base_has_archive_from_overview_abstracts_or_count() -> None:
 # --- build_full_context ---------------------------------------------------------------------
 
 
-def build(records: list[dict[str, Any]], overview: str = "", tail: list[dict[str, Any]] | None = None,
-          budget: int | None = None, total_archives: int = 0) -> FullContext:
+def build(
+    records: list[dict[str, Any]],
+    overview: str = "",
+    tail: list[dict[str, Any]] | None = None,
+    budget: int | None = None,
+    total_archives: int = 0,
+) -> FullContext:
     base = build_session_base(overview, [], records, total_archives)
     result = build_full_context(base, parse_messages(tail or []), budget)
     assert isinstance(result, FullContext)
@@ -129,8 +161,9 @@ def test_no_guide_without_archive() -> None:
 
 def test_estimate_covers_messages_and_guide() -> None:
     result = build([text_record("user", "hello")], overview="sum")
-    assert result.estimated_tokens == (estimate_message_tokens(result.messages)
-                                       + estimate_tokens(result.system_prompt_addition or ""))
+    assert result.estimated_tokens == (
+        estimate_message_tokens(result.messages) + estimate_tokens(result.system_prompt_addition or "")
+    )
 
 
 @pytest.mark.parametrize("budget", [25_000, 40_000, 60_000])
@@ -150,51 +183,108 @@ def test_a_budget_that_is_all_reserve_passes_through() -> None:
 
 
 def test_lag_tail_is_kept_whole_and_last() -> None:
-    tail = [{"role": "user", "content": "new question"},
-            {"role": "assistant", "content": [{"type": "text", "text": "new answer"}]}]
+    tail = [
+        {"role": "user", "content": "new question"},
+        {"role": "assistant", "content": [{"type": "text", "text": "new answer"}]},
+    ]
     result = build(conversation(400, words=60), tail=tail, budget=30_000)
     assert result.tail_count == 2 and result.session_kept < 400
-    assert result.messages[-2:] == [{"role": "user", "content": "new question"},
-                                    {"role": "assistant", "content": [{"type": "text", "text": "new answer"}]}]
+    assert result.messages[-2:] == [
+        {"role": "user", "content": "new question"},
+        {"role": "assistant", "content": [{"type": "text", "text": "new answer"}]},
+    ]
     assert result.estimated_tokens <= 10_000
 
 
 def test_tool_part_becomes_call_and_result() -> None:
-    record = {"id": "m1", "role": "assistant", "parts": [
-        {"type": "text", "text": "I checked."},
-        {"type": "context", "abstract": "User prefers concise answers."},
-        {"type": "tool", "tool_id": "t1", "tool_name": "read_file", "tool_input": {"path": "a.py"},
-         "tool_output": "x = 1", "tool_status": "completed"}]}
+    record = {
+        "id": "m1",
+        "role": "assistant",
+        "parts": [
+            {"type": "text", "text": "I checked."},
+            {"type": "context", "abstract": "User prefers concise answers."},
+            {
+                "type": "tool",
+                "tool_id": "t1",
+                "tool_name": "read_file",
+                "tool_input": {"path": "a.py"},
+                "tool_output": "x = 1",
+                "tool_status": "completed",
+            },
+        ],
+    }
     result = build([record], overview="sum")
-    assert result.messages[1] == {"role": "assistant", "content": [
-        {"type": "text", "text": "I checked."},
-        {"type": "text", "text": "User prefers concise answers."},
-        {"type": "toolCall", "id": "t1", "name": "read_file", "arguments": {"path": "a.py"}}]}
-    assert result.messages[2] == {"role": "toolResult", "toolCallId": "t1", "toolName": "read_file",
-                                  "content": [{"type": "text", "text": "x = 1"}], "isError": False}
+    assert result.messages[1] == {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "I checked."},
+            {"type": "text", "text": "User prefers concise answers."},
+            {"type": "toolCall", "id": "t1", "name": "read_file", "arguments": {"path": "a.py"}},
+        ],
+    }
+    assert result.messages[2] == {
+        "role": "toolResult",
+        "toolCallId": "t1",
+        "toolName": "read_file",
+        "content": [{"type": "text", "text": "x = 1"}],
+        "isError": False,
+    }
 
 
 def test_running_tool_is_interrupted_not_an_error() -> None:
-    record = {"id": "m", "role": "assistant", "parts": [
-        {"type": "tool", "tool_id": "t", "tool_name": "bash", "tool_input": {"command": "npm test"},
-         "tool_output": "", "tool_status": "running"}]}
+    record = {
+        "id": "m",
+        "role": "assistant",
+        "parts": [
+            {
+                "type": "tool",
+                "tool_id": "t",
+                "tool_name": "bash",
+                "tool_input": {"command": "npm test"},
+                "tool_output": "",
+                "tool_status": "running",
+            }
+        ],
+    }
     result = build([record])
     assert result.messages[1]["isError"] is False
     assert result.messages[1]["content"][0]["text"] == INTERRUPTED_TEXT
 
 
 def test_tool_part_without_id_is_text() -> None:
-    record = {"id": "m", "role": "assistant", "parts": [
-        {"type": "tool", "tool_id": "", "tool_name": "grep", "tool_input": {"pattern": "TODO"},
-         "tool_output": "a.py:1 TODO", "tool_status": "completed"}]}
+    record = {
+        "id": "m",
+        "role": "assistant",
+        "parts": [
+            {
+                "type": "tool",
+                "tool_id": "",
+                "tool_name": "grep",
+                "tool_input": {"pattern": "TODO"},
+                "tool_output": "a.py:1 TODO",
+                "tool_status": "completed",
+            }
+        ],
+    }
     text = build([record]).messages[0]["content"][0]["text"]
     assert text.startswith("[grep] (completed)") and "a.py:1 TODO" in text
 
 
 def test_tool_only_user_record_gives_no_empty_user_message() -> None:
-    record = {"id": "m", "role": "user", "parts": [
-        {"type": "tool", "tool_id": "t", "tool_name": "bash", "tool_input": {}, "tool_output": "ok",
-         "tool_status": "completed"}]}
+    record = {
+        "id": "m",
+        "role": "user",
+        "parts": [
+            {
+                "type": "tool",
+                "tool_id": "t",
+                "tool_name": "bash",
+                "tool_input": {},
+                "tool_output": "ok",
+                "tool_status": "completed",
+            }
+        ],
+    }
     for message in build([record], overview="sum").messages:
         assert message.get("content") not in ("", [])
 

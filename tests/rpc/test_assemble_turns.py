@@ -12,9 +12,9 @@ import msgspec
 import pytest
 
 from core.events import TurnEvent, encode
+from workers.store.applied import CAPTURED_THROUGH, EVENT_IDS, LAST_ID
 from workers.store.keys import Keys, scope_of, shard_of
 from workers.store.streams import publish_raw, publish_turn
-from workers.store.applied import CAPTURED_THROUGH, EVENT_IDS, LAST_ID
 
 pytestmark = pytest.mark.redis
 
@@ -32,8 +32,13 @@ def reply(text: str) -> dict[str, Any]:
 
 def turn_event(n: int, at: float | None = None) -> TurnEvent:
     """commitTurn n of the session: its own two messages."""
-    return TurnEvent(event_id=f"ev-{n}", session_id=SID, messages=[user(f"question {n}"), reply(f"answer {n}")],
-                     advancement_key=f"adv-{n}", published_at=at if at is not None else time.time() + n)
+    return TurnEvent(
+        event_id=f"ev-{n}",
+        session_id=SID,
+        messages=[user(f"question {n}"), reply(f"answer {n}")],
+        advancement_key=f"adv-{n}",
+        published_at=at if at is not None else time.time() + n,
+    )
 
 
 def as_json(event: TurnEvent) -> dict[str, Any]:
@@ -47,17 +52,35 @@ def text_of(message: dict[str, Any]) -> str:
 
 async def captured(rpc: Any, *events: TurnEvent) -> None:
     """OV holds ``events`` and capture recorded them (the snapshot will reflect their ids)."""
-    await rpc.ov.add_messages(SID, [{"role": m["role"], "parts": [{"type": "text", "text": text_of(m)}]}
-                                    for e in events for m in e.messages])
+    await rpc.ov.add_messages(
+        SID, [{"role": m["role"], "parts": [{"type": "text", "text": text_of(m)}]} for e in events for m in e.messages]
+    )
     key = Keys(rpc.settings.key_prefix).applied(shard_of(SID, rpc.settings.shards), scope_of(None, "main"), SID)
-    rpc.redis.hset(key, mapping={LAST_ID: "1700000000000-0", CAPTURED_THROUGH: 2 * len(events),
-                                 EVENT_IDS: json.dumps([e.event_id for e in events])})
+    rpc.redis.hset(
+        key,
+        mapping={
+            LAST_ID: "1700000000000-0",
+            CAPTURED_THROUGH: 2 * len(events),
+            EVENT_IDS: json.dumps([e.event_id for e in events]),
+        },
+    )
 
 
-def plugin_call(prompt: str = "hello there", *, held: list[TurnEvent] = (), recent: list[TurnEvent] = (),
-                messages: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"sessionId": SID, "messages": messages or [], "prompt": prompt, "availableTools": [],
-            "heldTurns": [as_json(e) for e in held], "recentTurns": [as_json(e) for e in recent]}
+def plugin_call(
+    prompt: str = "hello there",
+    *,
+    held: list[TurnEvent] = (),
+    recent: list[TurnEvent] = (),
+    messages: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    return {
+        "sessionId": SID,
+        "messages": messages or [],
+        "prompt": prompt,
+        "availableTools": [],
+        "heldTurns": [as_json(e) for e in held],
+        "recentTurns": [as_json(e) for e in recent],
+    }
 
 
 def texts(body: dict[str, Any]) -> list[str]:
@@ -70,8 +93,11 @@ async def test_every_turn_once_whatever_the_host_passes(rpc: Any) -> None:
     publish_turn(rpc.redis, rpc.settings, two)  # published, capture has not got to it
     # The plugin sends turn 2 (published lately) and turn 3 (Redis has not taken it);
     # the host passes something unrelated (its own previous output) as messages.
-    body = (await rpc.assemble(plugin_call(held=[three], recent=[one, two],
-                                           messages=[user("question 1"), user("question 1")]))).json()
+    body = (
+        await rpc.assemble(
+            plugin_call(held=[three], recent=[one, two], messages=[user("question 1"), user("question 1")])
+        )
+    ).json()
     assert texts(body) == ["question 1", "answer 1", "question 2", "answer 2", "question 3", "answer 3"]
 
 

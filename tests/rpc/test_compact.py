@@ -5,14 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from rpc_helpers import running_worker
 
-from workers.dev.fake_ov.app import FakeOV
 from core.session import SessionAddress
+from workers.dev.fake_ov.app import FakeOV
 from workers.store.commit_queue import request_commit
 from workers.store.commit_records import CommitRecords
 from workers.store.snapshots import read_snapshot
-
-from rpc_helpers import running_worker
 
 pytestmark = pytest.mark.redis
 
@@ -20,8 +19,13 @@ SID = "sess-c"
 
 
 def turns(n: int) -> list[dict[str, Any]]:
-    return [{"role": "user" if i % 2 == 0 else "assistant",
-             "parts": [{"type": "text", "text": f"turn {i} about the storage design"}]} for i in range(n)]
+    return [
+        {
+            "role": "user" if i % 2 == 0 else "assistant",
+            "parts": [{"type": "text", "text": f"turn {i} about the storage design"}],
+        }
+        for i in range(n)
+    ]
 
 
 def ov_commits(fake: FakeOV) -> int:
@@ -111,8 +115,9 @@ async def test_nothing_to_archive_is_commit_no_archive(rpc: Any, commit_worker: 
 async def test_a_commit_in_flight_is_awaited_not_duplicated(rpc: Any) -> None:
     await rpc.ov.add_messages(SID, turns(4))
     # Capture asked for a commit at its threshold; no worker has run it yet.
-    pending = request_commit(rpc.redis, rpc.settings, SessionAddress(SID, "main", None),
-                             reason="threshold", keep_recent_count=0)
+    pending = request_commit(
+        rpc.redis, rpc.settings, SessionAddress(SID, "main", None), reason="threshold", keep_recent_count=0
+    )
     with running_worker(rpc):
         body = (await rpc.compact({"sessionId": SID})).json()
     assert body["reason"] == "commit_completed"

@@ -10,9 +10,9 @@ import redis
 
 from core.config import Settings
 from core.events import CommitOutcome, encode
-from workers.store.keys import Keys
 from workers.cli import build_parser
 from workers.rpc.app import add_rpc_arguments, create_app, fail_fast
+from workers.store.keys import Keys
 
 pytestmark = pytest.mark.redis
 
@@ -30,11 +30,21 @@ pytestmark = pytest.mark.redis
         (b'{"sessionId": "s", "tokenBudget": "big"}', 422, "invalid_request", "tokenBudget"),
         (b'{"sessionId": "   "}', 400, "invalid_session", "sessionId"),
     ],
-    ids=["malformed", "array", "no-session", "empty-session", "int-session", "messages-string",
-         "message-not-object", "budget-string", "blank-session"],
+    ids=[
+        "malformed",
+        "array",
+        "no-session",
+        "empty-session",
+        "int-session",
+        "messages-string",
+        "message-not-object",
+        "budget-string",
+        "blank-session",
+    ],
 )
-async def test_bad_assemble_input_names_the_field(rpc: Any, body: bytes, status: int, code: str,
-                                                  field: str | None) -> None:
+async def test_bad_assemble_input_names_the_field(
+    rpc: Any, body: bytes, status: int, code: str, field: str | None
+) -> None:
     r = await rpc.client.post("/v1/assemble", content=body, headers={"content-type": "application/json"})
     assert r.status_code == status
     error = r.json()["error"]
@@ -95,7 +105,7 @@ async def test_metrics_report_stream_lag_and_commit_outcomes(rpc: Any) -> None:
     keys = Keys(rpc.settings.key_prefix)
     stream = keys.stream(0)
     rpc.redis.xgroup_create(stream, rpc.settings.consumer_group, id="0", mkstream=True)
-    for i in range(3):
+    for _i in range(3):
         rpc.redis.xadd(stream, {"e": b"{}"})
     rpc.redis.xreadgroup(rpc.settings.consumer_group, "c1", {stream: ">"}, count=1)
     for status in ("completed", "completed", "failed"):
@@ -110,8 +120,10 @@ async def test_metrics_report_stream_lag_and_commit_outcomes(rpc: Any) -> None:
     assert rpc.metric(text, 'ovstream_commit_outcomes_total{status="failed"}') == 1.0
     assert rpc.metric(text, 'ovstream_assemble_seconds_count{path="full"}') == 1.0
     # Outcomes are read incrementally: a later scrape adds only the new ones.
-    rpc.redis.xadd(keys.commit_outcomes(), {"o": encode(CommitOutcome(
-        commit_id="d", ov_session_id="s", agent_id="main", status="timeout"))})
+    rpc.redis.xadd(
+        keys.commit_outcomes(),
+        {"o": encode(CommitOutcome(commit_id="d", ov_session_id="s", agent_id="main", status="timeout"))},
+    )
     text = (await rpc.client.get("/metrics")).text
     assert rpc.metric(text, 'ovstream_commit_outcomes_total{status="completed"}') == 2.0
     assert rpc.metric(text, 'ovstream_commit_outcomes_total{status="timeout"}') == 1.0

@@ -12,8 +12,16 @@ from workers.dev.fake_ov.app import FakeOV
 pytestmark = pytest.mark.redis
 
 SID = "sess-t"
-ALL_TOOLS = {"memory_recall", "memory_store", "memory_forget", "memory_search", "add_resource",
-             "add_skill", "ov_archive_search", "ov_archive_expand"}
+ALL_TOOLS = {
+    "memory_recall",
+    "memory_store",
+    "memory_forget",
+    "memory_search",
+    "add_resource",
+    "add_skill",
+    "ov_archive_search",
+    "ov_archive_expand",
+}
 
 
 def text_of(response: Any) -> str:
@@ -112,8 +120,9 @@ async def test_memory_recall_resources_only_when_asked(rpc: Any) -> None:
     rpc.fake.seed_resource("Backend architecture document about rust.", uri="viking://resources/arch.md")
     without = text_of(await rpc.tool("memory_recall", call({"query": "backend architecture rust"})))
     assert "arch.md" not in without
-    with_res = text_of(await rpc.tool("memory_recall", call({"query": "backend architecture rust",
-                                                             "includeResources": True})))
+    with_res = text_of(
+        await rpc.tool("memory_recall", call({"query": "backend architecture rust", "includeResources": True}))
+    )
     assert "viking://resources/arch.md" in with_res
 
 
@@ -139,8 +148,7 @@ async def test_memory_store_uses_a_temporary_session(rpc: Any, commit_worker: No
 
 
 async def test_memory_store_into_a_given_session(rpc: Any, commit_worker: None) -> None:
-    r = await rpc.tool("memory_store", call({"text": "remember the release is on friday",
-                                             "sessionId": "notes-1"}))
+    r = await rpc.tool("memory_store", call({"text": "remember the release is on friday", "sessionId": "notes-1"}))
     details = r.json()["details"]
     assert details["sessionId"] == "notes-1" and details["usedTempSession"] is False
     assert rpc.fake.sessions["notes-1"].archives  # committed
@@ -227,10 +235,13 @@ async def test_add_resource_from_a_url_is_passed_to_ov(rpc: Any) -> None:
     assert not any(path.endswith("/temp_upload") for _, path in rpc.fake.calls)
 
 
-@pytest.mark.parametrize(("make_path", "code"), [
-    (lambda tmp: tmp / "missing.md", "path_not_found"),
-    (lambda tmp: tmp, "not_a_file"),
-])
+@pytest.mark.parametrize(
+    ("make_path", "code"),
+    [
+        (lambda tmp: tmp / "missing.md", "path_not_found"),
+        (lambda tmp: tmp, "not_a_file"),
+    ],
+)
 async def test_add_resource_bad_local_path_is_400(rpc: Any, tmp_path: Path, make_path: Any, code: str) -> None:
     r = await rpc.tool("add_resource", call({"path": str(make_path(tmp_path))}))
     assert r.status_code == 400 and r.json()["error"]["code"] == code
@@ -248,10 +259,13 @@ async def test_add_skill_from_a_directory(rpc: Any, tmp_path: Path) -> None:
 
 
 async def archived_session(rpc: Any) -> None:
-    await rpc.ov.add_messages(SID, [
-        {"role": "user", "parts": [{"type": "text", "text": "the router password is hunter2"}]},
-        {"role": "assistant", "parts": [{"type": "text", "text": "noted (a.b) [c]"}]},
-    ])
+    await rpc.ov.add_messages(
+        SID,
+        [
+            {"role": "user", "parts": [{"type": "text", "text": "the router password is hunter2"}]},
+            {"role": "assistant", "parts": [{"type": "text", "text": "noted (a.b) [c]"}]},
+        ],
+    )
     await rpc.ov.commit(SID, keep_recent_count=0, enable_working_memory=True)
     rpc.fake.run_phase2()
 

@@ -34,5 +34,6 @@ def texts(messages: list[dict[str, Any]]) -> list[str]:
 
 
 async def add(c: httpx.AsyncClient, sid: str, *contents: str, role: str = "user") -> dict[str, Any]:
-    return await ok(c.post(f"{S}/{sid}/messages/batch",
-                           json={"messages": [{"role": role, "content": t} for t in contents]}))
+    return await ok(
+        c.post(f"{S}/{sid}/messages/batch", json={"messages": [{"role": role, "content": t} for t in contents]})
+    )

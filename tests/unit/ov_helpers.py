@@ -16,8 +16,10 @@ def ok(result: Any) -> httpx.Response:
 
 
 def err(status: int, code: str, message: str = "boom", details: Any = None) -> httpx.Response:
-    return httpx.Response(status, json={"status": "error", "result": None,
-                                        "error": {"code": code, "message": message, "details": details}})
+    return httpx.Response(
+        status,
+        json={"status": "error", "result": None, "error": {"code": code, "message": message, "details": details}},
+    )
 
 
 class Recorder:

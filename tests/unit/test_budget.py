@@ -73,9 +73,7 @@ def test_no_part_is_negative_and_parts_fit(total: int | None, instruction_tokens
     assert b.total > 0
     assert min(b.reserved, b.archive, b.session) >= 0
     assert b.reserved + b.archive + b.session <= b.total
-    assert b.reserved + b.archive + b.session + instruction_tokens >= b.total or (
-        b.archive == 0 and b.session == 0
-    )
+    assert b.reserved + b.archive + b.session + instruction_tokens >= b.total or (b.archive == 0 and b.session == 0)
     assert b.archive <= ARCHIVE_MAX_TOKENS
     assert b.archive <= b.session or b.archive == b.session == 0
 

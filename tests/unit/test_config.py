@@ -1,3 +1,4 @@
+import pydantic
 import pytest
 
 from core import defaults as d
@@ -33,7 +34,9 @@ def test_seed_defaults(key, value):
 
 def test_toml_accepts_camel_and_snake(tmp_path):
     f = tmp_path / "c.toml"
-    f.write_text('[ovstream]\nbaseUrl = "http://ov:1933/"\ncommit_token_threshold = 500\nbypassSessionPatterns = ["cron:**"]\n')
+    f.write_text(
+        '[ovstream]\nbaseUrl = "http://ov:1933/"\ncommit_token_threshold = 500\nbypassSessionPatterns = ["cron:**"]\n'
+    )
     s = load_settings(f)
     assert s.base_url == "http://ov:1933"
     assert s.commit_token_threshold == 500
@@ -89,7 +92,7 @@ def test_settings_are_frozen_and_embedded_flag():
     s = Settings(redis_url="fakeredis://")
     assert s.embedded_redis
     assert not Settings().embedded_redis
-    with pytest.raises(Exception):
+    with pytest.raises(pydantic.ValidationError):
         s.shards = 3  # type: ignore[misc]
 
 

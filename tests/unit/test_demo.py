@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from workers.dev.demo_report import format_assemble, memory_count, message_summary, one_line, recall_block
 from workers.dev.demo_replay import DemoFailure, load_sample
+from workers.dev.demo_report import format_assemble, memory_count, message_summary, one_line, recall_block
 from workers.dev.demo_services import provide_ov, provide_redis
 from workers.dev.local_redis import free_port, redis_answers
 
@@ -28,8 +28,14 @@ HANG_GUARD_S = 240
 def run_demo(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")}
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "workers.cli", "demo", *args], cwd=ROOT, env=full_env,
-                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+    return subprocess.run(
+        [sys.executable, "-m", "workers.cli", "demo", *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+    )
 
 
 def section(stdout: str, title_start: str) -> str:
@@ -63,7 +69,8 @@ def test_fake_demo_succeeds_and_says_what_it_used(fake_demo: subprocess.Complete
 
 
 def test_fake_demo_main_assemble_has_the_summary_of_the_archived_turns(
-        fake_demo: subprocess.CompletedProcess[str]) -> None:
+    fake_demo: subprocess.CompletedProcess[str],
+) -> None:
     main = section(fake_demo.stdout, "main assemble of session")
     assert main, fake_demo.stdout
     assert "## Session Context Guide" in main  # the systemPromptAddition
@@ -99,8 +106,14 @@ def test_serve_keeps_serving_until_sigterm_then_stops_cleanly() -> None:
     import httpx
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")}
-    proc = subprocess.Popen([sys.executable, "-m", "workers.cli", "demo", "--fake-ov", "--embedded", "--serve"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workers.cli", "demo", "--fake-ov", "--embedded", "--serve"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines: list[str] = []
         assert proc.stdout is not None
@@ -141,8 +154,7 @@ def test_load_sample_rejects_a_malformed_file(tmp_path: Path) -> None:
 def test_provide_redis_prefers_embedded_when_asked_and_falls_back_when_nothing_answers() -> None:
     said: list[str] = []
     with ExitStack() as stack:
-        assert provide_redis("redis://127.0.0.1:1/0", stack, said.append, embedded=True) == \
-            ("fakeredis://", "embedded")
+        assert provide_redis("redis://127.0.0.1:1/0", stack, said.append, embedded=True) == ("fakeredis://", "embedded")
     assert "embedded fakeredis" in said[0]
     assert not redis_answers(f"redis://127.0.0.1:{free_port()}/0", 0.2)
     assert not redis_answers("fakeredis://")
@@ -174,14 +186,15 @@ def test_message_summary_is_one_line_with_role_and_head() -> None:
     line = message_summary({"role": "user", "content": f"line one\n{text}"})
     assert line.startswith("user ") and "\n" not in line
     assert len(line) <= 11 + 100 and line.endswith("…")
-    assert message_summary({"role": "assistant", "content": [{"type": "toolCall", "name": "read"}]}) \
-        .endswith("(read)")
+    assert message_summary({"role": "assistant", "content": [{"type": "toolCall", "name": "read"}]}).endswith("(read)")
     assert one_line("a \n  b") == "a b"
 
 
 def test_recall_block_is_found_in_the_latest_user_message() -> None:
-    block = ("<relevant-memories>\nSource: x\n- [preferences]\n  <uri>viking://a</uri>\n  - A\n"
-             "- [preferences]\n  <uri>viking://b</uri>\n  - B\n</relevant-memories>")
+    block = (
+        "<relevant-memories>\nSource: x\n- [preferences]\n  <uri>viking://a</uri>\n  - A\n"
+        "- [preferences]\n  <uri>viking://b</uri>\n  - B\n</relevant-memories>"
+    )
     messages = [{"role": "user", "content": "old"}, {"role": "user", "content": f"{block}\n\nquestion?"}]
     assert recall_block(messages) == block
     assert memory_count(block) == 2
@@ -189,9 +202,14 @@ def test_recall_block_is_found_in_the_latest_user_message() -> None:
 
 
 def test_format_assemble_shows_summary_guide_and_messages() -> None:
-    body = {"estimatedTokens": 42, "systemPromptAddition": "## Guide",
-            "messages": [{"role": "user", "content": "[Session History Summary]\n# Working Memory\nfacts"},
-                         {"role": "assistant", "content": [{"type": "text", "text": "ok"}]}]}
+    body = {
+        "estimatedTokens": 42,
+        "systemPromptAddition": "## Guide",
+        "messages": [
+            {"role": "user", "content": "[Session History Summary]\n# Working Memory\nfacts"},
+            {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+        ],
+    }
     text = format_assemble("t", body)
     assert "estimatedTokens: 42" in text and "| ## Guide" in text
     assert "| # Working Memory" in text

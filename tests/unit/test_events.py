@@ -13,14 +13,35 @@ from core.events import (
 )
 
 SAMPLES = [
-    TurnEvent(event_id="e1", session_id="s", published_at=1.5, messages=[{"role": "user", "content": "hi"}],
-              pre_prompt_message_count=0, session_key="agent:a:b", token_budget=1000),
-    CommitRequest(commit_id="c-1", ov_session_id="s", agent_id="main", keep_recent_count=10, generation=3,
-                  requested_at=2.0),
-    CommitOutcome(commit_id="c-1", ov_session_id="s", agent_id="main", status="completed", task_id="t",
-                  archive_uri="viking://x/archive_001", archived=True, memories_extracted=2),
-    ContextSnapshot(ov_session_id="s", agent_id="main", messages=[{"id": "m", "role": "user", "parts": []}],
-                    applied_stream_id="5-0", captured_through=4),
+    TurnEvent(
+        event_id="e1",
+        session_id="s",
+        published_at=1.5,
+        messages=[{"role": "user", "content": "hi"}],
+        pre_prompt_message_count=0,
+        session_key="agent:a:b",
+        token_budget=1000,
+    ),
+    CommitRequest(
+        commit_id="c-1", ov_session_id="s", agent_id="main", keep_recent_count=10, generation=3, requested_at=2.0
+    ),
+    CommitOutcome(
+        commit_id="c-1",
+        ov_session_id="s",
+        agent_id="main",
+        status="completed",
+        task_id="t",
+        archive_uri="viking://x/archive_001",
+        archived=True,
+        memories_extracted=2,
+    ),
+    ContextSnapshot(
+        ov_session_id="s",
+        agent_id="main",
+        messages=[{"id": "m", "role": "user", "parts": []}],
+        applied_stream_id="5-0",
+        captured_through=4,
+    ),
 ]
 
 

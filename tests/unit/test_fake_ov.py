@@ -8,9 +8,9 @@ from typing import Any
 
 import httpx
 import pytest
+from fake_ov_helpers import S, add, error, http, ok, texts
 
 from workers.dev.fake_ov.app import FakeOV
-from fake_ov_helpers import S, add, error, http, ok, texts
 
 # --- sessions and messages -------------------------------------------------------------
 
@@ -33,19 +33,43 @@ async def test_create_get_duplicate_missing_and_delete():
 async def test_messages_auto_create_and_are_stored_with_ids():
     fake = FakeOV()
     async with http(fake) as c:
-        one = await ok(c.post(f"{S}/s1/messages", json={"role": "user", "content": "hi",
-                                                        "created_at": "2026-01-01T00:00:00Z"}))
+        one = await ok(
+            c.post(f"{S}/s1/messages", json={"role": "user", "content": "hi", "created_at": "2026-01-01T00:00:00Z"})
+        )
         assert one == {"session_id": "s1", "message_count": 1, "pending_tokens": 1}
-        batch = await ok(c.post(f"{S}/s1/messages/batch", json={"messages": [
-            {"role": "assistant", "peer_id": "main", "turn_id": "t1",
-             "parts": [{"type": "text", "text": "yo"},
-                       {"type": "tool", "tool_id": "c1", "tool_name": "ls", "tool_input": {"p": "."},
-                        "tool_output": "a b", "tool_status": "completed"}]}]}))
+        batch = await ok(
+            c.post(
+                f"{S}/s1/messages/batch",
+                json={
+                    "messages": [
+                        {
+                            "role": "assistant",
+                            "peer_id": "main",
+                            "turn_id": "t1",
+                            "parts": [
+                                {"type": "text", "text": "yo"},
+                                {
+                                    "type": "tool",
+                                    "tool_id": "c1",
+                                    "tool_name": "ls",
+                                    "tool_input": {"p": "."},
+                                    "tool_output": "a b",
+                                    "tool_status": "completed",
+                                },
+                            ],
+                        }
+                    ]
+                },
+            )
+        )
         assert (batch["added"], batch["message_count"]) == (1, 2)
     m1, m2 = fake.sessions["s1"].messages
     assert m1["id"].startswith("msg_") and m1["id"] != m2["id"]
     assert (m1["role"], m1["created_at"], m1["parts"]) == (
-        "user", "2026-01-01T00:00:00Z", [{"type": "text", "text": "hi"}])
+        "user",
+        "2026-01-01T00:00:00Z",
+        [{"type": "text", "text": "hi"}],
+    )
     assert (m2["peer_id"], m2["turn_id"]) == ("main", "t1")
     assert m2["parts"][1]["tool_output"] == "a b" and m2["parts"][1]["tool_input"] == {"p": "."}
     assert fake.sessions["s1"].total_message_count == 2
@@ -55,19 +79,21 @@ async def test_user_message_of_only_tool_parts_splits_like_the_server():
     fake = FakeOV()
     tool = {"type": "tool", "tool_id": "c", "tool_name": "t", "tool_output": "x"}
     async with http(fake) as c:
-        out = await ok(c.post(f"{S}/s/messages/batch",
-                              json={"messages": [{"role": "user", "parts": [tool, tool]}]}))
+        out = await ok(c.post(f"{S}/s/messages/batch", json={"messages": [{"role": "user", "parts": [tool, tool]}]}))
     assert out["added"] == 2 and len(fake.sessions["s"].messages) == 2
 
 
-@pytest.mark.parametrize("body", [
-    {"messages": [{"role": "user", "content": "x"}] * 101},
-    {"messages": [{"content": "no role"}]},
-    {"messages": [{"role": "user"}]},
-    {"messages": [{"role": "user", "content": "x", "peer_id": "a/b"}]},
-    {"messages": "nope"},
-    {},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": [{"role": "user", "content": "x"}] * 101},
+        {"messages": [{"content": "no role"}]},
+        {"messages": [{"role": "user"}]},
+        {"messages": [{"role": "user", "content": "x", "peer_id": "a/b"}]},
+        {"messages": "nope"},
+        {},
+    ],
+)
 async def test_bad_batches_are_invalid_argument_and_store_nothing(body):
     fake = FakeOV()
     async with http(fake) as c:
@@ -81,10 +107,20 @@ async def test_batch_of_exactly_100_is_accepted():
         assert (await add(c, "s", *["x"] * 100))["added"] == 100
 
 
-@pytest.mark.parametrize("text,tokens", [
-    ("abcd", 1), ("abcde", 2), ("", 0), ("你好", 3), ("😀", 2), ("a😀", 3), ("é" * 4, 1),
-    ("こんにちは", 8), ("한국", 3),
-])
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        ("abcd", 1),
+        ("abcde", 2),
+        ("", 0),
+        ("你好", 3),
+        ("😀", 2),
+        ("a😀", 3),
+        ("é" * 4, 1),
+        ("こんにちは", 8),
+        ("한국", 3),
+    ],
+)
 async def test_pending_tokens_use_the_ov_weights(text, tokens):
     async with http(FakeOV()) as c:
         out = await ok(c.post(f"{S}/s/messages", json={"role": "user", "content": text}))
@@ -130,15 +166,19 @@ async def test_commit_skips():
     async with http(FakeOV()) as c:
         await ok(c.post(S, json={"session_id": "s"}))
         empty = await ok(c.post(f"{S}/s/commit"))
-        assert (empty["status"], empty["task_id"], empty["archive_uri"], empty["archived"],
-                empty["reason"]) == ("skipped", None, None, False, "no_messages")
+        assert (empty["status"], empty["task_id"], empty["archive_uri"], empty["archived"], empty["reason"]) == (
+            "skipped",
+            None,
+            None,
+            False,
+            "no_messages",
+        )
         await add(c, "s", "a", "b")
         kept = await ok(c.post(f"{S}/s/commit", json={"keep_recent_count": 5}))
         assert (kept["status"], kept["reason"]) == ("skipped", "all_within_keep_window")
         await error(c.post(f"{S}/missing/commit", json={}), 404, "NOT_FOUND")
         await error(c.post(f"{S}/s/commit", json={"keep_recent_count": -1}), 400, "INVALID_ARGUMENT")
-        await error(c.post(f"{S}/s/commit", json={"enable_working_memory": "yes"}), 400,
-                    "INVALID_ARGUMENT")
+        await error(c.post(f"{S}/s/commit", json={"enable_working_memory": "yes"}), 400, "INVALID_ARGUMENT")
 
 
 # --- phase 2 and context ----------------------------------------------------------------
@@ -195,8 +235,9 @@ async def test_pending_archive_messages_stay_in_context_until_phase2_ends():
 async def test_failed_phase2_drops_the_archive_from_context_and_counts_it():
     fake = FakeOV(phase2="fail")
     async with http(fake) as c:
-        tid = await _commit(c, "s", "remember my cat is Tom", "lost", "kept", keep_recent_count=1,
-                            enable_working_memory=True)
+        tid = await _commit(
+            c, "s", "remember my cat is Tom", "lost", "kept", keep_recent_count=1, enable_working_memory=True
+        )
         task = await ok(c.get(f"/api/v1/tasks/{tid}"))
         assert task["status"] == "failed" and task["error"]
         ctx = await ok(c.get(f"{S}/s/context"))
@@ -243,12 +284,19 @@ async def test_context_token_budget():
 async def test_memory_extraction_targets_user_and_peer_spaces():
     fake = FakeOV()
     async with http(fake) as c:
-        await ok(c.post(f"{S}/s/messages/batch", json={"messages": [
-            {"role": "user", "content": "I prefer dark mode"},
-            {"role": "user", "content": "what time is it"},
-            {"role": "assistant", "peer_id": "coder", "content": "Remember: the repo uses uv"},
-            {"role": "assistant", "content": "I will remember that"},
-        ]}))
+        await ok(
+            c.post(
+                f"{S}/s/messages/batch",
+                json={
+                    "messages": [
+                        {"role": "user", "content": "I prefer dark mode"},
+                        {"role": "user", "content": "what time is it"},
+                        {"role": "assistant", "peer_id": "coder", "content": "Remember: the repo uses uv"},
+                        {"role": "assistant", "content": "I will remember that"},
+                    ]
+                },
+            )
+        )
         tid = (await ok(c.post(f"{S}/s/commit")))["task_id"]
         await ok(c.get(f"/api/v1/tasks/{tid}"))
     user_mem = fake.memories()
@@ -271,16 +319,19 @@ async def test_api_key_mode():
     async with http(fake, **{"X-API-Key": "root"}) as root:
         await error(root.get(f"{S}/s"), 403, "PERMISSION_DENIED")
         made = await ok(root.post("/api/v1/admin/accounts", json={"account_id": "org", "admin_user_id": "boss"}))
-        await error(root.post("/api/v1/admin/accounts", json={"account_id": "org", "admin_user_id": "x"}),
-                    409, "ALREADY_EXISTS")
+        await error(
+            root.post("/api/v1/admin/accounts", json={"account_id": "org", "admin_user_id": "x"}), 409, "ALREADY_EXISTS"
+        )
     async with http(fake, Authorization=f"Bearer {made['user_key']}") as boss:
         user = await ok(boss.post("/api/v1/admin/accounts/org/users", json={"user_id": "carol"}))
-        await error(boss.post("/api/v1/admin/accounts", json={"account_id": "o2", "admin_user_id": "b"}),
-                    403, "PERMISSION_DENIED")
+        await error(
+            boss.post("/api/v1/admin/accounts", json={"account_id": "o2", "admin_user_id": "b"}),
+            403,
+            "PERMISSION_DENIED",
+        )
     async with http(fake, **{"X-API-Key": user["user_key"]}) as carol:
         await add(carol, "s", "carol's")
-        await error(carol.post("/api/v1/admin/accounts/org/users", json={"user_id": "dave"}),
-                    403, "PERMISSION_DENIED")
+        await error(carol.post("/api/v1/admin/accounts/org/users", json={"user_id": "dave"}), 403, "PERMISSION_DENIED")
     async with http(fake, **{"X-API-Key": "ka", "X-OpenViking-User": "bob"}) as alice:
         await add(alice, "s", "alice's")
         await error(alice.get("/api/v1/tasks/whatever"), 404, "NOT_FOUND")
@@ -359,6 +410,7 @@ async def test_asgi_app_serves_the_same_api():
 def test_token_weights_match_math():
     # 3 CJK (1.5 each) + 1 ASCII (0.25) = 4.75 -> 5
     from workers.dev.fake_ov.state import message_tokens
+
     assert message_tokens({"parts": [{"type": "text", "text": "你好吗a"}]}) == math.ceil(4.75)
     tool = {"type": "tool", "tool_id": "ab", "tool_name": "cd", "tool_input": {"k": 1}, "tool_output": "ef"}
     # "ab" + "cd" + '{"k": 1}' + "ef" + the context abstract "gh" = 16 chars -> 4 tokens

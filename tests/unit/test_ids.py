@@ -151,9 +151,7 @@ def test_agent_id_from_session_key(session_key: str | None, expected: str | None
         (None, "x", "  ", "x"),
     ],
 )
-def test_resolve_agent_id(
-    session_key: str | None, runtime_agent_id: str | None, prefix: str, expected: str
-) -> None:
+def test_resolve_agent_id(session_key: str | None, runtime_agent_id: str | None, prefix: str, expected: str) -> None:
     assert resolve_agent_id(session_key, runtime_agent_id, prefix) == expected
 
 
@@ -213,9 +211,7 @@ CRON = ("agent:*:cron:**", "agent:ops:maintenance:**")
         (("**",), "multi\nline", None, True),
     ],
 )
-def test_is_bypassed(
-    patterns: tuple[str, ...], session_id: str, session_key: str | None, expected: bool
-) -> None:
+def test_is_bypassed(patterns: tuple[str, ...], session_id: str, session_key: str | None, expected: bool) -> None:
     assert is_bypassed(patterns, session_id, session_key) is expected
 
 

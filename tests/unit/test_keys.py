@@ -21,8 +21,13 @@ def test_shards_spread_sessions():
 def test_session_keys_share_the_shard_hash_tag():
     k = Keys("ovs")
     tag = "{s3}"
-    for key in (k.stream(3), k.applied(3, "u.a", "sid"), k.snapshot(3, "u.a", "sid"), k.commits(3, "u.a", "sid"),
-                k.commit_generation(3, "u.a", "sid")):
+    for key in (
+        k.stream(3),
+        k.applied(3, "u.a", "sid"),
+        k.snapshot(3, "u.a", "sid"),
+        k.commits(3, "u.a", "sid"),
+        k.commit_generation(3, "u.a", "sid"),
+    ):
         assert key.startswith("ovs:") and tag in key
     assert len({k.applied(3, "u.a", "sid"), k.snapshot(3, "u.a", "sid"), k.commits(3, "u.a", "sid")}) == 3
 

@@ -113,7 +113,12 @@ PARSE_CASES: list[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]] = [
     ),
     (
         "a toolCall without an id is dropped: it can never be paired",
-        [{"role": "assistant", "content": [{"type": "toolUse", "name": "x", "input": {}}, {"type": "text", "text": "t"}]}],
+        [
+            {
+                "role": "assistant",
+                "content": [{"type": "toolUse", "name": "x", "input": {}}, {"type": "text", "text": "t"}],
+            }
+        ],
         [{"role": "assistant", "content": [{"type": "text", "text": "t"}]}],
     ),
     (
@@ -291,7 +296,13 @@ def test_dump_omits_none_fields_but_keeps_false_and_nested_nulls() -> None:
         AssistantMessage(content=[ToolCallBlock(id="a", name="n", arguments={"opt": None})]),
     ]
     assert dump_messages(msgs) == [
-        {"role": "toolResult", "toolCallId": "a", "toolName": "n", "content": [{"type": "text", "text": "r"}], "isError": False},
+        {
+            "role": "toolResult",
+            "toolCallId": "a",
+            "toolName": "n",
+            "content": [{"type": "text", "text": "r"}],
+            "isError": False,
+        },
         {"role": "assistant", "content": [{"type": "toolCall", "id": "a", "name": "n", "arguments": {"opt": None}}]},
     ]
 
@@ -325,21 +336,43 @@ _json = st.recursive(
     max_leaves=8,
 )
 _keys = st.sampled_from(
-    ["role", "content", "type", "text", "id", "name", "arguments", "input", "toolCallId", "toolUseId",
-     "tool_call_id", "toolName", "isError", "timestamp", "stopReason", "tool_calls", "function", "data"]
+    [
+        "role",
+        "content",
+        "type",
+        "text",
+        "id",
+        "name",
+        "arguments",
+        "input",
+        "toolCallId",
+        "toolUseId",
+        "tool_call_id",
+        "toolName",
+        "isError",
+        "timestamp",
+        "stopReason",
+        "tool_calls",
+        "function",
+        "data",
+    ]
 )
 _roles = st.sampled_from(["user", "assistant", "toolResult", "tool", "tool_result", "system", "x"])
-_blocks = st.dictionaries(_keys, _json, max_size=4).map(
-    lambda d: d | {"type": d.get("type")}
-) | st.fixed_dictionaries(
+_blocks = st.dictionaries(_keys, _json, max_size=4).map(lambda d: d | {"type": d.get("type")}) | st.fixed_dictionaries(
     {"type": st.sampled_from(["text", "toolCall", "toolUse", "functionCall", "tool_result", "image", "thinking"])},
     optional={"text": _json, "id": _json, "name": _json, "arguments": _json, "input": _json, "content": _json},
 )
 _raw_messages = st.lists(
     st.fixed_dictionaries(
         {"role": _roles},
-        optional={"content": _json | st.lists(_blocks, max_size=3), "toolCallId": _json, "timestamp": _json,
-                  "tool_calls": _json, "toolName": _json, "isError": _json},
+        optional={
+            "content": _json | st.lists(_blocks, max_size=3),
+            "toolCallId": _json,
+            "timestamp": _json,
+            "tool_calls": _json,
+            "toolName": _json,
+            "isError": _json,
+        },
     )
     | st.dictionaries(_keys, _json, max_size=4),
     max_size=6,

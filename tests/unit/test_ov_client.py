@@ -7,16 +7,21 @@ import logging
 
 import httpx
 import pytest
+from ov_helpers import Recorder, client, err, ok
 
 from core.config import Settings
-from workers.dev.fake_ov.app import FakeOV
 from core.ov.client import OVClient, OVError, OVUnavailable
-from ov_helpers import Recorder, client, err, ok
 from core.ov.models import (
-    AddMessagesResult, Archive, CommitAccepted, FindResult, GrepResult, SessionContext,
-    SessionState, TaskState,
+    AddMessagesResult,
+    Archive,
+    CommitAccepted,
+    FindResult,
+    GrepResult,
+    SessionContext,
+    SessionState,
+    TaskState,
 )
-
+from workers.dev.fake_ov.app import FakeOV
 
 # --- identity and construction ---------------------------------------------------------
 
@@ -57,11 +62,25 @@ async def test_scoped_shares_pool_and_adds_peer_and_key():
 
 
 def test_from_settings_takes_every_knob():
-    s = Settings(base_url="http://ov.example:9/", api_key="sk", ov_timeout_s=7.5, ov_retries=1,
-                 ov_backoff_s=0.0, ov_batch_max=7, account="a", user="u")
+    s = Settings(
+        base_url="http://ov.example:9/",
+        api_key="sk",
+        ov_timeout_s=7.5,
+        ov_retries=1,
+        ov_backoff_s=0.0,
+        ov_batch_max=7,
+        account="a",
+        user="u",
+    )
     c = OVClient.from_settings(s, transport=httpx.MockTransport(Recorder()))
-    assert (c.base_url, c.api_key, c.timeout, c.retries, c.backoff, c.batch_max) == \
-        ("http://ov.example:9", "sk", 7.5, 1, 0.0, 7)
+    assert (c.base_url, c.api_key, c.timeout, c.retries, c.backoff, c.batch_max) == (
+        "http://ov.example:9",
+        "sk",
+        7.5,
+        1,
+        0.0,
+        7,
+    )
     assert c._http.timeout.read == 7.5
 
 
@@ -75,80 +94,239 @@ async def test_async_context_manager_closes_pool():
 
 SHAPES = [
     # (call, method, path, query, body, canned result, expected type)
-    (lambda c: c.create_session("s1"), "POST", "/api/v1/sessions", {}, {"session_id": "s1"},
-     {"session_id": "s1", "uri": "viking://user/u/sessions/s1"}, dict),
+    (
+        lambda c: c.create_session("s1"),
+        "POST",
+        "/api/v1/sessions",
+        {},
+        {"session_id": "s1"},
+        {"session_id": "s1", "uri": "viking://user/u/sessions/s1"},
+        dict,
+    ),
     (lambda c: c.create_session(), "POST", "/api/v1/sessions", {}, {}, {"session_id": "x"}, dict),
-    (lambda c: c.get_session("s1"), "GET", "/api/v1/sessions/s1", {}, None,
-     {"message_count": 3, "pending_tokens": 9, "extra": 1}, SessionState),
-    (lambda c: c.get_session("s1", auto_create=True), "GET", "/api/v1/sessions/s1",
-     {"auto_create": "true"}, None, {}, SessionState),
-    (lambda c: c.add_message("s1", {"role": "user", "parts": [{"type": "text", "text": "hi"}]}),
-     "POST", "/api/v1/sessions/s1/messages", {},
-     {"role": "user", "parts": [{"type": "text", "text": "hi"}]},
-     {"session_id": "s1", "message_count": 1, "pending_tokens": 1}, AddMessagesResult),
-    (lambda c: c.add_messages("s1", [{"role": "user", "content": "a"}]), "POST",
-     "/api/v1/sessions/s1/messages/batch", {}, {"messages": [{"role": "user", "content": "a"}]},
-     {"session_id": "s1", "message_count": 1, "pending_tokens": 1, "added": 1}, AddMessagesResult),
-    (lambda c: c.commit("s1", keep_recent_count=10, enable_working_memory=True), "POST",
-     "/api/v1/sessions/s1/commit", {}, {"keep_recent_count": 10, "enable_working_memory": True},
-     {"status": "accepted", "task_id": "t1", "archive_uri": "viking://x", "archived": True},
-     CommitAccepted),
-    (lambda c: c.commit("s1"), "POST", "/api/v1/sessions/s1/commit", {}, {},
-     {"status": "skipped", "task_id": None, "archive_uri": None, "archived": False,
-      "reason": "no_messages"}, CommitAccepted),
-    (lambda c: c.get_task("t1"), "GET", "/api/v1/tasks/t1", {}, None,
-     {"task_id": "t1", "status": "failed", "error": "llm died", "result": None}, TaskState),
-    (lambda c: c.get_context("s1", token_budget=5000), "GET", "/api/v1/sessions/s1/context",
-     {"token_budget": "5000"}, None,
-     {"latest_archive_overview": "ov", "messages": [], "estimatedTokens": 12,
-      "stats": {"totalArchives": 2, "failedArchives": 1}}, SessionContext),
-    (lambda c: c.get_archive("s1", "archive_001"), "GET", "/api/v1/sessions/s1/archives/archive_001",
-     {}, None, {"archive_id": "archive_001", "overview": "o", "messages": [{"id": "m"}]}, Archive),
-    (lambda c: c.delete_session("s1"), "DELETE", "/api/v1/sessions/s1", {}, None,
-     {"session_id": "s1"}, dict),
-    (lambda c: c.find("tea", target_uri="viking://~/memories", limit=20, score_threshold=0.0,
-                      context_type="memory"), "POST", "/api/v1/search/find", {},
-     {"query": "tea", "target_uri": "viking://~/memories", "limit": 20, "score_threshold": 0.0,
-      "context_type": "memory"},
-     {"memories": [{"uri": "viking://u/m.md", "level": 2, "score": 0.7, "abstract": "a",
-                    "context_type": "memory"}], "resources": [], "skills": [], "total": 1}, FindResult),
-    (lambda c: c.find("tea", target_uri="viking://resources", limit=5), "POST",
-     "/api/v1/search/find", {}, {"query": "tea", "target_uri": "viking://resources", "limit": 5},
-     {}, FindResult),
-    (lambda c: c.grep("viking://~/sessions/s1/history", "te\\.a"), "POST", "/api/v1/search/grep", {},
-     {"uri": "viking://~/sessions/s1/history", "pattern": "te\\.a", "case_insensitive": True},
-     {"matches": [{"line": 3, "uri": "viking://x", "content": "tea"}], "count": 1}, GrepResult),
-    (lambda c: c.read("viking://~/memories/a.md"), "GET", "/api/v1/content/read",
-     {"uri": "viking://~/memories/a.md"}, None, "full text", str),
-    (lambda c: c.abstract("viking://r"), "GET", "/api/v1/content/abstract", {"uri": "viking://r"},
-     None, "abs", str),
-    (lambda c: c.overview("viking://r"), "GET", "/api/v1/content/overview", {"uri": "viking://r"},
-     None, "ovw", str),
-    (lambda c: c.rm("viking://~/memories/a.md"), "DELETE", "/api/v1/fs",
-     {"uri": "viking://~/memories/a.md", "recursive": "false"}, None,
-     {"uri": "viking://user/u/memories/a.md", "estimated_deleted_count": 1}, dict),
-    (lambda c: c.rm("viking://resources/d", recursive=True), "DELETE", "/api/v1/fs",
-     {"uri": "viking://resources/d", "recursive": "true"}, None, {"estimated_deleted_count": 0}, dict),
-    (lambda c: c.add_resource("https://example.com/a.md", to="viking://resources/a", reason="r",
-                              wait=True), "POST", "/api/v1/resources", {},
-     {"path": "https://example.com/a.md", "to": "viking://resources/a", "reason": "r", "wait": True},
-     {"root_uri": "viking://resources/a"}, dict),
-    (lambda c: c.add_resource("upload_" + "a" * 32 + ".md"), "POST", "/api/v1/resources", {},
-     {"temp_file_id": "upload_" + "a" * 32 + ".md"}, {"root_uri": "viking://resources/a"}, dict),
-    (lambda c: c.add_resource(temp_file_id="shared_x"), "POST", "/api/v1/resources", {},
-     {"temp_file_id": "shared_x"}, {}, dict),
-    (lambda c: c.add_skill("---\nname: s\n---\n", wait=False), "POST", "/api/v1/skills", {},
-     {"data": "---\nname: s\n---\n", "wait": False}, {"root_uri": "viking://agent/skills/s"}, dict),
-    (lambda c: c.add_skill(temp_file_id="upload_x.md"), "POST", "/api/v1/skills", {},
-     {"temp_file_id": "upload_x.md"}, {}, dict),
-    (lambda c: c.admin_create_account("acme", "boss"), "POST", "/api/v1/admin/accounts", {},
-     {"account_id": "acme", "admin_user_id": "boss"}, {"user_key": "k"}, dict),
-    (lambda c: c.admin_create_user("acme", "bob"), "POST", "/api/v1/admin/accounts/acme/users", {},
-     {"user_id": "bob", "role": "user"}, {"user_key": "k2"}, dict),
+    (
+        lambda c: c.get_session("s1"),
+        "GET",
+        "/api/v1/sessions/s1",
+        {},
+        None,
+        {"message_count": 3, "pending_tokens": 9, "extra": 1},
+        SessionState,
+    ),
+    (
+        lambda c: c.get_session("s1", auto_create=True),
+        "GET",
+        "/api/v1/sessions/s1",
+        {"auto_create": "true"},
+        None,
+        {},
+        SessionState,
+    ),
+    (
+        lambda c: c.add_message("s1", {"role": "user", "parts": [{"type": "text", "text": "hi"}]}),
+        "POST",
+        "/api/v1/sessions/s1/messages",
+        {},
+        {"role": "user", "parts": [{"type": "text", "text": "hi"}]},
+        {"session_id": "s1", "message_count": 1, "pending_tokens": 1},
+        AddMessagesResult,
+    ),
+    (
+        lambda c: c.add_messages("s1", [{"role": "user", "content": "a"}]),
+        "POST",
+        "/api/v1/sessions/s1/messages/batch",
+        {},
+        {"messages": [{"role": "user", "content": "a"}]},
+        {"session_id": "s1", "message_count": 1, "pending_tokens": 1, "added": 1},
+        AddMessagesResult,
+    ),
+    (
+        lambda c: c.commit("s1", keep_recent_count=10, enable_working_memory=True),
+        "POST",
+        "/api/v1/sessions/s1/commit",
+        {},
+        {"keep_recent_count": 10, "enable_working_memory": True},
+        {"status": "accepted", "task_id": "t1", "archive_uri": "viking://x", "archived": True},
+        CommitAccepted,
+    ),
+    (
+        lambda c: c.commit("s1"),
+        "POST",
+        "/api/v1/sessions/s1/commit",
+        {},
+        {},
+        {"status": "skipped", "task_id": None, "archive_uri": None, "archived": False, "reason": "no_messages"},
+        CommitAccepted,
+    ),
+    (
+        lambda c: c.get_task("t1"),
+        "GET",
+        "/api/v1/tasks/t1",
+        {},
+        None,
+        {"task_id": "t1", "status": "failed", "error": "llm died", "result": None},
+        TaskState,
+    ),
+    (
+        lambda c: c.get_context("s1", token_budget=5000),
+        "GET",
+        "/api/v1/sessions/s1/context",
+        {"token_budget": "5000"},
+        None,
+        {
+            "latest_archive_overview": "ov",
+            "messages": [],
+            "estimatedTokens": 12,
+            "stats": {"totalArchives": 2, "failedArchives": 1},
+        },
+        SessionContext,
+    ),
+    (
+        lambda c: c.get_archive("s1", "archive_001"),
+        "GET",
+        "/api/v1/sessions/s1/archives/archive_001",
+        {},
+        None,
+        {"archive_id": "archive_001", "overview": "o", "messages": [{"id": "m"}]},
+        Archive,
+    ),
+    (lambda c: c.delete_session("s1"), "DELETE", "/api/v1/sessions/s1", {}, None, {"session_id": "s1"}, dict),
+    (
+        lambda c: c.find("tea", target_uri="viking://~/memories", limit=20, score_threshold=0.0, context_type="memory"),
+        "POST",
+        "/api/v1/search/find",
+        {},
+        {
+            "query": "tea",
+            "target_uri": "viking://~/memories",
+            "limit": 20,
+            "score_threshold": 0.0,
+            "context_type": "memory",
+        },
+        {
+            "memories": [
+                {"uri": "viking://u/m.md", "level": 2, "score": 0.7, "abstract": "a", "context_type": "memory"}
+            ],
+            "resources": [],
+            "skills": [],
+            "total": 1,
+        },
+        FindResult,
+    ),
+    (
+        lambda c: c.find("tea", target_uri="viking://resources", limit=5),
+        "POST",
+        "/api/v1/search/find",
+        {},
+        {"query": "tea", "target_uri": "viking://resources", "limit": 5},
+        {},
+        FindResult,
+    ),
+    (
+        lambda c: c.grep("viking://~/sessions/s1/history", "te\\.a"),
+        "POST",
+        "/api/v1/search/grep",
+        {},
+        {"uri": "viking://~/sessions/s1/history", "pattern": "te\\.a", "case_insensitive": True},
+        {"matches": [{"line": 3, "uri": "viking://x", "content": "tea"}], "count": 1},
+        GrepResult,
+    ),
+    (
+        lambda c: c.read("viking://~/memories/a.md"),
+        "GET",
+        "/api/v1/content/read",
+        {"uri": "viking://~/memories/a.md"},
+        None,
+        "full text",
+        str,
+    ),
+    (lambda c: c.abstract("viking://r"), "GET", "/api/v1/content/abstract", {"uri": "viking://r"}, None, "abs", str),
+    (lambda c: c.overview("viking://r"), "GET", "/api/v1/content/overview", {"uri": "viking://r"}, None, "ovw", str),
+    (
+        lambda c: c.rm("viking://~/memories/a.md"),
+        "DELETE",
+        "/api/v1/fs",
+        {"uri": "viking://~/memories/a.md", "recursive": "false"},
+        None,
+        {"uri": "viking://user/u/memories/a.md", "estimated_deleted_count": 1},
+        dict,
+    ),
+    (
+        lambda c: c.rm("viking://resources/d", recursive=True),
+        "DELETE",
+        "/api/v1/fs",
+        {"uri": "viking://resources/d", "recursive": "true"},
+        None,
+        {"estimated_deleted_count": 0},
+        dict,
+    ),
+    (
+        lambda c: c.add_resource("https://example.com/a.md", to="viking://resources/a", reason="r", wait=True),
+        "POST",
+        "/api/v1/resources",
+        {},
+        {"path": "https://example.com/a.md", "to": "viking://resources/a", "reason": "r", "wait": True},
+        {"root_uri": "viking://resources/a"},
+        dict,
+    ),
+    (
+        lambda c: c.add_resource("upload_" + "a" * 32 + ".md"),
+        "POST",
+        "/api/v1/resources",
+        {},
+        {"temp_file_id": "upload_" + "a" * 32 + ".md"},
+        {"root_uri": "viking://resources/a"},
+        dict,
+    ),
+    (
+        lambda c: c.add_resource(temp_file_id="shared_x"),
+        "POST",
+        "/api/v1/resources",
+        {},
+        {"temp_file_id": "shared_x"},
+        {},
+        dict,
+    ),
+    (
+        lambda c: c.add_skill("---\nname: s\n---\n", wait=False),
+        "POST",
+        "/api/v1/skills",
+        {},
+        {"data": "---\nname: s\n---\n", "wait": False},
+        {"root_uri": "viking://agent/skills/s"},
+        dict,
+    ),
+    (
+        lambda c: c.add_skill(temp_file_id="upload_x.md"),
+        "POST",
+        "/api/v1/skills",
+        {},
+        {"temp_file_id": "upload_x.md"},
+        {},
+        dict,
+    ),
+    (
+        lambda c: c.admin_create_account("acme", "boss"),
+        "POST",
+        "/api/v1/admin/accounts",
+        {},
+        {"account_id": "acme", "admin_user_id": "boss"},
+        {"user_key": "k"},
+        dict,
+    ),
+    (
+        lambda c: c.admin_create_user("acme", "bob"),
+        "POST",
+        "/api/v1/admin/accounts/acme/users",
+        {},
+        {"user_id": "bob", "role": "user"},
+        {"user_key": "k2"},
+        dict,
+    ),
 ]
 
 
-@pytest.mark.parametrize("call,method,path,query,body,result,rtype", SHAPES)
+@pytest.mark.parametrize(("call", "method", "path", "query", "body", "result", "rtype"), SHAPES)
 async def test_request_shape_and_decoding(call, method, path, query, body, result, rtype):
     rec = Recorder(ok(result))
     out = await call(client(rec))
@@ -165,9 +343,17 @@ async def test_request_shape_and_decoding(call, method, path, query, body, resul
 
 
 async def test_decoded_fields():
-    rec = Recorder(ok({"latest_archive_overview": "sum", "pre_archive_abstracts": [],
-                       "messages": [{"id": "m1", "role": "user", "parts": []}], "estimatedTokens": 42,
-                       "stats": {"totalArchives": 3, "failedArchives": 1, "activeTokens": 40}}))
+    rec = Recorder(
+        ok(
+            {
+                "latest_archive_overview": "sum",
+                "pre_archive_abstracts": [],
+                "messages": [{"id": "m1", "role": "user", "parts": []}],
+                "estimatedTokens": 42,
+                "stats": {"totalArchives": 3, "failedArchives": 1, "activeTokens": 40},
+            }
+        )
+    )
     ctx = await client(rec).get_context("s", token_budget=10)
     assert ctx.estimated_tokens == 42 and ctx.latest_archive_overview == "sum"
     assert (ctx.stats.total_archives, ctx.stats.failed_archives, ctx.stats.active_tokens) == (3, 1, 40)
@@ -215,8 +401,14 @@ async def test_health_is_not_enveloped():
 def _batch_answer(request: httpx.Request) -> httpx.Response:
     n = len(json.loads(request.content)["messages"])
     _batch_answer.total += n  # type: ignore[attr-defined]
-    return ok({"session_id": "s", "message_count": _batch_answer.total, "added": n,  # type: ignore[attr-defined]
-               "pending_tokens": _batch_answer.total})  # type: ignore[attr-defined]
+    return ok(
+        {
+            "session_id": "s",
+            "message_count": _batch_answer.total,
+            "added": n,  # type: ignore[attr-defined]
+            "pending_tokens": _batch_answer.total,
+        }
+    )  # type: ignore[attr-defined]
 
 
 async def test_add_messages_chunks_at_100_and_sums_added():
@@ -289,8 +481,9 @@ async def test_round_trip_against_fake():
         with pytest.raises(OVError) as dup:
             await ov.create_session("s1")
         assert (dup.value.code, dup.value.status) == ("ALREADY_EXISTS", 409)
-        added = await ov.add_messages("s1", [{"role": "user", "content": "remember I prefer tea"},
-                                             {"role": "assistant", "content": "ok"}])
+        added = await ov.add_messages(
+            "s1", [{"role": "user", "content": "remember I prefer tea"}, {"role": "assistant", "content": "ok"}]
+        )
         assert added.added == 2
         commit = await ov.commit("s1", keep_recent_count=1)
         assert commit.archive_uri == "viking://user/default/sessions/s1/history/archive_001"
@@ -298,7 +491,8 @@ async def test_round_trip_against_fake():
         assert task.status == "completed"
         found = await ov.find("tea", target_uri="viking://~/memories", limit=5)
         assert [h.uri for h in found.memories if h.level == 2] == [
-            "viking://user/default/memories/preferences/mem_1.md"]
+            "viking://user/default/memories/preferences/mem_1.md"
+        ]
         ctx = await ov.get_context("s1", token_budget=1000)
         assert [m["parts"][0]["text"] for m in ctx.messages] == ["ok"]
         with pytest.raises(OVError) as bad:

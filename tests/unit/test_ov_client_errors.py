@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
-
 import httpx
 import pytest
-
-from workers.dev.fake_ov.app import FakeOV
-from core.ov.client import OVClient, OVError, OVUnavailable
 from ov_helpers import Recorder, client, err, ok
 
-
+from core.ov.client import OVClient, OVError, OVUnavailable
+from workers.dev.fake_ov.app import FakeOV
 
 # --- errors ----------------------------------------------------------------------------
 
-ERRORS = [(400, "INVALID_ARGUMENT"), (400, "INVALID_URI"), (401, "UNAUTHENTICATED"),
-          (403, "PERMISSION_DENIED"), (404, "NOT_FOUND"), (409, "ALREADY_EXISTS"),
-          (412, "FAILED_PRECONDITION"), (503, "UNAVAILABLE")]
+ERRORS = [
+    (400, "INVALID_ARGUMENT"),
+    (400, "INVALID_URI"),
+    (401, "UNAUTHENTICATED"),
+    (403, "PERMISSION_DENIED"),
+    (404, "NOT_FOUND"),
+    (409, "ALREADY_EXISTS"),
+    (412, "FAILED_PRECONDITION"),
+    (503, "UNAVAILABLE"),
+]
 
 
-@pytest.mark.parametrize("status,code", ERRORS)
+@pytest.mark.parametrize(("status", "code"), ERRORS)
 async def test_error_envelope_raises_ovError(status, code):
     rec = Recorder(err(status, code, "it failed", {"field": "x"}))
     with pytest.raises(OVError) as info:
@@ -43,12 +47,15 @@ async def test_framework_error_without_envelope():
     assert info.value.status == 405 and "Method Not Allowed" in info.value.message
 
 
-@pytest.mark.parametrize("response", [
-    httpx.Response(200, text="<html>hello</html>"),
-    httpx.Response(500, text="Internal Server Error"),
-    httpx.Response(200, json=[1, 2]),
-    httpx.Response(200, json={"result": {}}),
-])
+@pytest.mark.parametrize(
+    "response",
+    [
+        httpx.Response(200, text="<html>hello</html>"),
+        httpx.Response(500, text="Internal Server Error"),
+        httpx.Response(200, json=[1, 2]),
+        httpx.Response(200, json={"result": {}}),
+    ],
+)
 async def test_bad_responses(response):
     with pytest.raises(OVError) as info:
         await client(Recorder(response), retries=0).get_task("t")
@@ -67,8 +74,15 @@ async def test_wrong_result_shape_is_bad_response():
     assert info.value.code == "BAD_RESPONSE"
 
 
-@pytest.mark.parametrize("exc", [httpx.ConnectError("refused"), httpx.ReadTimeout("slow"),
-                                 httpx.ConnectTimeout("slow"), httpx.RemoteProtocolError("eof")])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        httpx.ConnectError("refused"),
+        httpx.ReadTimeout("slow"),
+        httpx.ConnectTimeout("slow"),
+        httpx.RemoteProtocolError("eof"),
+    ],
+)
 async def test_transport_failures_are_unavailable_with_status_0(exc):
     with pytest.raises(OVUnavailable) as info:
         await client(Recorder(exc), retries=0).get_context("s", token_budget=1)
@@ -78,17 +92,28 @@ async def test_transport_failures_are_unavailable_with_status_0(exc):
 # --- retries ---------------------------------------------------------------------------
 
 IDEMPOTENT = [
-    lambda c: c.health(), lambda c: c.get_session("s"), lambda c: c.get_task("t"),
-    lambda c: c.get_context("s", token_budget=1), lambda c: c.get_archive("s", "a"),
-    lambda c: c.delete_session("s"), lambda c: c.find("q", target_uri="viking://~/memories", limit=1),
-    lambda c: c.grep("viking://~", "x"), lambda c: c.read("viking://r"),
-    lambda c: c.abstract("viking://r"), lambda c: c.overview("viking://r"), lambda c: c.rm("viking://r"),
+    lambda c: c.health(),
+    lambda c: c.get_session("s"),
+    lambda c: c.get_task("t"),
+    lambda c: c.get_context("s", token_budget=1),
+    lambda c: c.get_archive("s", "a"),
+    lambda c: c.delete_session("s"),
+    lambda c: c.find("q", target_uri="viking://~/memories", limit=1),
+    lambda c: c.grep("viking://~", "x"),
+    lambda c: c.read("viking://r"),
+    lambda c: c.abstract("viking://r"),
+    lambda c: c.overview("viking://r"),
+    lambda c: c.rm("viking://r"),
 ]
 NON_IDEMPOTENT = [
-    lambda c: c.create_session("s"), lambda c: c.add_message("s", {"role": "user", "content": "x"}),
-    lambda c: c.add_messages("s", [{"role": "user", "content": "x"}]), lambda c: c.commit("s"),
-    lambda c: c.temp_upload("a.md", b"x"), lambda c: c.add_resource("https://e/x"),
-    lambda c: c.add_skill("---\nname: s\n---"), lambda c: c.admin_create_account("a", "b"),
+    lambda c: c.create_session("s"),
+    lambda c: c.add_message("s", {"role": "user", "content": "x"}),
+    lambda c: c.add_messages("s", [{"role": "user", "content": "x"}]),
+    lambda c: c.commit("s"),
+    lambda c: c.temp_upload("a.md", b"x"),
+    lambda c: c.add_resource("https://e/x"),
+    lambda c: c.add_skill("---\nname: s\n---"),
+    lambda c: c.admin_create_account("a", "b"),
     lambda c: c.admin_create_user("a", "b"),
 ]
 
@@ -102,8 +127,7 @@ def _ok_for_anything(request: httpx.Request) -> httpx.Response:
 
 
 @pytest.mark.parametrize("call", IDEMPOTENT)
-@pytest.mark.parametrize("failure", [err(503, "UNAVAILABLE"), err(500, "INTERNAL"),
-                                     httpx.ConnectError("refused")])
+@pytest.mark.parametrize("failure", [err(503, "UNAVAILABLE"), err(500, "INTERNAL"), httpx.ConnectError("refused")])
 async def test_idempotent_calls_retry_then_succeed(call, failure):
     rec = Recorder(failure, failure, _ok_for_anything)
     await call(client(rec, retries=3))
@@ -119,8 +143,9 @@ async def test_idempotent_retries_are_bounded(call):
 
 
 @pytest.mark.parametrize("call", NON_IDEMPOTENT)
-@pytest.mark.parametrize("failure", [err(503, "UNAVAILABLE"), err(500, "INTERNAL"),
-                                     httpx.ConnectError("refused"), httpx.ReadTimeout("slow")])
+@pytest.mark.parametrize(
+    "failure", [err(503, "UNAVAILABLE"), err(500, "INTERNAL"), httpx.ConnectError("refused"), httpx.ReadTimeout("slow")]
+)
 async def test_non_idempotent_calls_are_never_retried(call, failure):
     rec = Recorder(failure, _ok_for_anything)
     with pytest.raises(OVError):
@@ -128,8 +153,10 @@ async def test_non_idempotent_calls_are_never_retried(call, failure):
     assert len(rec.requests) == 1
 
 
-@pytest.mark.parametrize("status,code", [(400, "INVALID_ARGUMENT"), (404, "NOT_FOUND"),
-                                         (401, "UNAUTHENTICATED"), (409, "ALREADY_EXISTS")])
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(400, "INVALID_ARGUMENT"), (404, "NOT_FOUND"), (401, "UNAUTHENTICATED"), (409, "ALREADY_EXISTS")],
+)
 async def test_client_errors_are_not_retried(status, code):
     rec = Recorder(err(status, code), ok({}))
     with pytest.raises(OVError):
@@ -157,8 +184,9 @@ async def test_short_envelopes_of_the_fake_are_understood():
             await ov.get_session("nope")  # 0.5.2's short envelope: no "result", no details
         assert (missing.value.code, missing.value.status, missing.value.details) == ("NOT_FOUND", 404, None)
         with pytest.raises(OVError) as too_many:
-            await ov.scoped()._post("/api/v1/sessions/s/messages/batch",
-                                    {"messages": [{"role": "user", "content": "x"}] * 101})
+            await ov.scoped()._post(
+                "/api/v1/sessions/s/messages/batch", {"messages": [{"role": "user", "content": "x"}] * 101}
+            )
         assert too_many.value.code == "INVALID_ARGUMENT"
         assert too_many.value.details["validation_errors"][0]["loc"] == ["body", "messages"]
         with pytest.raises(OVError) as unknown:

@@ -19,7 +19,8 @@ from workers.dev.model_server import GARBAGE_ANSWER, cosine, embed, start_model_
 EXTRACTION_SYSTEM = (
     "## Output Format: restricted Python memory SDK\n"
     "- sdk.create_preferences(*, user: str, topic: str, content: str)\n"
-    "- sdk.set_profile(*, content: str)\n")
+    "- sdk.set_profile(*, content: str)\n"
+)
 
 
 def conversation(*lines: tuple[str, str]) -> str:
@@ -28,6 +29,7 @@ def conversation(*lines: tuple[str, str]) -> str:
 
 
 # --- embeddings ---------------------------------------------------------------------------
+
 
 def test_tokenize_words_and_cjk() -> None:
     assert tokenize("I prefer Dark-Roast 2x!") == ["i", "prefer", "dark", "roast", "2x"]
@@ -47,15 +49,19 @@ def test_embedding_is_stable_normalised_and_lexical() -> None:
 
 # --- chat answers -------------------------------------------------------------------------
 
+
 def test_extraction_program_creates_preferences_and_profile() -> None:
-    texts = [EXTRACTION_SYSTEM, conversation(("user", "I prefer dark roast coffee. My name is Ada."),
-                                             ("assistant", "I like that too."))]
+    texts = [
+        EXTRACTION_SYSTEM,
+        conversation(("user", "I prefer dark roast coffee. My name is Ada."), ("assistant", "I like that too.")),
+    ]
     program = extraction_program(texts)
-    calls = [(n.value.func.attr, {k.arg: k.value.value for k in n.value.keywords})
-             for n in ast.parse(program).body]
+    calls = [(n.value.func.attr, {k.arg: k.value.value for k in n.value.keywords}) for n in ast.parse(program).body]
     assert calls == [
-        ("create_preferences", {"user": "default", "topic": "dark_roast_coffee",
-                                "content": "- I prefer dark roast coffee."}),
+        (
+            "create_preferences",
+            {"user": "default", "topic": "dark_roast_coffee", "content": "- I prefer dark roast coffee."},
+        ),
         ("set_profile", {"content": "# User\n- My name is Ada."}),
         ("commit", {}),
     ]
@@ -63,10 +69,16 @@ def test_extraction_program_creates_preferences_and_profile() -> None:
 
 
 def test_extraction_updates_a_bound_preference_instead_of_recreating() -> None:
-    record = {"object_name": "preferences_1", "memory_type": "preferences",
-              "fields": {"user": "default", "topic": "dark_roast_coffee", "content": "- old fact"}}
-    texts = [EXTRACTION_SYSTEM, conversation(("user", "I prefer dark roast coffee.")),
-             "# Existing memory loaded by prefetch\n" + json.dumps(record)]
+    record = {
+        "object_name": "preferences_1",
+        "memory_type": "preferences",
+        "fields": {"user": "default", "topic": "dark_roast_coffee", "content": "- old fact"},
+    }
+    texts = [
+        EXTRACTION_SYSTEM,
+        conversation(("user", "I prefer dark roast coffee.")),
+        "# Existing memory loaded by prefetch\n" + json.dumps(record),
+    ]
     program = extraction_program(texts)
     ast.parse(program)
     assert program.startswith('preferences_1.content.update("""- old fact\n- I prefer dark roast coffee.""")')
@@ -93,8 +105,10 @@ def test_topic_is_three_content_words() -> None:
 
 
 def test_working_memory_create_and_update() -> None:
-    prompt = ("Working Memory ...\n<session_content>\n[user]: I prefer tea. Also biscuits.\n"
-              "[assistant]: Fine.\n</session_content>\n")
+    prompt = (
+        "Working Memory ...\n<session_content>\n[user]: I prefer tea. Also biscuits.\n"
+        "[assistant]: Fine.\n</session_content>\n"
+    )
     kind, doc, calls = answer([{"role": "user", "content": prompt}], [])
     assert kind == "wm_create" and calls == []
     assert doc.startswith("# Working Memory\n") and doc.count("\n## ") == 7
@@ -103,19 +117,25 @@ def test_working_memory_create_and_update() -> None:
     tool = {"type": "function", "function": {"name": "update_working_memory"}}
     kind, content, calls = answer([{"role": "user", "content": update}], [tool])
     assert kind == "wm_update" and content == ""
-    (name, args), = calls
+    ((name, args),) = calls
     assert name == "update_working_memory" and len(args["sections"]) == 7
     assert args["sections"]["Key Facts & Decisions"] == {"op": "APPEND", "items": ["user: New fact here."]}
     assert args["sections"]["Open Issues"] == {"op": "KEEP"}
 
 
 def test_other_prompts_get_a_short_summary() -> None:
-    kind, content, _ = answer([{"role": "system", "content": "be brief"},
-                               {"role": "user", "content": "Summarise this directory. It has files."}], [])
+    kind, content, _ = answer(
+        [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "Summarise this directory. It has files."},
+        ],
+        [],
+    )
     assert (kind, content) == ("other", "Summary: Summarise this directory.")
 
 
 # --- the HTTP server ------------------------------------------------------------------------
+
 
 @pytest.fixture
 def server():
@@ -132,13 +152,17 @@ def test_http_routes_and_modes(server) -> None:
         floats = c.post("/v1/embeddings", json={"input": ["a b", "c"], "model": "m"}).json()
         assert [d["index"] for d in floats["data"]] == [0, 1]
         assert floats["data"][0]["embedding"] == embed("a b", 16)
-        b64 = c.post("/v1/embeddings", json={"input": "a b", "encoding_format": "base64",
-                                             "dimensions": 8}).json()
+        b64 = c.post("/v1/embeddings", json={"input": "a b", "encoding_format": "base64", "dimensions": 8}).json()
         raw = base64.b64decode(b64["data"][0]["embedding"])
         assert list(struct.unpack("<8f", raw)) == pytest.approx(embed("a b", 8), abs=1e-6)
 
-        chat = {"model": "m", "messages": [{"role": "system", "content": EXTRACTION_SYSTEM},
-                                           {"role": "user", "content": conversation(("user", "I love jazz."))}]}
+        chat = {
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": EXTRACTION_SYSTEM},
+                {"role": "user", "content": conversation(("user", "I love jazz."))},
+            ],
+        }
         msg = c.post("/v1/chat/completions", json=chat).json()["choices"][0]["message"]
         assert msg["content"].startswith('sdk.create_preferences(user="""default""", topic="""jazz"""')
 
@@ -153,8 +177,12 @@ def test_http_routes_and_modes(server) -> None:
 
         tool = {"type": "function", "function": {"name": "update_working_memory", "parameters": {}}}
         server.set_mode("normal")
-        wm = {"messages": [{"role": "user", "content": "<current_wm>x</current_wm><new_content>\n"
-                                                       "[user]: hi.\n</new_content>"}], "tools": [tool]}
+        wm = {
+            "messages": [
+                {"role": "user", "content": "<current_wm>x</current_wm><new_content>\n[user]: hi.\n</new_content>"}
+            ],
+            "tools": [tool],
+        }
         choice = c.post("/v1/chat/completions", json=wm).json()["choices"][0]
         assert choice["finish_reason"] == "tool_calls"
         call = choice["message"]["tool_calls"][0]["function"]
@@ -163,9 +191,11 @@ def test_http_routes_and_modes(server) -> None:
 
 # --- local_ov helpers -----------------------------------------------------------------------
 
+
 def test_write_ov_config(tmp_path: Path) -> None:
-    path = local_ov.write_ov_config(tmp_path, ov_port=1999, model_url="http://127.0.0.1:5/v1/",
-                                    root_api_key="k", dimension=32)
+    path = local_ov.write_ov_config(
+        tmp_path, ov_port=1999, model_url="http://127.0.0.1:5/v1/", root_api_key="k", dimension=32
+    )
     conf = json.loads(path.read_text())
     assert conf["server"] == {"host": "127.0.0.1", "port": 1999, "root_api_key": "k"}
     assert conf["embedding"]["dense"]["api_base"] == "http://127.0.0.1:5/v1"
@@ -191,7 +221,8 @@ def test_start_local_ov_reports_log_tail_when_the_server_exits(tmp_path: Path) -
     fake.write_text("#!/bin/sh\necho 'boom: no config for you'\nexit 3\n")
     fake.chmod(0o755)
     with pytest.raises(local_ov.LocalOVError) as info:
-        local_ov.start_local_ov(tmp_path / "w", port=1, model_url="http://127.0.0.1:9/v1",
-                                binary=str(fake), timeout_s=30)
+        local_ov.start_local_ov(
+            tmp_path / "w", port=1, model_url="http://127.0.0.1:9/v1", binary=str(fake), timeout_s=30
+        )
     assert "exited with 3" in str(info.value) and "boom: no config for you" in str(info.value)
     assert os.path.exists(tmp_path / "w" / "ov.log")

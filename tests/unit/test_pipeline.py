@@ -4,6 +4,7 @@ transcripts."""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core.messages.canonical import canonicalize_agent_messages, normalize_assistant_content
 from core.messages.model import (
     AgentMessage,
     AssistantMessage,
@@ -21,7 +23,6 @@ from core.messages.model import (
     UserMessage,
     dump_messages,
 )
-from core.messages.canonical import canonicalize_agent_messages, normalize_assistant_content
 from core.messages.pipeline import (
     MISSING_TOOL_RESULT_TEXT,
     NO_CONTENT_TEXT,
@@ -36,7 +37,9 @@ def U(content: Any = "u") -> UserMessage:
     return UserMessage(content=content)
 
 
-def A(*calls: str, text: str | None = None, stop: str | None = None, names: dict[str, str] | None = None) -> AssistantMessage:
+def A(
+    *calls: str, text: str | None = None, stop: str | None = None, names: dict[str, str] | None = None
+) -> AssistantMessage:
     blocks: list[Any] = [TextBlock(text=text)] if text is not None else []
     blocks += [ToolCallBlock(id=c, name=(names or {}).get(c, "bash")) for c in calls]
     return AssistantMessage(content=blocks, stopReason=stop)
@@ -58,10 +61,19 @@ def synthetic(call_id: str, name: str = "bash") -> ToolResultMessage:
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
-        ([{"role": "assistant", "content": "hi"}], [{"role": "assistant", "content": [{"type": "text", "text": "hi"}]}]),
+        (
+            [{"role": "assistant", "content": "hi"}],
+            [{"role": "assistant", "content": [{"type": "text", "text": "hi"}]}],
+        ),
         ([{"role": "user", "content": "hi"}], [{"role": "user", "content": "hi"}]),
-        ([{"role": "assistant", "content": [{"type": "text", "text": "x"}]}], [{"role": "assistant", "content": [{"type": "text", "text": "x"}]}]),
-        (["not a dict", {"role": "assistant", "content": ""}], ["not a dict", {"role": "assistant", "content": [{"type": "text", "text": ""}]}]),
+        (
+            [{"role": "assistant", "content": [{"type": "text", "text": "x"}]}],
+            [{"role": "assistant", "content": [{"type": "text", "text": "x"}]}],
+        ),
+        (
+            ["not a dict", {"role": "assistant", "content": ""}],
+            ["not a dict", {"role": "assistant", "content": [{"type": "text", "text": ""}]}],
+        ),
     ],
     ids=["assistant-string", "user-untouched", "assistant-blocks-untouched", "odd-items-pass"],
 )
@@ -77,8 +89,27 @@ def test_normalize_assistant_content(raw: list[Any], expected: list[Any]) -> Non
             [{"role": "assistant", "content": [{"type": "toolCall", "id": "a", "name": "n", "arguments": {"x": 1}}]}],
         ),
         (
-            {"role": "assistant", "content": [{"type": "toolCall", "id": "a", "name": "n", "toolInput": {"x": 1}, "thoughtSignature": "s"}]},
-            [{"role": "assistant", "content": [{"type": "toolCall", "id": "a", "name": "n", "toolInput": {"x": 1}, "thoughtSignature": "s", "arguments": {"x": 1}}]}],
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "toolCall", "id": "a", "name": "n", "toolInput": {"x": 1}, "thoughtSignature": "s"}
+                ],
+            },
+            [
+                {
+                    "role": "assistant",
+                    "content": [
+                        {
+                            "type": "toolCall",
+                            "id": "a",
+                            "name": "n",
+                            "toolInput": {"x": 1},
+                            "thoughtSignature": "s",
+                            "arguments": {"x": 1},
+                        }
+                    ],
+                }
+            ],
         ),
         (
             {"role": "assistant", "content": [{"type": "functionCall", "toolCallId": "b", "name": "n"}]},
@@ -89,7 +120,10 @@ def test_normalize_assistant_content(raw: list[Any], expected: list[Any]) -> Non
             [{"role": "toolResult", "tool_use_id": "c", "toolCallId": "c", "content": [{"type": "text", "text": "r"}]}],
         ),
         (
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "d", "content": [{"type": "text", "text": "r"}]}]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "d", "content": [{"type": "text", "text": "r"}]}],
+            },
             [{"role": "toolResult", "toolCallId": "d", "content": [{"type": "text", "text": "r"}], "isError": False}],
         ),
     ],
@@ -104,7 +138,11 @@ def test_canonicalize_agent_messages(raw: dict[str, Any], expected: list[Any]) -
 # --- 3: pairing (reference: session-transcript-repair.test.ts) -------------------------------
 
 PAIRING_CASES: list[tuple[str, list[AgentMessage], list[AgentMessage]]] = [
-    ("paired call and result untouched", [A("tc1", text="Let me search"), R("tc1")], [A("tc1", text="Let me search"), R("tc1")]),
+    (
+        "paired call and result untouched",
+        [A("tc1", text="Let me search"), R("tc1")],
+        [A("tc1", text="Let me search"), R("tc1")],
+    ),
     (
         "a call without result gets a synthetic error result before the next user",
         [A("tc_orphan"), U("continue")],
@@ -117,7 +155,11 @@ PAIRING_CASES: list[tuple[str, list[AgentMessage], list[AgentMessage]]] = [
         [A("tc_x"), R("tc_x", "result 1"), A("tc_y"), R("tc_x", "stale"), R("tc_y", "content a")],
         [A("tc_x"), R("tc_x", "result 1"), A("tc_y"), R("tc_y", "content a")],
     ),
-    ("errored assistant gets no synthetic result", [A("err_tc", stop="error"), U("try again")], [A("err_tc", stop="error"), U("try again")]),
+    (
+        "errored assistant gets no synthetic result",
+        [A("err_tc", stop="error"), U("try again")],
+        [A("err_tc", stop="error"), U("try again")],
+    ),
     (
         "aborted assistant loses its results but keeps the users after it",
         [A("ab", stop="aborted"), R("ab"), U("next")],
@@ -134,8 +176,16 @@ PAIRING_CASES: list[tuple[str, list[AgentMessage], list[AgentMessage]]] = [
         [A("x"), A(text="later"), R("x")],
         [A("x"), synthetic("x"), A(text="later")],
     ),
-    ("a second result for the same id in one span dropped", [A("x"), R("x", "first"), R("x", "second")], [A("x"), R("x", "first")]),
-    ("a blank result name takes the call's name", [A("x", names={"x": "grep"}), R("x", name=" ")], [A("x", names={"x": "grep"}), R("x", name="grep")]),
+    (
+        "a second result for the same id in one span dropped",
+        [A("x"), R("x", "first"), R("x", "second")],
+        [A("x"), R("x", "first")],
+    ),
+    (
+        "a blank result name takes the call's name",
+        [A("x", names={"x": "grep"}), R("x", name=" ")],
+        [A("x", names={"x": "grep"}), R("x", name="grep")],
+    ),
     ("a repeated id in one assistant gets one result", [A("x", "x"), R("x")], [A("x", "x"), R("x")]),
     ("assistant without calls drops following results", [A(text="t"), R("x"), U()], [A(text="t"), U()]),
 ]
@@ -160,14 +210,21 @@ MERGE_CASES: list[tuple[str, list[AgentMessage], list[AgentMessage]]] = [
     (
         "two users merge, strings become text blocks",
         [U("[Session History Summary]\nold archive"), U("Hello, what's up?"), A(text="Hi!")],
-        [U([TextBlock(text="[Session History Summary]\nold archive"), TextBlock(text="Hello, what's up?")]), A(text="Hi!")],
+        [
+            U([TextBlock(text="[Session History Summary]\nold archive"), TextBlock(text="Hello, what's up?")]),
+            A(text="Hi!"),
+        ],
     ),
     (
         "four users collapse into one",
         [U("a"), U("b"), U("c"), U("d"), A(text="ok")],
         [U([TextBlock(text=t) for t in "abcd"]), A(text="ok")],
     ),
-    ("alternation untouched", [U("Q1"), A(text="A1"), U("Q2"), A(text="A2")], [U("Q1"), A(text="A1"), U("Q2"), A(text="A2")]),
+    (
+        "alternation untouched",
+        [U("Q1"), A(text="A1"), U("Q2"), A(text="A2")],
+        [U("Q1"), A(text="A1"), U("Q2"), A(text="A2")],
+    ),
     (
         "block contents concatenate in order",
         [U([TextBlock(text="part 1")]), U([TextBlock(text="part 2")])],
@@ -200,14 +257,28 @@ def test_anthropic_tool_results_end_up_ahead_of_user_text() -> None:
     # The reference hoists tool_result blocks to the front when merging users;
     # here they become toolResult messages right after their call.
     raw = [
-        {"role": "assistant", "content": [{"type": "toolUse", "id": "tu_a", "name": "n", "input": {}},
-                                          {"type": "toolUse", "id": "tu_b", "name": "n", "input": {}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu_a", "content": "a"}, {"type": "text", "text": "between"}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "toolUse", "id": "tu_a", "name": "n", "input": {}},
+                {"type": "toolUse", "id": "tu_b", "name": "n", "input": {}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "tu_a", "content": "a"},
+                {"type": "text", "text": "between"},
+            ],
+        },
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu_b", "content": "b"}]},
     ]
     out = dump_messages(run_pipeline(raw))
     assert [(m["role"], m.get("toolCallId")) for m in out] == [
-        ("assistant", None), ("toolResult", "tu_a"), ("toolResult", "tu_b"), ("user", None)
+        ("assistant", None),
+        ("toolResult", "tu_a"),
+        ("toolResult", "tu_b"),
+        ("user", None),
     ]
     assert out[3]["content"] == [{"type": "text", "text": "between"}]
 
@@ -231,7 +302,15 @@ PLACEHOLDER = UserMessage(content=NO_CONTENT_TEXT)
         ),
         ([A("x"), R("x"), A(text="after")], [A("x"), R("x"), A(text="after")]),
     ],
-    ids=["alternating", "two-assistants", "users-not-touched", "empty", "single", "three-assistants", "tool-result-separates"],
+    ids=[
+        "alternating",
+        "two-assistants",
+        "users-not-touched",
+        "empty",
+        "single",
+        "three-assistants",
+        "tool-result-separates",
+    ],
 )
 def test_ensure_alternation(msgs: list[AgentMessage], expected: list[AgentMessage]) -> None:
     assert ensure_alternation(msgs) == expected
@@ -240,15 +319,21 @@ def test_ensure_alternation(msgs: list[AgentMessage], expected: list[AgentMessag
 def test_issue_1724_stack_collapses_to_nine_alternating_turns() -> None:
     assembled = [
         U("[Session History Summary]\n# Working Memory\n..."),
-        A(text="previous response"), U("got it"), A(text="anything else?"),
-        U("write iterative version"), A(text="ok working on it..."),
-        U("[sessions_yield interrupt]"), U("Turn yielded. [Context: previous turn ...]"),
-        A(text="I have resumed, continuing..."), U("good"),
-        U("[Audio] User text: [Telegram User] wrap it in a class"), U("also add comments"),
+        A(text="previous response"),
+        U("got it"),
+        A(text="anything else?"),
+        U("write iterative version"),
+        A(text="ok working on it..."),
+        U("[sessions_yield interrupt]"),
+        U("Turn yielded. [Context: previous turn ...]"),
+        A(text="I have resumed, continuing..."),
+        U("good"),
+        U("[Audio] User text: [Telegram User] wrap it in a class"),
+        U("also add comments"),
     ]
     final = run_pipeline(assembled)
     assert len(final) == 9
-    assert all(type(a) is not type(b) for a, b in zip(final, final[1:]))
+    assert all(type(a) is not type(b) for a, b in itertools.pairwise(final))
     assert isinstance(final[0], UserMessage) and isinstance(final[-1], UserMessage)
 
 
@@ -290,9 +375,16 @@ def transcripts(draw: st.DrawFn) -> list[AgentMessage]:
             stop = draw(st.sampled_from([None, "stop", "toolUse", "error", "aborted"]))
             msgs.append(AssistantMessage(content=blocks, stopReason=stop))
         else:
-            call_id = draw(st.sampled_from(["ghost"]) | st.builds("c{}_{}".format, st.integers(0, 12), st.integers(0, 2)))
-            msgs.append(ToolResultMessage(toolCallId=call_id, toolName=draw(st.sampled_from(["", "bash"])),
-                                          content=[TextBlock(text=draw(_texts))]))
+            call_id = draw(
+                st.sampled_from(["ghost"]) | st.builds("c{}_{}".format, st.integers(0, 12), st.integers(0, 2))
+            )
+            msgs.append(
+                ToolResultMessage(
+                    toolCallId=call_id,
+                    toolName=draw(st.sampled_from(["", "bash"])),
+                    content=[TextBlock(text=draw(_texts))],
+                )
+            )
     return msgs
 
 
@@ -321,7 +413,7 @@ def _user_texts(msgs: list[AgentMessage]) -> Counter[str]:
 @given(transcripts())
 def test_pipeline_invariants(msgs: list[AgentMessage]) -> None:
     out = run_pipeline(msgs)
-    for prev, cur in zip(out, out[1:]):
+    for prev, cur in itertools.pairwise(out):
         # Roles alternate: never two assistants, never two users, in a row.
         assert not (isinstance(prev, AssistantMessage) and isinstance(cur, AssistantMessage))
         assert not (isinstance(prev, UserMessage) and isinstance(cur, UserMessage))
@@ -336,7 +428,7 @@ def test_pipeline_invariants(msgs: list[AgentMessage]) -> None:
             owner = msg
             if not _errored(msg):
                 run = []
-                for nxt in out[i + 1:]:
+                for nxt in out[i + 1 :]:
                     if not isinstance(nxt, ToolResultMessage):
                         break
                     run.append(nxt.toolCallId)

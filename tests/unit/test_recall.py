@@ -62,7 +62,10 @@ class AttrHit:
             {"uri": "viking://a", "level": 2, "score": 0.5, "abstract": "x", "context_type": "memory"},
             RecallHit(uri="viking://a", level=2, score=0.5, abstract="x", context_type="memory"),
         ),
-        (AttrHit("viking://a", 1, 0.25, "y", "resource"), RecallHit(uri="viking://a", level=1, score=0.25, abstract="y", context_type="resource")),
+        (
+            AttrHit("viking://a", 1, 0.25, "y", "resource"),
+            RecallHit(uri="viking://a", level=1, score=0.25, abstract="y", context_type="resource"),
+        ),
         ({"uri": "viking://a"}, RecallHit(uri="viking://a")),
         ({"uri": "viking://a", "level": "2", "score": "0.5"}, RecallHit(uri="viking://a", level=2, score=0.5)),
         ({"uri": "viking://a", "level": "x", "score": "nan"}, RecallHit(uri="viking://a", level=None, score=0.0)),
@@ -277,11 +280,7 @@ def test_fallback_content(raw: dict, expected: str) -> None:
 
 PREF = hit("preferences/tea.md", 0.8, abstract="likes tea")
 EVENT = hit("events/trip.md", 0.7, abstract="trip")
-HEADER = (
-    "<relevant-memories>\n"
-    f"{AUTO_RECALL_SOURCE_MARKER}\n"
-    "The following OpenViking memories may be relevant:\n"
-)
+HEADER = f"<relevant-memories>\n{AUTO_RECALL_SOURCE_MARKER}\nThe following OpenViking memories may be relevant:\n"
 PREF_LINE = f"- [preferences]\n  <uri>{MEM}/preferences/tea.md</uri>\n  User likes green tea."
 EVENT_LINE = f"- [events]\n  <uri>{MEM}/events/trip.md</uri>\n  Went to Kyoto."
 
@@ -363,7 +362,16 @@ B = "<relevant-memories>\nSource: openviking-auto-recall\nx\n</relevant-memories
         ),
         (
             [{"role": "user", "content": [{"type": "image", "data": "d"}, {"type": "text", "text": "hi"}]}],
-            [{"role": "user", "content": [{"type": "text", "text": B}, {"type": "image", "data": "d"}, {"type": "text", "text": "hi"}]}],
+            [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": B},
+                        {"type": "image", "data": "d"},
+                        {"type": "text", "text": "hi"},
+                    ],
+                }
+            ],
         ),
         ([{"role": "user", "content": []}], [{"role": "user", "content": [{"type": "text", "text": B}]}]),
         ([{"role": "user"}], [{"role": "user", "content": B}]),
@@ -374,8 +382,16 @@ B = "<relevant-memories>\nSource: openviking-auto-recall\nx\n</relevant-memories
         ),
         # the latest user message, not an earlier one
         (
-            [{"role": "user", "content": "old"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": "new"}],
-            [{"role": "user", "content": "old"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": f"{B}\n\nnew"}],
+            [
+                {"role": "user", "content": "old"},
+                {"role": "assistant", "content": "a"},
+                {"role": "user", "content": "new"},
+            ],
+            [
+                {"role": "user", "content": "old"},
+                {"role": "assistant", "content": "a"},
+                {"role": "user", "content": f"{B}\n\nnew"},
+            ],
         ),
         (
             [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],

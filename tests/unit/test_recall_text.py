@@ -73,12 +73,15 @@ METADATA_FENCE = '```json\n{"session":"s1","userId":"u1","agentId":"a1","channel
         (f"hello {SENDER} world", "hello world"),
         (f"{CONVERSATION}\nwhat now", "what now"),
         ('Conversation metadata: ```\n{"a":1}\n```\nq', "q"),
-        ('intro\n会话信息 (meta): ```json\n{}\n```\nq', "intro q"),
-        ('对话信息: ```x```rest', "rest"),
+        ("intro\n会话信息 (meta): ```json\n{}\n```\nq", "intro q"),
+        ("对话信息: ```x```rest", "rest"),
         # JSON fences: dropped only with >= 3 distinct metadata keys
         (f"prefix {METADATA_FENCE} suffix", "prefix suffix"),
         ('```json\n{"sessionKey":"k","timezone":"UTC","TIMESTAMP":1}\n```tail', "tail"),
-        ('```json\n{"session":"a","session":"b","channel":"c"}\n```', '```json {"session":"a","session":"b","channel":"c"} ```'),
+        (
+            '```json\n{"session":"a","session":"b","channel":"c"}\n```',
+            '```json {"session":"a","session":"b","channel":"c"} ```',
+        ),
         ('```json\n{"name":"Alice","age":30}\n```', '```json {"name":"Alice","age":30} ```'),
         ('```json\n{"session":"s","userId":"u"}\n```', '```json {"session":"s","userId":"u"} ```'),
         # leading timestamps
@@ -167,7 +170,13 @@ def test_prepare_recall_query_custom_limit() -> None:
     ("message", "expected"),
     [
         ({"role": "user", "content": "plain"}, "plain"),
-        ({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image"}, {"type": "text", "text": "b"}]}, "a\nb"),
+        (
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "a"}, {"type": "image"}, {"type": "text", "text": "b"}],
+            },
+            "a\nb",
+        ),
         ({"role": "user", "content": [{"type": "text", "text": 3}]}, ""),
         ({"role": "user", "content": None}, ""),
         ({"role": "user"}, ""),

@@ -140,8 +140,9 @@ _DUPLICATES = frozenset({SKIP_APPLIED, SKIP_EVENT_SEEN, SKIP_ADVANCEMENT_SEEN})
 """Skips that say nothing new about the transcript (``captured`` stays)."""
 
 
-def plan_round(settings: Settings, session: SessionRef, entries: list[Entry], state: AppliedState,
-               *, isolate: bool = False) -> SessionRound:
+def plan_round(
+    settings: Settings, session: SessionRef, entries: list[Entry], state: AppliedState, *, isolate: bool = False
+) -> SessionRound:
     """The units of this round, in stream order; stops before an entry that fails to convert."""
     plan = SessionRound(session, state)
     seen = set(state.advancements)
@@ -164,8 +165,9 @@ def plan_round(settings: Settings, session: SessionRef, entries: list[Entry], st
             continue
         # Known: capture applied an entry of the session before, or one comes earlier in this round.
         known = state.last_id is not None or state.captured > 0 or bool(plan.units)
-        reason = SKIP_COMMIT_MARKER if event.commit is not None else skip_reason(
-            settings, event, seen, session_known=known)
+        reason = (
+            SKIP_COMMIT_MARKER if event.commit is not None else skip_reason(settings, event, seen, session_known=known)
+        )
         if reason is not None:
             seen_events.add(event.event_id)
             plan.units.append(Unit(entry, [], reason))
@@ -189,8 +191,11 @@ def plan_round(settings: Settings, session: SessionRef, entries: list[Entry], st
 
 def commit_markers(plan: SessionRound) -> list[str]:
     """Reasons of the commit markers this round takes (duplicates left out)."""
-    return [u.entry.event.commit for u in plan.units
-            if u.skip == SKIP_COMMIT_MARKER and u.entry.event is not None and u.entry.event.commit]
+    return [
+        u.entry.event.commit
+        for u in plan.units
+        if u.skip == SKIP_COMMIT_MARKER and u.entry.event is not None and u.entry.event.commit
+    ]
 
 
 def finish_state(plan: SessionRound) -> AppliedState:

@@ -130,8 +130,12 @@ async def _prepare(run: _Run) -> None:
     if state.intent is not None:
         state.settle_intent(await ov_total(run.ov, plan.session.ov_session_id))
         plan.settled = True
-        log.info("session %s: settled an interrupted write (last %s, %d already in part)",
-                 plan.session.ov_session_id, state.last_id, state.partial_skip)
+        log.info(
+            "session %s: settled an interrupted write (last %s, %d already in part)",
+            plan.session.ov_session_id,
+            state.last_id,
+            state.partial_skip,
+        )
         # the plan was made before settling: redo it with what OV holds
         fresh = plan_round(run.settings, plan.session, run.entries, state, isolate=run.isolate)
         plan.units, plan.failed_entry, plan.failure = fresh.units, fresh.failed_entry, fresh.failure
@@ -162,8 +166,7 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
         plan = plan_round(settings, ref, entries, AppliedState.from_hash(raw), isolate=isolate)
         runs.append(_Run(plan, worker.ov_for(ref), settings, entries, isolate))
     slots = worker.ov_slots
-    results = await asyncio.gather(*(_guard(r, lambda r=r: _prepare(r), slots) for r in runs),
-                                   return_exceptions=True)
+    results = await asyncio.gather(*(_guard(r, lambda r=r: _prepare(r), slots) for r in runs), return_exceptions=True)
     _raise_kill(results)
     writing = [r for r in runs if r.ok and r.plan.messages]
     if writing:
@@ -173,8 +176,9 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
                 fields[INTENT] = r.plan.make_intent().encode()
                 pipe.hset(r.plan.session.applied_key, mapping=fields)
             await pipe.execute()
-        results = await asyncio.gather(*(_guard(r, lambda r=r: _write(c, r), slots) for r in writing),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(_guard(r, lambda r=r: _write(c, r), slots) for r in writing), return_exceptions=True
+        )
         _raise_kill(results)
     finished = [r for r in runs if r.ok and r.plan.units]
     if finished:
@@ -222,8 +226,7 @@ async def _record_failures(c: RoundHost, runs: list[_Run], outcome: RoundOutcome
             writers = [u.entry for u in plan.units if not u.skip]
             if len(writers) > 1:  # which entry broke the merged write? try them one at a time
                 outcome.isolate.add(plan.session.ov_session_id)
-                log.info("session %s: merged write failed (%s); isolating entries",
-                         plan.session.ov_session_id, r.error)
+                log.info("session %s: merged write failed (%s); isolating entries", plan.session.ov_session_id, r.error)
                 continue
             await c.record_failure(writers[0] if writers else plan.entries[0], r.error)
             continue
@@ -234,10 +237,14 @@ async def _record_failures(c: RoundHost, runs: list[_Run], outcome: RoundOutcome
 async def _follow_up(c: RoundHost, written: list[_Run]) -> None:
     """After writes: commits for sessions over the threshold, then every session's snapshot."""
     settings, worker = c.settings, c.worker
-    due = [r.plan.session for r in written
-           if r.plan.pending_tokens is not None and r.plan.pending_tokens >= settings.commit_token_threshold]
-    for session, result in zip(due, await asyncio.gather(
-            *(worker.request_commit(s) for s in due), return_exceptions=True)):
+    due = [
+        r.plan.session
+        for r in written
+        if r.plan.pending_tokens is not None and r.plan.pending_tokens >= settings.commit_token_threshold
+    ]
+    for session, result in zip(
+        due, await asyncio.gather(*(worker.request_commit(s) for s in due), return_exceptions=True)
+    ):
         if isinstance(result, Exception):  # the next batch over the threshold asks again
             log.error("session %s: commit request failed: %s", session.ov_session_id, result)
 

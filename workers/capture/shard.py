@@ -116,8 +116,7 @@ class ShardConsumer:
         except LeaseLost:
             self.lost = True
         if self.lost:
-            log.warning("shard %d: lease lost; %d held entries left for the next owner", self.shard,
-                        len(self.backlog))
+            log.warning("shard %d: lease lost; %d held entries left for the next owner", self.shard, len(self.backlog))
             return
         await self.redis.eval(_RELEASE, 1, self.lease_key, self.consumer)
         self.released = True
@@ -178,8 +177,9 @@ class ShardConsumer:
         while room > 0:
             count = min(self.settings.capture_batch, room)
             try:
-                reply = await self.redis.eval(_FENCED_READ, 2, self.stream, self.lease_key, self.consumer,
-                                              self.group, count)
+                reply = await self.redis.eval(
+                    _FENCED_READ, 2, self.stream, self.lease_key, self.consumer, self.group, count
+                )
             except redis_lib.ResponseError as exc:
                 if "NOGROUP" not in str(exc):
                     raise
@@ -236,8 +236,9 @@ class ShardConsumer:
     async def _load_own(self) -> None:
         last = "0"
         while True:
-            reply = await self.redis.xreadgroup(self.group, self.consumer, {self.stream: last},
-                                                count=self.settings.capture_batch)
+            reply = await self.redis.xreadgroup(
+                self.group, self.consumer, {self.stream: last}, count=self.settings.capture_batch
+            )
             entries = reply[0][1] if reply else []
             if not entries:
                 return
@@ -251,9 +252,14 @@ class ShardConsumer:
     async def _autoclaim(self) -> int:
         got, start = 0, "0-0"
         while True:
-            reply = await self.redis.xautoclaim(self.stream, self.group, self.consumer,
-                                                min_idle_time=self.settings.claim_idle_ms,
-                                                start_id=start, count=self.settings.capture_batch)
+            reply = await self.redis.xautoclaim(
+                self.stream,
+                self.group,
+                self.consumer,
+                min_idle_time=self.settings.claim_idle_ms,
+                start_id=start,
+                count=self.settings.capture_batch,
+            )
             start, entries = _text(reply[0]), reply[1]
             for entry_id, fields in entries:
                 if fields:
@@ -267,9 +273,14 @@ class ShardConsumer:
     async def _set_deliveries(self) -> None:
         if not self.backlog:
             return
-        rows = await self.redis.xpending_range(self.stream, self.group, self.backlog[0].id,
-                                               self.backlog[-1].id, len(self.backlog) + 10,
-                                               consumername=self.consumer)
+        rows = await self.redis.xpending_range(
+            self.stream,
+            self.group,
+            self.backlog[0].id,
+            self.backlog[-1].id,
+            len(self.backlog) + 10,
+            consumername=self.consumer,
+        )
         counts = {_text(r["message_id"]): int(r["times_delivered"]) for r in rows}
         for entry in self.backlog:
             entry.deliveries = counts.get(entry.id, entry.deliveries)
@@ -296,8 +307,11 @@ class ShardConsumer:
         loop = asyncio.get_running_loop()
         limit = self.settings.max_deliveries + 1
         dead = [(e, REASON_UNDECODABLE, e.bad) for e in self.backlog if e.bad is not None]
-        dead += [(e, REASON_REDELIVERED, f"delivered {e.deliveries} times without an ack")
-                 for e in self.backlog if e.bad is None and e.deliveries > limit]
+        dead += [
+            (e, REASON_REDELIVERED, f"delivered {e.deliveries} times without an ack")
+            for e in self.backlog
+            if e.bad is None and e.deliveries > limit
+        ]
         if dead:
             await self.dead_letter([(e, r, str(err)) for e, r, err in dead])
         now = loop.time()
@@ -319,10 +333,16 @@ class ShardConsumer:
         pending_sids = {e.session.ov_session_id for e in self.backlog if e.session}
         self.isolate &= pending_sids
         if outcome.unavailable:
-            self.ov_backoff = min(self.settings.capture_ov_down_backoff_max_s, max(self.settings.ov_backoff_s, self.ov_backoff * 2))
+            self.ov_backoff = min(
+                self.settings.capture_ov_down_backoff_max_s, max(self.settings.ov_backoff_s, self.ov_backoff * 2)
+            )
             self.ov_down_until = now + self.ov_backoff
-            log.warning("shard %d: OV unavailable (%s); retrying in %.2fs, nothing acked", self.shard,
-                        outcome.unavailable, self.ov_backoff)
+            log.warning(
+                "shard %d: OV unavailable (%s); retrying in %.2fs, nothing acked",
+                self.shard,
+                outcome.unavailable,
+                self.ov_backoff,
+            )
         elif done:
             if self.ov_backoff:
                 log.info("shard %d: OV reachable again", self.shard)
@@ -336,21 +356,40 @@ class ShardConsumer:
         # XCLAIM to ourselves bumps the PEL delivery count: the failure survives a restart.
         await self.redis.xclaim(self.stream, self.group, self.consumer, 0, [entry.id], justid=False)
         entry.deliveries += 1
-        delay = min(self.settings.capture_retry_backoff_max_s, max(self.settings.ov_backoff_s, 0.01) * 2 ** (entry.deliveries - 2))
+        delay = min(
+            self.settings.capture_retry_backoff_max_s,
+            max(self.settings.ov_backoff_s, 0.01) * 2 ** (entry.deliveries - 2),
+        )
         entry.retry_at = asyncio.get_running_loop().time() + delay
         self.worker.stats.failures += 1
-        log.warning("shard %d: entry %s failed (delivery %d): %s; retry in %.2fs", self.shard, entry.id,
-                    entry.deliveries - 1, error, delay)
+        log.warning(
+            "shard %d: entry %s failed (delivery %d): %s; retry in %.2fs",
+            self.shard,
+            entry.id,
+            entry.deliveries - 1,
+            error,
+            delay,
+        )
 
     async def dead_letter(self, items: list[tuple[Entry, str, str]]) -> None:
         """Copy entries to the dead-letter stream, then ack them here."""
         dlq = Keys(self.settings.key_prefix).dead_letters()
         async with self.redis.pipeline(transaction=False) as pipe:
             for entry, reason, error in items:
-                pipe.xadd(dlq, dead_letter_fields(stream=self.stream, entry_id=entry.id, payload=entry.payload,
-                                                  reason=reason, error=error, deliveries=entry.deliveries,
-                                                  consumer=self.consumer),
-                          maxlen=self.settings.dead_letter_maxlen, approximate=True)
+                pipe.xadd(
+                    dlq,
+                    dead_letter_fields(
+                        stream=self.stream,
+                        entry_id=entry.id,
+                        payload=entry.payload,
+                        reason=reason,
+                        error=error,
+                        deliveries=entry.deliveries,
+                        consumer=self.consumer,
+                    ),
+                    maxlen=self.settings.dead_letter_maxlen,
+                    approximate=True,
+                )
             pipe.xack(self.stream, self.group, *[e.id for e, _, _ in items])
             await pipe.execute()
         gone = {e.id for e, _, _ in items}

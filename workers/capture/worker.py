@@ -5,7 +5,8 @@ shard through a renewable lease (``Keys.capture_lease``, SET NX PX, renewed
 every third of its length); live workers announce themselves in
 ``Keys.capture_workers()`` and each takes about ``shards / live workers`` free
 shards (the division's remainder going to the first names in order),
-handing extras back when more workers join, so 4 workers x 4 shards spread out and a dead worker's shards are taken over once its lease expires.
+handing extras back when more workers join, so 4 workers x 4 shards spread out and a dead
+worker's shards are taken over once its lease expires.
 The shard's consumer (workers.capture.shard) does the reading, ordering,
 exactly-once application and dead-lettering. A consumer that crashes is
 started again only after a backoff (``CAPTURE_RESTART_BACKOFF_S``, doubling
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -72,13 +74,22 @@ return 1
 class CaptureWorker:
     """Consumes its share of the turn streams until ``stop()`` (or, with ``burst``, until caught up)."""
 
-    def __init__(self, settings: Settings, *, redis: aioredis.Redis | None = None,
-                 sync_redis: redis_lib.Redis | None = None, ov: OVClient | None = None,
-                 ov_transport: httpx.AsyncBaseTransport | None = None, consumer: str | None = None,
-                 shards: Sequence[int] | None = None, burst: bool = False,
-                 fault_hook: Callable[[str], None] | None = None, lease_ms: int | None = None,
-                 on_snapshot: Callable[[ContextSnapshot], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        redis: aioredis.Redis | None = None,
+        sync_redis: redis_lib.Redis | None = None,
+        ov: OVClient | None = None,
+        ov_transport: httpx.AsyncBaseTransport | None = None,
+        consumer: str | None = None,
+        shards: Sequence[int] | None = None,
+        burst: bool = False,
+        fault_hook: Callable[[str], None] | None = None,
+        lease_ms: int | None = None,
+        on_snapshot: Callable[[ContextSnapshot], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings
         self._owns_redis = redis is None
         self.redis = redis if redis is not None else connect_async(settings, block_ms=settings.capture_block_ms)
@@ -129,8 +140,7 @@ class CaptureWorker:
 
     async def ensure_group(self, shard: int) -> None:
         try:
-            await self.redis.xgroup_create(self.keys.stream(shard), self.settings.consumer_group, id="0",
-                                           mkstream=True)
+            await self.redis.xgroup_create(self.keys.stream(shard), self.settings.consumer_group, id="0", mkstream=True)
         except redis_lib.ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
@@ -138,8 +148,9 @@ class CaptureWorker:
     async def request_commit(self, session: SessionRef, reason: str = "threshold") -> None:
         """A threshold commit keeps the recent messages; a session-end commit archives all."""
         keep = self.settings.commit_keep_recent_count if reason == "threshold" else 0
-        await asyncio.to_thread(request_commit, self.sync_redis, self.settings,
-                                session.address, reason=reason, keep_recent_count=keep)
+        await asyncio.to_thread(
+            request_commit, self.sync_redis, self.settings, session.address, reason=reason, keep_recent_count=keep
+        )
         self.stats.commits_requested += 1
 
     def snapshot_refreshed(self, snapshot: ContextSnapshot) -> None:
@@ -161,8 +172,9 @@ class CaptureWorker:
         try:
             for shard in self.shards:
                 await self.ensure_group(shard)
-            log.info("capture worker %s on shards %s (group %s)", self.consumer, self.shards,
-                     self.settings.consumer_group)
+            log.info(
+                "capture worker %s on shards %s (group %s)", self.consumer, self.shards, self.settings.consumer_group
+            )
             first = True
             while True:
                 try:
@@ -175,10 +187,8 @@ class CaptureWorker:
                 first = False
                 if not self.consumers and (self.stopping or (self.burst and not self.restart_at)):
                     break
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self._wait_s())
-                except TimeoutError:
-                    pass
                 self._wake.clear()
         except WorkerKilled:
             killed = True  # like a dead process: no acks, no lease releases, no unregistering
@@ -260,8 +270,15 @@ class CaptureWorker:
         delay = self.restart_delay(crashes)
         self.restart_at[shard] = self.clock() + delay
         trace = crashes == 1 or log.isEnabledFor(logging.DEBUG)
-        log.error("shard %d consumer crashed (%d in a row): %s: %s; retaking it in %.1fs", shard, crashes,
-                  type(exc).__name__, exc, delay, exc_info=exc if trace else None)
+        log.error(
+            "shard %d consumer crashed (%d in a row): %s: %s; retaking it in %.1fs",
+            shard,
+            crashes,
+            type(exc).__name__,
+            exc,
+            delay,
+            exc_info=exc if trace else None,
+        )
 
     def _start(self, shard: int) -> None:
         consumer = ShardConsumer(self, shard)

@@ -48,6 +48,7 @@ class JobContext:
 
     def run(self, make: Callable[[], Awaitable[T]]) -> T:
         """Run ``make()`` on the context's loop and wait for its result."""
+
         async def call() -> T:
             return await make()
 

@@ -29,6 +29,7 @@ from workers.store.snapshots import refresh_snapshot
 
 log = logging.getLogger(__name__)
 
+
 def _current_redis() -> redis_lib.Redis:
     job = get_current_job()
     if job is None:
@@ -42,18 +43,30 @@ def commit_session(request_json: str, key_prefix: str, attempt: int = 0) -> str:
     ``attempt`` counts the times it found its tenant's lock held and scheduled itself again.
     """
     job = get_current_job()
-    return run_commit(_current_redis(), context_for(key_prefix), decode(request_json, CommitRequest),
-                      may_retry=bool(job and job.retries_left), attempt=attempt).status
+    return run_commit(
+        _current_redis(),
+        context_for(key_prefix),
+        decode(request_json, CommitRequest),
+        may_retry=bool(job and job.retries_left),
+        attempt=attempt,
+    ).status
 
 
 def poll_phase2(request_json: str, key_prefix: str, deadline_at: float, failed_reads: int, attempt: int) -> str:
     """RQ job: read the phase-2 task once; record a final outcome or schedule the next read."""
-    return run_poll(_current_redis(), context_for(key_prefix), decode(request_json, CommitRequest),
-                    deadline_at=deadline_at, failed_reads=failed_reads, attempt=attempt).status
+    return run_poll(
+        _current_redis(),
+        context_for(key_prefix),
+        decode(request_json, CommitRequest),
+        deadline_at=deadline_at,
+        failed_reads=failed_reads,
+        attempt=attempt,
+    ).status
 
 
-def run_commit(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest, *,
-               may_retry: bool = False, attempt: int = 0) -> CommitOutcome:
+def run_commit(
+    redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest, *, may_retry: bool = False, attempt: int = 0
+) -> CommitOutcome:
     """Phase 1 of a commit (OV archives the messages); then the first poll is scheduled.
 
     Only one commit per OV tenant runs at a time (workers.store.tenant_lock): with the
@@ -67,12 +80,17 @@ def run_commit(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest, 
         return outcome
     if outcome is not None and outcome.task_id:  # run again after OV took the commit: poll only
         jobs_tenant.hold(redis, settings, request)  # renewed when still ours (its phase 2 runs)
-        jobs.schedule_poll(redis, settings, request, deadline_at=jobs.now() + settings.phase2_deadline_s,
-                           failed_reads=0, attempt=1)
+        jobs.schedule_poll(
+            redis, settings, request, deadline_at=jobs.now() + settings.phase2_deadline_s, failed_reads=0, attempt=1
+        )
         return outcome
     if not jobs_tenant.hold(redis, settings, request):
-        log.info("commit %s waits: tenant %s has a phase 2 running (%s)", request.commit_id,
-                 jobs_tenant.tenant_of(settings, request.user), jobs_tenant.holder(redis, settings, request))
+        log.info(
+            "commit %s waits: tenant %s has a phase 2 running (%s)",
+            request.commit_id,
+            jobs_tenant.tenant_of(settings, request.user),
+            jobs_tenant.holder(redis, settings, request),
+        )
         jobs.schedule_commit_retry(redis, settings, request, attempt=attempt + 1)
         return outcome or outcome_of(request, "pending")
     record_outcome(redis, settings, request, outcome_of(request, "running"))
@@ -90,39 +108,47 @@ def run_commit(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest, 
         jobs_tenant.release(redis, settings, request)  # the job fails; its tenant must not wait on it
         raise
     if accepted.status == "skipped":
-        return finish_commit(redis, settings, request, "skipped",
-                             error=f"skipped: {accepted.reason or 'no reason given'}")
-    fields = {"task_id": accepted.task_id, "archive_uri": accepted.archive_uri,
-              "archived": accepted.archived}
+        return finish_commit(
+            redis, settings, request, "skipped", error=f"skipped: {accepted.reason or 'no reason given'}"
+        )
+    fields = {"task_id": accepted.task_id, "archive_uri": accepted.archive_uri, "archived": accepted.archived}
     if not accepted.task_id:  # nothing runs in phase 2
         return finish_commit(redis, settings, request, "completed", **fields)
     running = outcome_of(request, "running", **fields)
     record_outcome(redis, settings, request, running)
     jobs_tenant.hold(redis, settings, request)  # renewed: phase 2's deadline starts now
-    jobs.schedule_poll(redis, settings, request, deadline_at=jobs.now() + settings.phase2_deadline_s,
-                       failed_reads=0, attempt=1)
+    jobs.schedule_poll(
+        redis, settings, request, deadline_at=jobs.now() + settings.phase2_deadline_s, failed_reads=0, attempt=1
+    )
     return running
 
 
 async def _commit_and_refresh(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest) -> Any:
     ov = ctx.ov(request.address)
-    accepted = await ov.commit(request.ov_session_id, keep_recent_count=request.keep_recent_count,
-                               enable_working_memory=True)
+    accepted = await ov.commit(
+        request.ov_session_id, keep_recent_count=request.keep_recent_count, enable_working_memory=True
+    )
     if accepted.status != "skipped":  # phase 1 moved messages into an archive
         await _refresh_quietly(redis, ov, ctx.settings, request)
     return accepted
 
 
-async def _refresh_quietly(redis: redis_lib.Redis, ov: OVClient, settings: Settings,
-                           request: CommitRequest) -> None:
+async def _refresh_quietly(redis: redis_lib.Redis, ov: OVClient, settings: Settings, request: CommitRequest) -> None:
     try:
         await refresh_snapshot(redis, ov, settings, request.address)
     except OVError as exc:  # the commit stands; the next batch or commit refreshes again
         log.warning("snapshot of %s not refreshed after commit: %s", request.ov_session_id, exc)
 
 
-def run_poll(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest, *, deadline_at: float,
-             failed_reads: int, attempt: int) -> CommitOutcome:
+def run_poll(
+    redis: redis_lib.Redis,
+    ctx: JobContext,
+    request: CommitRequest,
+    *,
+    deadline_at: float,
+    failed_reads: int,
+    attempt: int,
+) -> CommitOutcome:
     """One read of the phase-2 task: record the final outcome, or schedule the next read."""
     settings = ctx.settings
     outcome = CommitRecords(redis, settings).outcome(request)
@@ -134,8 +160,14 @@ def run_poll(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest, *,
     except OVError as exc:
         failed_reads += 1
         if failed_reads > settings.phase2_read_retries:
-            return finish_commit(redis, settings, request, "failed", outcome,
-                                 error=f"phase-2 task unreadable after {failed_reads} reads: {exc}")
+            return finish_commit(
+                redis,
+                settings,
+                request,
+                "failed",
+                outcome,
+                error=f"phase-2 task unreadable after {failed_reads} reads: {exc}",
+            )
         log.info("commit %s: task read %d failed (%s)", request.commit_id, failed_reads, exc)
     else:
         failed_reads = 0
@@ -144,10 +176,17 @@ def run_poll(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest, *,
             status, fields = verdict
             return finish_commit(redis, settings, request, status, outcome, **fields)
     if jobs.now() >= deadline_at:
-        return finish_commit(redis, settings, request, "timeout", outcome,
-                             error=f"phase 2 not finished within {settings.phase2_deadline_s:g}s")
-    jobs.schedule_poll(redis, settings, request, deadline_at=deadline_at, failed_reads=failed_reads,
-                       attempt=attempt + 1)
+        return finish_commit(
+            redis,
+            settings,
+            request,
+            "timeout",
+            outcome,
+            error=f"phase 2 not finished within {settings.phase2_deadline_s:g}s",
+        )
+    jobs.schedule_poll(
+        redis, settings, request, deadline_at=deadline_at, failed_reads=failed_reads, attempt=attempt + 1
+    )
     return outcome
 
 

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import redis as redis_lib
 from rq import SimpleWorker, Worker
@@ -25,11 +25,11 @@ from rq.worker import BaseWorker
 
 from core.config import Settings
 from core.events import CommitOutcome
-from workers.store.connection import connect
 from core.session import SessionAddress
 from workers.commits.context import register
 from workers.store.commit_queue import commit_queue
 from workers.store.commit_records import CommitRecords
+from workers.store.connection import connect
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +59,14 @@ def jobs_waiting(redis: redis_lib.Redis, settings: Settings) -> int:
     return queue.count + queue.scheduled_job_registry.count
 
 
-def drain_jobs(redis: redis_lib.Redis, settings: Settings, *, until: Callable[[], bool] | None = None,
-               timeout_s: float = 30.0, pause_s: float = 0.02) -> bool:
+def drain_jobs(
+    redis: redis_lib.Redis,
+    settings: Settings,
+    *,
+    until: Callable[[], bool] | None = None,
+    timeout_s: float = 30.0,
+    pause_s: float = 0.02,
+) -> bool:
     """Run jobs in burst rounds until ``until()`` holds (else: until none is queued or scheduled).
 
     Returns False when ``timeout_s`` passed first.
@@ -77,8 +83,9 @@ def drain_jobs(redis: redis_lib.Redis, settings: Settings, *, until: Callable[[]
         time.sleep(pause_s)
 
 
-def run_embedded_worker(redis: redis_lib.Redis, settings: Settings, stop: threading.Event,
-                        *, pause_s: float = 0.1) -> None:
+def run_embedded_worker(
+    redis: redis_lib.Redis, settings: Settings, stop: threading.Event, *, pause_s: float = 0.1
+) -> None:
     """Work the commit queue in burst rounds until ``stop`` is set (``ovstream up``)."""
     worker = make_worker(redis, settings, embedded=True)
     log.info("embedded RQ worker %s on queue %s", worker.name, settings.commit_queue)
@@ -118,15 +125,14 @@ def add_commits_arguments(parser: argparse.ArgumentParser) -> None:
 def _when(ts: float | None) -> str:
     if not ts:
         return "-"
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _row(o: CommitOutcome) -> list[str]:
     archive = o.archive_uri.rsplit("/", 1)[-1] if o.archive_uri else "-"
     memories = "-" if o.memories_extracted is None else str(o.memories_extracted)
     error = (o.error or "-").replace("\n", " ")
-    return [o.commit_id, o.reason, o.status, _when(o.requested_at), _when(o.finished_at), memories,
-            archive, error[:80]]
+    return [o.commit_id, o.reason, o.status, _when(o.requested_at), _when(o.finished_at), memories, archive, error[:80]]
 
 
 def format_commits(outcomes: list[CommitOutcome]) -> str:

@@ -25,11 +25,11 @@ import httpx
 
 from core.config import Settings
 from core.ov.client import OVClient
-from workers.store.connection import connect
-from workers.dev.demo_report import format_assemble, format_outcomes, format_recall
 from workers.dev.demo_replay import DemoFailure, DemoInterrupted, DemoResult, Replay, load_sample
+from workers.dev.demo_report import format_assemble, format_outcomes, format_recall
 from workers.dev.demo_services import REPO_ROOT, ServiceError, provide_ov, provide_redis
 from workers.dev.local_redis import port_free
+from workers.store.connection import connect
 
 DEFAULT_SAMPLE = REPO_ROOT / "config" / "sample_conversation.json"
 DEFAULT_COMMIT_THRESHOLD = 200
@@ -50,16 +50,28 @@ def say(line: str = "") -> None:
 
 
 def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--serve", action="store_true",
-                        help="keep the service (and what the demo started) running afterwards, until Ctrl-C")
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="keep the service (and what the demo started) running afterwards, until Ctrl-C",
+    )
     parser.add_argument("--fake-ov", action="store_true", help="use the in-memory FakeOV, even if an OV answers")
-    parser.add_argument("--embedded", action="store_true",
-                        help="use an embedded in-process fakeredis, even if a Redis answers")
+    parser.add_argument(
+        "--embedded", action="store_true", help="use an embedded in-process fakeredis, even if a Redis answers"
+    )
     parser.add_argument("--sample", default=str(DEFAULT_SAMPLE), help="conversation to replay (JSON)")
-    parser.add_argument("--commit-threshold", type=int, default=DEFAULT_COMMIT_THRESHOLD,
-                        help=f"commitTokenThreshold for the demo (default {DEFAULT_COMMIT_THRESHOLD})")
-    parser.add_argument("--keep-recent", type=int, default=DEFAULT_KEEP_RECENT,
-                        help=f"commitKeepRecentCount for the demo (default {DEFAULT_KEEP_RECENT})")
+    parser.add_argument(
+        "--commit-threshold",
+        type=int,
+        default=DEFAULT_COMMIT_THRESHOLD,
+        help=f"commitTokenThreshold for the demo (default {DEFAULT_COMMIT_THRESHOLD})",
+    )
+    parser.add_argument(
+        "--keep-recent",
+        type=int,
+        default=DEFAULT_KEEP_RECENT,
+        help=f"commitKeepRecentCount for the demo (default {DEFAULT_KEEP_RECENT})",
+    )
     parser.add_argument("--verbose", action="store_true", help="show the service's INFO logs on stderr")
 
 
@@ -78,8 +90,9 @@ def _rpc_port(settings: Settings, serve: bool) -> int:
     return 0
 
 
-async def run_demo(settings: Settings, *, fake_ov: bool, sample_path: str, serve: bool = False,
-                   rpc_port: int = 0) -> DemoResult:
+async def run_demo(
+    settings: Settings, *, fake_ov: bool, sample_path: str, serve: bool = False, rpc_port: int = 0
+) -> DemoResult:
     """Run ovstream in process, replay the sample, print assemble's answers; stop again."""
     from workers.dev.up import UpRuntime, run_up
 
@@ -93,8 +106,10 @@ async def run_demo(settings: Settings, *, fake_ov: bool, sample_path: str, serve
 
     stop = StopSignal(asyncio.current_task())
     stop.install()
-    up_task = asyncio.create_task(run_up(settings, fake_ov=fake_ov, host="127.0.0.1", port=rpc_port,
-                                         started=on_started, install_signals=False), name="ovstream-up")
+    up_task = asyncio.create_task(
+        run_up(settings, fake_ov=fake_ov, host="127.0.0.1", port=rpc_port, started=on_started, install_signals=False),
+        name="ovstream-up",
+    )
     try:
         waiter = asyncio.create_task(started.wait())
         await asyncio.wait({waiter, up_task}, timeout=UP_START_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
@@ -104,16 +119,21 @@ async def run_demo(settings: Settings, *, fake_ov: bool, sample_path: str, serve
             raise DemoFailure(f"ovstream up did not start: {reason}")
         runtime = holder["rt"]
         rpc_url = f"http://127.0.0.1:{runtime.port}"
-        say(f"ovstream up: RPC on {rpc_url}, capture worker {runtime.capture.consumer} on "
-            f"{settings.shards} shards, RQ worker on queue {settings.commit_queue}")
+        say(
+            f"ovstream up: RPC on {rpc_url}, capture worker {runtime.capture.consumer} on "
+            f"{settings.shards} shards, RQ worker on queue {settings.commit_queue}"
+        )
         say()
         transport = runtime.fake_ov.transport() if runtime.fake_ov is not None else None
         redis = connect(settings)
         try:
-            async with httpx.AsyncClient(base_url=rpc_url, timeout=120.0, trust_env=False) as rpc, \
-                    OVClient.from_settings(settings, transport=transport) as ov:
-                result = await Replay(settings, rpc=rpc, redis=redis, ov=ov, sample=sample, say=say,
-                                      stopped=lambda: stop.fired).run()
+            async with (
+                httpx.AsyncClient(base_url=rpc_url, timeout=120.0, trust_env=False) as rpc,
+                OVClient.from_settings(settings, transport=transport) as ov,
+            ):
+                result = await Replay(
+                    settings, rpc=rpc, redis=redis, ov=ov, sample=sample, say=say, stopped=lambda: stop.fired
+                ).run()
         finally:
             redis.close()
         print_result(result)
@@ -145,15 +165,22 @@ def _task_error(task: asyncio.Task[Any]) -> str:
 def print_result(result: DemoResult) -> None:
     say()
     if result.main is not None:
-        say(format_assemble(f"main assemble of session {result.session_id} (agent {result.agent_id}): "
-                            "what OpenClaw sends the model next", result.main))
+        say(
+            format_assemble(
+                f"main assemble of session {result.session_id} (agent {result.agent_id}): "
+                "what OpenClaw sends the model next",
+                result.main,
+            )
+        )
         say()
     if result.recall is not None:
-        say(format_recall(f"auto-recall assemble in a NEW session {result.recall_session_id}: "
-                          "the recallQuestion", result.recall))
+        say(
+            format_recall(
+                f"auto-recall assemble in a NEW session {result.recall_session_id}: the recallQuestion", result.recall
+            )
+        )
         say()
-    say(f"== recorded commit outcomes (ovstream commits {result.session_id} --session-key "
-        f"{result.session_key}) ==")
+    say(f"== recorded commit outcomes (ovstream commits {result.session_id} --session-key {result.session_key}) ==")
     say(format_outcomes(result.outcomes))
     for note in result.notes:
         say(f"note: {note}")
@@ -187,17 +214,22 @@ class StopSignal:
             self.task.cancel()
 
 
-async def serve_until_stopped(stop: StopSignal, up_task: asyncio.Task[Any], rpc_url: str,
-                              settings: Settings, result: DemoResult, *, fake_ov: bool) -> None:
+async def serve_until_stopped(
+    stop: StopSignal, up_task: asyncio.Task[Any], rpc_url: str, settings: Settings, result: DemoResult, *, fake_ov: bool
+) -> None:
     stop.serving = True
     say()
     say(f"serving: RPC {rpc_url} (POST /v1/assemble, /v1/compact, /v1/tools/{{name}}; GET /healthz)")
-    say(f"         Redis {settings.redis_url}, OV "
-        f"{'in-memory FakeOV (in this process)' if fake_ov else settings.base_url}")
+    say(
+        f"         Redis {settings.redis_url}, OV "
+        f"{'in-memory FakeOV (in this process)' if fake_ov else settings.base_url}"
+    )
     if not settings.embedded_redis:
         prefix = f" OVSTREAM_KEY_PREFIX={settings.key_prefix}" if settings.key_prefix.endswith(DEMO_SUFFIX) else ""
-        say(f"         OVSTREAM_REDIS_URL={settings.redis_url}{prefix} ovstream commits {result.session_id} "
-            f"--session-key {result.session_key}")
+        say(
+            f"         OVSTREAM_REDIS_URL={settings.redis_url}{prefix} ovstream commits {result.session_id} "
+            f"--session-key {result.session_key}"
+        )
     say("         Ctrl-C stops everything the demo started")
     waiter = asyncio.create_task(stop.event.wait())
     try:
@@ -225,8 +257,7 @@ def _term_as_interrupt(signum: int, frame: Any) -> None:
 def cli_demo(settings: Settings, args: argparse.Namespace) -> int:
     _quiet_logs(args)
     signal.signal(signal.SIGTERM, _term_as_interrupt)
-    say("ovstream demo: the sample conversation through afterTurn -> capture -> commit -> "
-        "phase 2 -> assemble")
+    say("ovstream demo: the sample conversation through afterTurn -> capture -> commit -> phase 2 -> assemble")
     with ExitStack() as stack:
         try:
             redis_url, redis_kind = provide_redis(settings.redis_url, stack, say, embedded=args.embedded)
@@ -235,16 +266,32 @@ def cli_demo(settings: Settings, args: argparse.Namespace) -> int:
             if redis_kind == "configured":
                 # A service may be running on that Redis: its streams, consumer group and RQ
                 # queue are not the demo's to consume.
-                isolation = {"key_prefix": f"{settings.key_prefix}{DEMO_SUFFIX}",
-                             "commit_queue": f"{settings.commit_queue}{DEMO_SUFFIX}"}
-                say(f"Redis: the demo's keys go under {isolation['key_prefix']}:*, its jobs on queue "
-                    f"{isolation['commit_queue']} (a service on that Redis is left alone)")
+                isolation = {
+                    "key_prefix": f"{settings.key_prefix}{DEMO_SUFFIX}",
+                    "commit_queue": f"{settings.commit_queue}{DEMO_SUFFIX}",
+                }
+                say(
+                    f"Redis: the demo's keys go under {isolation['key_prefix']}:*, its jobs on queue "
+                    f"{isolation['commit_queue']} (a service on that Redis is left alone)"
+                )
             run_settings = demo_settings(
-                settings, redis_url=redis_url, base_url=base_url,
-                commit_token_threshold=args.commit_threshold, commit_keep_recent_count=args.keep_recent,
-                phase2_poll_interval_s=PHASE2_POLL_S, **isolation)
-            result = asyncio.run(run_demo(run_settings, fake_ov=ov_kind == "fake", sample_path=args.sample,
-                                          serve=args.serve, rpc_port=_rpc_port(run_settings, args.serve)))
+                settings,
+                redis_url=redis_url,
+                base_url=base_url,
+                commit_token_threshold=args.commit_threshold,
+                commit_keep_recent_count=args.keep_recent,
+                phase2_poll_interval_s=PHASE2_POLL_S,
+                **isolation,
+            )
+            result = asyncio.run(
+                run_demo(
+                    run_settings,
+                    fake_ov=ov_kind == "fake",
+                    sample_path=args.sample,
+                    serve=args.serve,
+                    rpc_port=_rpc_port(run_settings, args.serve),
+                )
+            )
         except (DemoInterrupted, asyncio.CancelledError, KeyboardInterrupt):
             print("ovstream demo: interrupted; stopping what it started", file=sys.stderr, flush=True)
             return 130

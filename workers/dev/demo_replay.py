@@ -26,13 +26,13 @@ from core.config import Settings
 from core.events import CommitOutcome, TurnEvent
 from core.ids import ov_session_id, resolve_agent_id
 from core.ov.client import OVClient, OVError
-from workers.store.streams import publish_turn
-from workers.store.applied import parse_id
+from core.session import SessionAddress
 from workers.dev.demo_report import memory_count, recall_block, summary_text
 from workers.rpc.assemble import USER_MEMORIES_URI
-from core.session import SessionAddress
+from workers.store.applied import parse_id
 from workers.store.commit_records import FINAL_STATUSES, CommitRecords
 from workers.store.snapshots import read_snapshot
+from workers.store.streams import publish_turn
 
 CAPTURE_WAIT_S = 60.0
 """Longest wait for capture to apply one turn (a hang guard: it takes milliseconds)."""
@@ -91,15 +91,28 @@ def _user(text: str) -> dict[str, Any]:
 
 
 def _assistant(text: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": [{"type": "text", "text": text}], "stopReason": "stop",
-            "timestamp": int(time.time() * 1000)}
+    return {
+        "role": "assistant",
+        "content": [{"type": "text", "text": text}],
+        "stopReason": "stop",
+        "timestamp": int(time.time() * 1000),
+    }
 
 
 class Replay:
     """One run of the sample against a running ovstream (its RPC at ``rpc``)."""
 
-    def __init__(self, settings: Settings, *, rpc: httpx.AsyncClient, redis: Any, ov: OVClient,
-                 sample: Sample, say: Say, stopped: Callable[[], bool] = lambda: False) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        rpc: httpx.AsyncClient,
+        redis: Any,
+        ov: OVClient,
+        sample: Sample,
+        say: Say,
+        stopped: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.settings = settings
         self.rpc = rpc
         self.redis = redis
@@ -122,8 +135,11 @@ class Replay:
     # --- RPC ------------------------------------------------------------------------------
 
     def _identity(self, session_id: str, session_key: str) -> dict[str, Any]:
-        return {"sessionId": session_id, "sessionKey": session_key,
-                "runtimeContext": {"agentId": self.sample.agent_id} if self.sample.agent_id else None}
+        return {
+            "sessionId": session_id,
+            "sessionKey": session_key,
+            "runtimeContext": {"agentId": self.sample.agent_id} if self.sample.agent_id else None,
+        }
 
     async def assemble(self, body: dict[str, Any], what: str) -> dict[str, Any]:
         try:
@@ -138,11 +154,15 @@ class Replay:
 
     async def run(self) -> DemoResult:
         s, sample = self.settings, self.sample
-        self.say(f"session: sessionId {self.session_id} (OV session {self.ov_session_id}), "
-                 f"sessionKey {sample.session_key}, agent {self.agent_id}")
-        self.say(f"replaying {len(sample.turns)} turns; commitTokenThreshold {s.commit_token_threshold}, "
-                 f"commitKeepRecentCount {s.commit_keep_recent_count}, phase-2 poll every "
-                 f"{s.phase2_poll_interval_s:g} s")
+        self.say(
+            f"session: sessionId {self.session_id} (OV session {self.ov_session_id}), "
+            f"sessionKey {sample.session_key}, agent {self.agent_id}"
+        )
+        self.say(
+            f"replaying {len(sample.turns)} turns; commitTokenThreshold {s.commit_token_threshold}, "
+            f"commitKeepRecentCount {s.commit_keep_recent_count}, phase-2 poll every "
+            f"{s.phase2_poll_interval_s:g} s"
+        )
         transcript: list[dict[str, Any]] = []
         for i, (user_text, assistant_text) in enumerate(sample.turns, 1):
             self.check_stop()
@@ -158,31 +178,51 @@ class Replay:
         identity = self._identity(self.session_id, self.sample.session_key)
         pre_prompt = len(transcript)
         transcript.append(_user(user_text))
-        recalled = await self.assemble({**identity, "messages": transcript, "tokenBudget": TOKEN_BUDGET},
-                                       f"turn {i} transform-context assemble")
+        recalled = await self.assemble(
+            {**identity, "messages": transcript, "tokenBudget": TOKEN_BUDGET}, f"turn {i} transform-context assemble"
+        )
         block = recall_block(recalled.get("messages") or [])
         recall_note = f"{memory_count(block)} memories injected" if block else "nothing injected"
-        main = await self.assemble({**identity, "messages": transcript, "tokenBudget": TOKEN_BUDGET,
-                                    "prompt": user_text, "availableTools": []},
-                                   f"turn {i} main assemble")
+        main = await self.assemble(
+            {
+                **identity,
+                "messages": transcript,
+                "tokenBudget": TOKEN_BUDGET,
+                "prompt": user_text,
+                "availableTools": [],
+            },
+            f"turn {i} main assemble",
+        )
         has_summary = summary_text(main.get("messages") or []) is not None
-        self.say(f"turn {i}/{n}: assemble: recall {recall_note}; main call "
-                 f"{len(main.get('messages') or [])} messages, {main.get('estimatedTokens')} tokens"
-                 f"{', with [Session History Summary]' if has_summary else ''}")
+        self.say(
+            f"turn {i}/{n}: assemble: recall {recall_note}; main call "
+            f"{len(main.get('messages') or [])} messages, {main.get('estimatedTokens')} tokens"
+            f"{', with [Session History Summary]' if has_summary else ''}"
+        )
         transcript.append(_assistant(assistant_text))
-        event = TurnEvent(event_id=uuid.uuid4().hex, session_id=self.session_id,
-                          session_key=self.sample.session_key, agent_id=self.sample.agent_id,
-                          messages=list(transcript), pre_prompt_message_count=pre_prompt,
-                          token_budget=TOKEN_BUDGET, published_at=time.time())
+        event = TurnEvent(
+            event_id=uuid.uuid4().hex,
+            session_id=self.session_id,
+            session_key=self.sample.session_key,
+            agent_id=self.sample.agent_id,
+            messages=list(transcript),
+            pre_prompt_message_count=pre_prompt,
+            token_budget=TOKEN_BUDGET,
+            published_at=time.time(),
+        )
         stream_id = publish_turn(self.redis, self.settings, event)
-        self.say(f"turn {i}/{n}: afterTurn published ({len(transcript)} messages, "
-                 f"prePromptMessageCount {pre_prompt}) as stream entry {stream_id}")
+        self.say(
+            f"turn {i}/{n}: afterTurn published ({len(transcript)} messages, "
+            f"prePromptMessageCount {pre_prompt}) as stream entry {stream_id}"
+        )
         await self.wait_captured(i, stream_id, len(transcript))
         for outcome in self.commits():
             if outcome.commit_id not in self._seen_commits:
                 self._seen_commits.add(outcome.commit_id)
-                self.say(f"turn {i}/{n}: commit {outcome.commit_id} enqueued ({outcome.reason}: "
-                         f"pending tokens reached {self.settings.commit_token_threshold})")
+                self.say(
+                    f"turn {i}/{n}: commit {outcome.commit_id} enqueued ({outcome.reason}: "
+                    f"pending tokens reached {self.settings.commit_token_threshold})"
+                )
 
     async def wait_captured(self, i: int, stream_id: str, count: int) -> None:
         """Until the session's snapshot reflects the entry (capture wrote it, then refreshed)."""
@@ -194,14 +234,15 @@ class Replay:
             if snap is not None and parse_id(snap.applied_stream_id) >= target and snap.captured_through >= count:
                 break
             if time.monotonic() > deadline:
-                raise DemoFailure(f"turn {i}: capture did not apply stream entry {stream_id} within "
-                                  f"{CAPTURE_WAIT_S:g} s (is a capture worker running? see the log)")
+                raise DemoFailure(
+                    f"turn {i}: capture did not apply stream entry {stream_id} within "
+                    f"{CAPTURE_WAIT_S:g} s (is a capture worker running? see the log)"
+                )
             await asyncio.sleep(POLL_S)
         state = ""
         try:
             session = await self.ov.get_session(self.ov_session_id)
-            state = (f": OV session has {session.message_count} active messages, "
-                     f"pending_tokens {session.pending_tokens}")
+            state = f": OV session has {session.message_count} active messages, pending_tokens {session.pending_tokens}"
         except OVError as exc:
             state = f" (OV session state unreadable: {exc})"
         self.say(f"turn {i}/{len(self.sample.turns)}: captured{state}")
@@ -226,8 +267,10 @@ class Replay:
                     age = max(0.0, time.time() - o.requested_at)
                     self.say(f"waiting on phase 2 for commit {o.commit_id}: {o.status}, {age:.0f} s")
             if now > deadline:
-                raise DemoFailure(f"phase 2 of {', '.join(o.commit_id for o in waiting)} not recorded "
-                                  f"within {self.settings.phase2_deadline_s + PHASE2_WAIT_MARGIN_S:g} s")
+                raise DemoFailure(
+                    f"phase 2 of {', '.join(o.commit_id for o in waiting)} not recorded "
+                    f"within {self.settings.phase2_deadline_s + PHASE2_WAIT_MARGIN_S:g} s"
+                )
             await asyncio.sleep(POLL_S * 5)
         for o in self.commits():
             memories = "" if o.memories_extracted is None else f", {o.memories_extracted} memories extracted"
@@ -238,13 +281,22 @@ class Replay:
         self.check_stop()
         sample = self.sample
         self.result.main = await self.assemble(
-            {**self._identity(self.session_id, sample.session_key), "messages": transcript,
-             "tokenBudget": TOKEN_BUDGET, "prompt": sample.recall_question, "availableTools": []},
-            "final main assemble")
+            {
+                **self._identity(self.session_id, sample.session_key),
+                "messages": transcript,
+                "tokenBudget": TOKEN_BUDGET,
+                "prompt": sample.recall_question,
+                "availableTools": [],
+            },
+            "final main assemble",
+        )
         recall_sid = str(uuid.uuid4())
         self.result.recall_session_id = recall_sid
-        request = {**self._identity(recall_sid, f"{sample.session_key}:recall-demo"),
-                   "messages": [_user(sample.recall_question)], "tokenBudget": TOKEN_BUDGET}
+        request = {
+            **self._identity(recall_sid, f"{sample.session_key}:recall-demo"),
+            "messages": [_user(sample.recall_question)],
+            "tokenBudget": TOKEN_BUDGET,
+        }
         extracted = sum(o.memories_extracted or 0 for o in self.commits())
         # OV makes a new memory searchable a moment after its task reports completed:
         # when memories were extracted, give the index a few seconds before concluding.
@@ -258,8 +310,10 @@ class Replay:
     async def check(self) -> None:
         r, s = self.result, self.settings
         if not r.outcomes:
-            r.failures.append(f"no commit was enqueued: the sample's pending tokens stayed under "
-                              f"commitTokenThreshold {s.commit_token_threshold} (try --commit-threshold)")
+            r.failures.append(
+                f"no commit was enqueued: the sample's pending tokens stayed under "
+                f"commitTokenThreshold {s.commit_token_threshold} (try --commit-threshold)"
+            )
         for o in r.outcomes:
             if o.status != "completed":
                 r.failures.append(f"commit {o.commit_id} ended {o.status}: {o.error or 'no error recorded'}")
@@ -267,19 +321,23 @@ class Replay:
             r.failures.append("the main assemble has no [Session History Summary] although a commit ran")
         extracted = sum(o.memories_extracted or 0 for o in r.outcomes)
         if r.recall is not None and recall_block(r.recall.get("messages") or []) is None:
-            r.notes.append(f"auto-recall injected nothing ({extracted} memories were extracted); "
-                           + await self.best_recall_score())
+            r.notes.append(
+                f"auto-recall injected nothing ({extracted} memories were extracted); " + await self.best_recall_score()
+            )
 
     async def best_recall_score(self) -> str:
         """Why recall found nothing: the best memory score for the question, against the threshold."""
         try:
-            found = await self.ov.find(self.sample.recall_question, target_uri=USER_MEMORIES_URI,
-                                       limit=10, score_threshold=0)
+            found = await self.ov.find(
+                self.sample.recall_question, target_uri=USER_MEMORIES_URI, limit=10, score_threshold=0
+            )
         except OVError as exc:
             return f"searching {USER_MEMORIES_URI} failed: {exc}"
         leaves = [h for h in found.memories if h.level in (None, 2)]
         if not leaves:
             return f"{USER_MEMORIES_URI} holds no memory"
         best = max(leaves, key=lambda h: h.score)
-        return (f"the best memory scores {best.score:.3f} for the question, under recallScoreThreshold "
-                f"{self.settings.recall_score_threshold:g} ({best.uri})")
+        return (
+            f"the best memory scores {best.score:.3f} for the question, under recallScoreThreshold "
+            f"{self.settings.recall_score_threshold:g} ({best.uri})"
+        )

@@ -6,8 +6,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from core.messages.convert import ARCHIVE_SUMMARY_HEADER
 from core.events import CommitOutcome
+from core.messages.convert import ARCHIVE_SUMMARY_HEADER
 from core.recall.text import latest_user_index, message_text
 
 RECALL_OPEN = "<relevant-memories>"
@@ -85,8 +85,10 @@ def format_assemble(title: str, body: Mapping[str, Any]) -> str:
         out.append("systemPromptAddition: (none)")
     summary = summary_text(messages)
     if summary is not None:
-        out += [f"{ARCHIVE_SUMMARY_HEADER} (the archived turns, as OV's phase 2 summarised them):",
-                indent(summary, max_lines=SUMMARY_LINES)]
+        out += [
+            f"{ARCHIVE_SUMMARY_HEADER} (the archived turns, as OV's phase 2 summarised them):",
+            indent(summary, max_lines=SUMMARY_LINES),
+        ]
     else:
         out.append(f"{ARCHIVE_SUMMARY_HEADER}: (none in this answer)")
     out.append(f"messages ({len(messages)}):")
@@ -100,8 +102,7 @@ def format_recall(title: str, body: Mapping[str, Any]) -> str:
     block = recall_block(messages)
     out = [f"== {title} ==", f"estimatedTokens: {body.get('estimatedTokens')}"]
     if block is None:
-        out.append("no <relevant-memories> block: no memory scored above recallScoreThreshold "
-                   "(or none was extracted)")
+        out.append("no <relevant-memories> block: no memory scored above recallScoreThreshold (or none was extracted)")
     else:
         out += ["injected into the latest user message:", indent(block)]
     out.append(f"messages ({len(messages)}):")

@@ -26,8 +26,8 @@ from typing import Any
 
 import httpx
 
-from workers.dev.local_redis import LocalRedisError, free_port, redis_answers, start_redis_server
 from workers.dev.local_ov import INSTALL_HINT, LocalOV, LocalOVError, find_openviking_server, start_local_ov
+from workers.dev.local_redis import LocalRedisError, free_port, redis_answers, start_redis_server
 from workers.dev.model_server import start_model_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -74,11 +74,15 @@ def provide_redis(configured_url: str, stack: ExitStack, say: Say, *, embedded: 
         except LocalRedisError as exc:
             raise ServiceError(str(exc)) from exc
         stack.callback(server.stop)
-        say(f"Redis: {_redact(configured_url)} does not answer; started redis-server "
-            f"pid {server.proc.pid} at {server.url}")
+        say(
+            f"Redis: {_redact(configured_url)} does not answer; started redis-server "
+            f"pid {server.proc.pid} at {server.url}"
+        )
         return server.url, "started"
-    say(f"Redis: {_redact(configured_url)} does not answer and redis-server is not installed; "
-        "using embedded fakeredis (in-process)")
+    say(
+        f"Redis: {_redact(configured_url)} does not answer and redis-server is not installed; "
+        "using embedded fakeredis (in-process)"
+    )
     return "fakeredis://", "embedded"
 
 
@@ -108,8 +112,9 @@ def _start_ov_interruptibly(workdir: str, model_url: str, binary: str, say: Say)
 
     def target() -> None:
         try:
-            box["ov"] = start_local_ov(workdir, port=free_port(), model_url=model_url, binary=binary,
-                                       timeout_s=OV_START_TIMEOUT_S)
+            box["ov"] = start_local_ov(
+                workdir, port=free_port(), model_url=model_url, binary=binary, timeout_s=OV_START_TIMEOUT_S
+            )
         except BaseException as exc:  # handed to the caller's thread
             box["error"] = exc
         finally:
@@ -144,12 +149,13 @@ def start_local_stack(stack: ExitStack, say: Say) -> str:
     workdir, remove = _workdir()
     if remove:
         stack.callback(shutil.rmtree, workdir, True)
-    say(f"OV: starting the bundled model server at {model.url} and openviking-server "
-        f"({binary}) in {workdir} (about 10 s)")
+    say(
+        f"OV: starting the bundled model server at {model.url} and openviking-server "
+        f"({binary}) in {workdir} (about 10 s)"
+    )
     ov = _start_ov_interruptibly(workdir, model.url, binary, say)
     stack.callback(ov.stop)
-    say(f"OV: local openviking-server pid {ov.pid} at {ov.url} (healthy after {ov.startup_s:.1f} s, "
-        f"log {ov.log_path})")
+    say(f"OV: local openviking-server pid {ov.pid} at {ov.url} (healthy after {ov.startup_s:.1f} s, log {ov.log_path})")
     return ov.url
 
 
@@ -163,8 +169,10 @@ def provide_ov(base_url: str, stack: ExitStack, say: Say, *, fake: bool = False)
         say(f"OV: using {base_url} (openviking {version}, /health ok)")
         return base_url, "configured"
     if find_openviking_server() is None:
-        say(f"OV: {base_url} does not answer and openviking-server is not installed; "
-            "using the in-memory FakeOV (install it with `scripts/bootstrap.sh openviking`)")
+        say(
+            f"OV: {base_url} does not answer and openviking-server is not installed; "
+            "using the in-memory FakeOV (install it with `scripts/bootstrap.sh openviking`)"
+        )
         return base_url, "fake"
     say(f"OV: {base_url} does not answer")
     return start_local_stack(stack, say), "local"

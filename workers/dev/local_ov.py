@@ -8,6 +8,7 @@ and returns a handle whose ``stop()`` kills the whole group.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -34,9 +35,15 @@ class LocalOVError(RuntimeError):
     """openviking-server did not start or did not become healthy."""
 
 
-def write_ov_config(workdir: str | os.PathLike[str], *, ov_port: int, model_url: str,
-                    root_api_key: str | None = None, dimension: int = 64,
-                    host: str = "127.0.0.1") -> Path:
+def write_ov_config(
+    workdir: str | os.PathLike[str],
+    *,
+    ov_port: int,
+    model_url: str,
+    root_api_key: str | None = None,
+    dimension: int = 64,
+    host: str = "127.0.0.1",
+) -> Path:
     """Write ``workdir/ov.conf`` (JSON) for an offline 0.5.2 server; returns its path.
 
     ``model_url`` is the model server's OpenAI base URL (ending in ``/v1``).
@@ -56,13 +63,23 @@ def write_ov_config(workdir: str | os.PathLike[str], *, ov_port: int, model_url:
             "vectordb": {"name": "context", "backend": "local"},
             "agfs": {"backend": "local"},
         },
-        "embedding": {"dense": {
-            "provider": "openai", "model": MODEL_NAME, "api_base": model_url, "api_key": "x",
-            "dimension": dimension, "input": "text",
-        }},
+        "embedding": {
+            "dense": {
+                "provider": "openai",
+                "model": MODEL_NAME,
+                "api_base": model_url,
+                "api_key": "x",
+                "dimension": dimension,
+                "input": "text",
+            }
+        },
         "vlm": {
-            "provider": "openai", "model": MODEL_NAME, "api_base": model_url, "api_key": "x",
-            "temperature": 0.0, "max_retries": 0,
+            "provider": "openai",
+            "model": MODEL_NAME,
+            "api_base": model_url,
+            "api_key": "x",
+            "temperature": 0.0,
+            "max_retries": 0,
         },
     }
     path = work / "ov.conf"
@@ -78,8 +95,7 @@ def find_openviking_server() -> str | None:
     found = shutil.which("openviking-server")
     if found:
         return found
-    for candidate in (OV_VENV_BINARY,
-                      Path.home() / ".cache/ovstream/ov-venv/bin/openviking-server"):
+    for candidate in (OV_VENV_BINARY, Path.home() / ".cache/ovstream/ov-venv/bin/openviking-server"):
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return None
@@ -96,8 +112,16 @@ def _tail(path: Path, n: int = 40) -> str:
 class LocalOV:
     """A running openviking-server: ``.url``, ``.pid``, ``.log_path``, ``.stop()``."""
 
-    def __init__(self, proc: subprocess.Popen, url: str, workdir: Path, log_path: Path,
-                 config_path: Path, root_api_key: str | None, startup_s: float) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen,
+        url: str,
+        workdir: Path,
+        log_path: Path,
+        config_path: Path,
+        root_api_key: str | None,
+        startup_s: float,
+    ) -> None:
         self.proc = proc
         self.url = url
         self.workdir = workdir
@@ -130,7 +154,7 @@ class LocalOV:
         """SIGTERM the process group, SIGKILL it if it lingers, and reap the leader."""
         _kill_group(self.proc, timeout_s)
 
-    def __enter__(self) -> "LocalOV":
+    def __enter__(self) -> LocalOV:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -150,10 +174,8 @@ def _group_alive(pgid: int) -> bool:
 def _kill_group(proc: subprocess.Popen, timeout_s: float) -> None:
     pgid = proc.pid  # start_new_session=True makes the leader's pid the pgid
     for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 10.0)):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, sig)
-        except ProcessLookupError:
-            pass
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if proc.poll() is not None and not _group_alive(pgid):
@@ -166,8 +188,9 @@ def _wait_healthy(proc: subprocess.Popen, url: str, log_path: Path, deadline: fl
     with httpx.Client(timeout=2.0, trust_env=False) as client:
         while True:
             if proc.poll() is not None:
-                raise LocalOVError(f"openviking-server exited with {proc.returncode}; "
-                                   f"last lines of {log_path}:\n{_tail(log_path)}")
+                raise LocalOVError(
+                    f"openviking-server exited with {proc.returncode}; last lines of {log_path}:\n{_tail(log_path)}"
+                )
             try:
                 r = client.get(f"{url}/health")
                 if r.status_code == 200 and r.json().get("status") in ("ok", "healthy"):
@@ -175,14 +198,23 @@ def _wait_healthy(proc: subprocess.Popen, url: str, log_path: Path, deadline: fl
             except (httpx.HTTPError, ValueError):
                 pass
             if time.monotonic() > deadline:
-                raise LocalOVError(f"openviking-server not healthy after {timeout_s:.0f}s; "
-                                   f"last lines of {log_path}:\n{_tail(log_path)}")
+                raise LocalOVError(
+                    f"openviking-server not healthy after {timeout_s:.0f}s; "
+                    f"last lines of {log_path}:\n{_tail(log_path)}"
+                )
             time.sleep(0.2)
 
 
-def start_local_ov(workdir: str | os.PathLike[str], *, port: int, model_url: str,
-                   root_api_key: str | None = None, timeout_s: float = 90.0,
-                   dimension: int = 64, binary: str | None = None) -> LocalOV:
+def start_local_ov(
+    workdir: str | os.PathLike[str],
+    *,
+    port: int,
+    model_url: str,
+    root_api_key: str | None = None,
+    timeout_s: float = 90.0,
+    dimension: int = 64,
+    binary: str | None = None,
+) -> LocalOV:
     """Start openviking-server on ``127.0.0.1:port`` and wait until ``/health`` is ok.
 
     Logs go to ``workdir/ov.log``. Raises ``LocalOVError`` (with the last 40 log
@@ -192,8 +224,9 @@ def start_local_ov(workdir: str | os.PathLike[str], *, port: int, model_url: str
     if exe is None:
         raise LocalOVError(INSTALL_HINT)
     work = Path(workdir)
-    config_path = write_ov_config(work, ov_port=port, model_url=model_url,
-                                  root_api_key=root_api_key, dimension=dimension)
+    config_path = write_ov_config(
+        work, ov_port=port, model_url=model_url, root_api_key=root_api_key, dimension=dimension
+    )
     log_path = work / "ov.log"
     env = dict(os.environ)
     env["OPENVIKING_CONFIG_FILE"] = str(config_path)
@@ -208,8 +241,12 @@ def start_local_ov(workdir: str | os.PathLike[str], *, port: int, model_url: str
     with log_path.open("ab") as log_file:
         proc = subprocess.Popen(
             [exe, "--config", str(config_path), "--host", "127.0.0.1", "--port", str(port)],
-            cwd=str(work), env=env, stdout=log_file, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            cwd=str(work),
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
     try:
         _wait_healthy(proc, url, log_path, started + timeout_s, timeout_s)
@@ -217,5 +254,4 @@ def start_local_ov(workdir: str | os.PathLike[str], *, port: int, model_url: str
         # Also on Ctrl-C: the server runs in its own session, so nothing else would stop it.
         _kill_group(proc, 5.0)
         raise
-    return LocalOV(proc, url, work, log_path, config_path, root_api_key,
-                   time.monotonic() - started)
+    return LocalOV(proc, url, work, log_path, config_path, root_api_key, time.monotonic() - started)

@@ -78,17 +78,18 @@ def start_redis_server(exe: str | None = None) -> RedisServer:
         raise LocalRedisError("redis-server is not on PATH")
     port, workdir = free_port(), tempfile.mkdtemp(prefix="ovstream-redis-")
     proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", workdir],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-        start_new_session=True)
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     server = RedisServer(proc, f"redis://127.0.0.1:{port}/0", workdir)
     deadline = time.monotonic() + START_TIMEOUT_S
     try:
         while not redis_answers(server.url, 0.5):
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise LocalRedisError(f"redis-server on port {port} did not answer PING "
-                                   f"(exit code {proc.poll()})")
+                raise LocalRedisError(f"redis-server on port {port} did not answer PING (exit code {proc.poll()})")
             time.sleep(0.05)
     except BaseException:  # Ctrl-C included: never leave it running
         server.stop()

@@ -27,20 +27,34 @@ from typing import Any
 AnswerT = tuple[str, str, list[tuple[str, dict[str, Any]]]]
 
 WM_SECTIONS = (
-    ("Session Title", "_A short and distinctive 5-10 word descriptive title for the session. "
-                      "Info-dense, no filler._"),
-    ("Current State", "_2-5 sentences MAX: What is the latest status? What is unresolved or "
-                      "pending? Immediate next steps. NOT a fact dump._"),
-    ("Task & Goals", "_What is the purpose or topic of this conversation? Key objectives, design "
-                     "decisions, or context that frames the discussion._"),
-    ("Key Facts & Decisions", "_Stable facts about the user's world: conclusions, relationships, "
-                              "preferences, constraints, technical choices with rationale, "
-                              "commitments, dates, quantities. One bullet per fact._"),
-    ("Files & Context", "_Referenced resources that future answers may depend on: file paths, "
-                        "document links, key URLs — each with why it matters. Omit bulk "
-                        "media/search dumps._"),
-    ("Errors & Corrections", "_Mistakes, misunderstandings, or failed approaches — and how they "
-                             "were corrected. User corrections to assistant's assumptions._"),
+    ("Session Title", "_A short and distinctive 5-10 word descriptive title for the session. Info-dense, no filler._"),
+    (
+        "Current State",
+        "_2-5 sentences MAX: What is the latest status? What is unresolved or "
+        "pending? Immediate next steps. NOT a fact dump._",
+    ),
+    (
+        "Task & Goals",
+        "_What is the purpose or topic of this conversation? Key objectives, design "
+        "decisions, or context that frames the discussion._",
+    ),
+    (
+        "Key Facts & Decisions",
+        "_Stable facts about the user's world: conclusions, relationships, "
+        "preferences, constraints, technical choices with rationale, "
+        "commitments, dates, quantities. One bullet per fact._",
+    ),
+    (
+        "Files & Context",
+        "_Referenced resources that future answers may depend on: file paths, "
+        "document links, key URLs — each with why it matters. Omit bulk "
+        "media/search dumps._",
+    ),
+    (
+        "Errors & Corrections",
+        "_Mistakes, misunderstandings, or failed approaches — and how they "
+        "were corrected. User corrections to assistant's assumptions._",
+    ),
     ("Open Issues", "_Unresolved questions, blockers, follow-ups, risks, or topics to revisit._"),
 )
 
@@ -50,16 +64,60 @@ PREFERENCE_USER = "default"
 _PREF_RE = re.compile(
     r"\b(i\s+(?:really\s+|strongly\s+|usually\s+|always\s+)?(?:prefer|like|love|enjoy|hate|dislike"
     r"|avoid|want|use)|i'm\s+allergic|i\s+am\s+allergic|my\s+favou?rite)\b|我(?:更|最)?(?:喜欢|偏好|爱)",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 _PROFILE_RE = re.compile(
-    r"\b(my\s+name\s+is|i\s+live\s+in|i\s+work\s+(?:as|at)|i\s+am\s+a|i'm\s+a)\b|我叫|我住在",
-    re.IGNORECASE)
+    r"\b(my\s+name\s+is|i\s+live\s+in|i\s+work\s+(?:as|at)|i\s+am\s+a|i'm\s+a)\b|我叫|我住在", re.IGNORECASE
+)
 _CONV_LINE_RE = re.compile(r"^\[(\d+)\]\[([a-z_]+)\]\[[^\]]*\]:\s?(.*)$")
 _WM_LINE_RE = re.compile(r"^\[(user|assistant|system|tool)\]:\s?(.*)$")
-_STOP = {"i", "a", "an", "the", "my", "to", "of", "in", "on", "at", "for", "and", "or", "with",
-         "is", "am", "are", "be", "it", "that", "this", "when", "really", "strongly", "usually",
-         "always", "prefer", "like", "love", "enjoy", "hate", "dislike", "avoid", "want", "use",
-         "favorite", "favourite", "m", "allergic", "very", "much", "over", "than", "me", "so"}
+_STOP = {
+    "i",
+    "a",
+    "an",
+    "the",
+    "my",
+    "to",
+    "of",
+    "in",
+    "on",
+    "at",
+    "for",
+    "and",
+    "or",
+    "with",
+    "is",
+    "am",
+    "are",
+    "be",
+    "it",
+    "that",
+    "this",
+    "when",
+    "really",
+    "strongly",
+    "usually",
+    "always",
+    "prefer",
+    "like",
+    "love",
+    "enjoy",
+    "hate",
+    "dislike",
+    "avoid",
+    "want",
+    "use",
+    "favorite",
+    "favourite",
+    "m",
+    "allergic",
+    "very",
+    "much",
+    "over",
+    "than",
+    "me",
+    "so",
+}
 _SENTENCE_RE = re.compile(r"[^.!?。！？\n]+[.!?。！？]?")
 
 
@@ -95,12 +153,14 @@ def answer(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Answe
             args = {"working_memory": doc, "checkpoint_summaries": _checkpoints(joined)}
             return "wm_create", "", [("create_working_memory", args)]
         return "wm_create", doc, []
-    last_user = next((t for m, t in zip(reversed(messages), reversed(texts))
-                      if m.get("role") == "user" and t.strip()), joined)
+    last_user = next(
+        (t for m, t in zip(reversed(messages), reversed(texts)) if m.get("role") == "user" and t.strip()), joined
+    )
     return "other", "Summary: " + first_sentence(last_user), []
 
 
 # --- working memory -------------------------------------------------------------------
+
 
 def _wm_lines(prompt: str, tag: str) -> list[tuple[str, str]]:
     m = re.search(rf"<{tag}>\n?(.*?)</{tag}>", prompt, re.DOTALL)
@@ -161,6 +221,7 @@ def _checkpoints(prompt: str) -> list[str]:
 
 
 # --- phase-2 memory extraction --------------------------------------------------------
+
 
 def _conversation(texts: list[str]) -> list[tuple[str, str]]:
     """[(role, text)] from the "## Conversation History" message."""
@@ -227,11 +288,18 @@ def extraction_program(texts: list[str]) -> str:
     lines: list[str] = []
     for topic, said in prefs.items():
         content = "\n".join(f"- {s}" for s in said)
-        bound = next((r for r in existing if r.get("memory_type") == "preferences"
-                      and str(r.get("fields", {}).get("topic", "")).lower() == topic), None)
+        bound = next(
+            (
+                r
+                for r in existing
+                if r.get("memory_type") == "preferences" and str(r.get("fields", {}).get("topic", "")).lower() == topic
+            ),
+            None,
+        )
         if bound is None:
-            lines.append(f"sdk.create_preferences(user={_lit(PREFERENCE_USER)}, topic={_lit(topic)}, "
-                         f"content={_lit(content)})")
+            lines.append(
+                f"sdk.create_preferences(user={_lit(PREFERENCE_USER)}, topic={_lit(topic)}, content={_lit(content)})"
+            )
             continue
         old = str(bound.get("fields", {}).get("content", "")).rstrip()
         new = [f"- {s}" for s in said if s not in old]

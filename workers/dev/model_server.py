@@ -91,8 +91,10 @@ class ServerState:
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             path = self.log_dir / f"{seq:05d}-{kind}.json"
-            path.write_text(json.dumps({"kind": kind, "request": request, "answer": answer},
-                                       ensure_ascii=False, indent=1), encoding="utf-8")
+            path.write_text(
+                json.dumps({"kind": kind, "request": request, "answer": answer}, ensure_ascii=False, indent=1),
+                encoding="utf-8",
+            )
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -103,7 +105,7 @@ class _Handler(BaseHTTPRequestHandler):
     def state(self) -> ServerState:
         return self.server.state  # type: ignore[attr-defined]
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
 
     def _send(self, status: int, body: Any) -> None:
@@ -119,11 +121,16 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         return json.loads(raw or b"{}")
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         path = self.path.split("?")[0].rstrip("/")
         if path in ("/v1/models", "/models"):
-            self._send(200, {"object": "list", "data": [
-                {"id": self.state.model, "object": "model", "created": 0, "owned_by": "ovstream"}]})
+            self._send(
+                200,
+                {
+                    "object": "list",
+                    "data": [{"id": self.state.model, "object": "model", "created": 0, "owned_by": "ovstream"}],
+                },
+            )
         elif path == "/admin/stats":
             with self.state.lock:
                 self._send(200, {"mode": self.state.mode, "counts": dict(self.state.counts)})
@@ -132,7 +139,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         path = self.path.split("?")[0].rstrip("/")
         try:
             body = self._body()
@@ -169,8 +176,12 @@ class _Handler(BaseHTTPRequestHandler):
             value: Any = base64.b64encode(struct.pack(f"<{dim}f", *vec)).decode() if as_b64 else vec
             data.append({"object": "embedding", "index": i, "embedding": value})
         self.state.record("embedding", None, None)
-        return {"object": "list", "data": data, "model": body.get("model", self.state.model),
-                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        return {
+            "object": "list",
+            "data": data,
+            "model": body.get("model", self.state.model),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
 
     def _chat(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         messages = body.get("messages") or []
@@ -185,8 +196,11 @@ class _Handler(BaseHTTPRequestHandler):
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if tool_calls:
             message["tool_calls"] = [
-                {"id": f"call_{i}", "type": "function",
-                 "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}
+                {
+                    "id": f"call_{i}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)},
+                }
                 for i, (name, args) in enumerate(tool_calls)
             ]
         prompt_chars = sum(len(json.dumps(m, ensure_ascii=False)) for m in messages)
@@ -196,10 +210,12 @@ class _Handler(BaseHTTPRequestHandler):
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", self.state.model),
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": "tool_calls" if tool_calls else "stop"}],
-            "usage": {"prompt_tokens": prompt_chars // 4, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_chars // 4 + completion_tokens},
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}],
+            "usage": {
+                "prompt_tokens": prompt_chars // 4,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_chars // 4 + completion_tokens,
+            },
         }
 
 
@@ -232,7 +248,7 @@ class ModelServerHandle:
         self._httpd.server_close()
         self._thread.join(timeout=10)
 
-    def __enter__(self) -> "ModelServerHandle":
+    def __enter__(self) -> ModelServerHandle:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -246,8 +262,14 @@ def _make_server(host: str, port: int, state: ServerState) -> ThreadingHTTPServe
     return httpd
 
 
-def start_model_server(host: str = "127.0.0.1", port: int = 0, *, dimension: int = DEFAULT_DIMENSION,
-                       mode: str = "normal", log_dir: str | Path | None = None) -> ModelServerHandle:
+def start_model_server(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    dimension: int = DEFAULT_DIMENSION,
+    mode: str = "normal",
+    log_dir: str | Path | None = None,
+) -> ModelServerHandle:
     """Serve on a daemon thread; ``port=0`` picks a free one (see ``handle.port``)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
@@ -261,20 +283,19 @@ def start_model_server(host: str = "127.0.0.1", port: int = 0, *, dimension: int
 def add_model_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8790, help="port (default 8790; 0 = any free)")
-    parser.add_argument("--dimension", type=int, default=DEFAULT_DIMENSION,
-                        help=f"embedding dimension (default {DEFAULT_DIMENSION})")
+    parser.add_argument(
+        "--dimension", type=int, default=DEFAULT_DIMENSION, help=f"embedding dimension (default {DEFAULT_DIMENSION})"
+    )
     parser.add_argument("--mode", choices=MODES, default="normal", help="chat answer mode")
     parser.add_argument("--log-dir", default=None, help="write every chat request/answer here as JSON")
 
 
 def cli_model_server(settings: Any, args: argparse.Namespace) -> int:
     """``ovstream model-server``: serve in the foreground until interrupted."""
-    state = ServerState(dimension=args.dimension, mode=args.mode,
-                        log_dir=Path(args.log_dir) if args.log_dir else None)
+    state = ServerState(dimension=args.dimension, mode=args.mode, log_dir=Path(args.log_dir) if args.log_dir else None)
     httpd = _make_server(args.host, args.port, state)
     host, port = httpd.server_address[:2]
-    print(f"model server on http://{host}:{port}/v1 (mode {args.mode}, dimension {args.dimension})",
-          flush=True)
+    print(f"model server on http://{host}:{port}/v1 (mode {args.mode}, dimension {args.dimension})", flush=True)
 
     def _terminate(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt

@@ -28,10 +28,10 @@ import uvicorn
 
 from core.config import Settings
 from core.defaults import UP_JOB_THREAD_JOIN_S
-from workers.store.connection import connect
-from workers.commits import context as jobs
 from workers.capture.worker import CaptureWorker
+from workers.commits import context as jobs
 from workers.commits.worker import run_embedded_worker
+from workers.store.connection import connect
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +73,15 @@ class UpRuntime:
         return None
 
 
-async def run_up(settings: Settings, *, fake_ov: bool = False, host: str | None = None,
-                 port: int | None = None, started: Callable[[UpRuntime], None] | None = None,
-                 install_signals: bool = True) -> None:
+async def run_up(
+    settings: Settings,
+    *,
+    fake_ov: bool = False,
+    host: str | None = None,
+    port: int | None = None,
+    started: Callable[[UpRuntime], None] | None = None,
+    install_signals: bool = True,
+) -> None:
     """Run everything until stopped; ``started(runtime)`` is called once the RPC listens."""
     from workers.rpc.app import create_app
 
@@ -90,12 +96,17 @@ async def run_up(settings: Settings, *, fake_ov: bool = False, host: str | None 
         log.info("using the in-memory FakeOV (no OpenViking server)")
     capture = CaptureWorker(settings, ov_transport=transport)
     app = create_app(settings, redis=connect(settings), ov_transport=transport)
-    config = uvicorn.Config(app, host=host or settings.rpc_host,
-                            port=settings.rpc_port if port is None else port, log_config=None)
+    config = uvicorn.Config(
+        app, host=host or settings.rpc_host, port=settings.rpc_port if port is None else port, log_config=None
+    )
     loop = asyncio.get_running_loop()
     runtime = UpRuntime(settings, capture, _EmbeddedServer(config), loop, fake)
-    job_thread = threading.Thread(target=run_embedded_worker, name="ovstream-jobs",
-                                  args=(connect(settings), settings, runtime.stop_jobs), daemon=True)
+    job_thread = threading.Thread(
+        target=run_embedded_worker,
+        name="ovstream-jobs",
+        args=(connect(settings), settings, runtime.stop_jobs),
+        daemon=True,
+    )
     if install_signals:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, runtime.stop)
@@ -104,11 +115,17 @@ async def run_up(settings: Settings, *, fake_ov: bool = False, host: str | None 
     capture_task.add_done_callback(lambda _: runtime.stop())  # a dead capture takes the rest down
     server_task = asyncio.create_task(runtime.server.serve(), name="rpc")
     try:
-        while not runtime.server.started and not server_task.done():
+        # uvicorn offers no "started" event to wait on
+        while not runtime.server.started and not server_task.done():  # noqa: ASYNC110
             await asyncio.sleep(0.02)
         if runtime.server.started:
-            log.info("ovstream up: rpc on http://%s:%s, capture %s, jobs on %s", config.host, runtime.port,
-                     capture.consumer, settings.commit_queue)
+            log.info(
+                "ovstream up: rpc on http://%s:%s, capture %s, jobs on %s",
+                config.host,
+                runtime.port,
+                capture.consumer,
+                settings.commit_queue,
+            )
             if started is not None:
                 started(runtime)
         await asyncio.gather(server_task, return_exceptions=True)

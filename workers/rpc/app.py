@@ -22,25 +22,32 @@ from typing import Any
 import httpx
 import msgspec
 import redis as redis_lib
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.config import Settings
 from core.ov.client import OVClient
-from workers.store.connection import connect
 from workers.rpc.assemble import assemble
 from workers.rpc.compact import compact
-from workers.store.metrics import CONTENT_TYPE, RpcMetrics
 from workers.rpc.context import RpcError, Services, api_key_from_headers, resolve_caller
 from workers.rpc.models import (
-    AssembleResponse, CompactRequest, CompactResponse, ErrorResponse,
-    HealthResponse, ToolRequest, ToolResponse, assemble_request_schema, decode_assemble_request,
+    AssembleResponse,
+    CompactRequest,
+    CompactResponse,
+    ErrorResponse,
+    HealthResponse,
+    ToolRequest,
+    ToolResponse,
+    assemble_request_schema,
+    decode_assemble_request,
 )
 from workers.rpc.tools.registry import run_tool, tools
+from workers.store.connection import connect
+from workers.store.metrics import CONTENT_TYPE, RpcMetrics
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +112,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _unexpected(request: Request, exc: Exception) -> Response:
         if isinstance(exc, RecursionError):  # absurdly nested JSON from the caller
             return error_response(400, "too_deep", "the body is nested too deeply")
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        log.error("unhandled error on %s %s", request.method, request.url.path)
         return error_response(500, "internal", "internal error; the server log has the details")
 
 
@@ -124,20 +131,27 @@ def fail_fast(client: redis_lib.Redis) -> redis_lib.Redis:
     """
     client.set_retry(Retry(NoBackoff(), 1))
     client.get_connection_kwargs().update(
-        {"socket_connect_timeout": REDIS_CONNECT_TIMEOUT_S, "socket_timeout": REDIS_SOCKET_TIMEOUT_S})
+        {"socket_connect_timeout": REDIS_CONNECT_TIMEOUT_S, "socket_timeout": REDIS_SOCKET_TIMEOUT_S}
+    )
     return client
 
 
-def create_app(settings: Settings, *, redis: redis_lib.Redis | None = None,
-               ov_transport: httpx.AsyncBaseTransport | None = None, direct: bool = False) -> FastAPI:
+def create_app(
+    settings: Settings,
+    *,
+    redis: redis_lib.Redis | None = None,
+    ov_transport: httpx.AsyncBaseTransport | None = None,
+    direct: bool = False,
+) -> FastAPI:
     """The RPC app. ``redis``/``ov_transport`` replace the real connections (tests,
     the embedded mode); ``direct`` serves the main assemble from OV /context on
     every call instead of the snapshot (the benchmark's comparison)."""
     own_redis = redis is None
     redis_client = redis if redis is not None else fail_fast(connect(settings))
     ov = OVClient.from_settings(settings, transport=ov_transport)
-    svc = Services(settings=settings, redis=redis_client, ov=ov,
-                   metrics=RpcMetrics(redis_client, settings), direct=direct)
+    svc = Services(
+        settings=settings, redis=redis_client, ov=ov, metrics=RpcMetrics(redis_client, settings), direct=direct
+    )
 
     ov_closed = False
 
@@ -155,29 +169,43 @@ def create_app(settings: Settings, *, redis: redis_lib.Redis | None = None,
         if own_redis:
             redis_client.close()
 
-    app = FastAPI(title="ovstream", version="0.1.0", lifespan=lifespan,
-                  description="OpenViking context engine for OpenClaw: assemble, compact and tools.")
+    app = FastAPI(
+        title="ovstream",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="OpenViking context engine for OpenClaw: assemble, compact and tools.",
+    )
     app.state.services = svc
     _install_error_handlers(app)
 
     def caller_of(request: Request, body: Any, *, session_required: bool = True) -> Any:
-        return resolve_caller(settings, session_id=body.sessionId, session_key=body.sessionKey,
-                              runtime_context=body.runtimeContext,
-                              api_key=api_key_from_headers(request.headers),
-                              session_required=session_required)
+        return resolve_caller(
+            settings,
+            session_id=body.sessionId,
+            session_key=body.sessionKey,
+            runtime_context=body.runtimeContext,
+            api_key=api_key_from_headers(request.headers),
+            session_required=session_required,
+        )
 
-    @app.post("/v1/assemble", response_model=None, tags=["context"],
-              responses={200: {"model": AssembleResponse}, **_ERRORS},
-              openapi_extra={"requestBody": {"required": True, "content": {
-                  "application/json": {"schema": assemble_request_schema()}}}})
+    @app.post(
+        "/v1/assemble",
+        response_model=None,
+        tags=["context"],
+        responses={200: {"model": AssembleResponse}, **_ERRORS},
+        openapi_extra={
+            "requestBody": {"required": True, "content": {"application/json": {"schema": assemble_request_schema()}}}
+        },
+    )
     async def assemble_route(request: Request) -> Response:
         """Messages for the next LLM call: auto-recall on the transform-context
         call, the session's OV context on the main call; passthrough otherwise."""
         body = decode_assemble_request(await request.body())
         return json_response(await assemble(svc, body, caller_of(request, body)))
 
-    @app.post("/v1/compact", response_model=None, tags=["context"],
-              responses={200: {"model": CompactResponse}, **_ERRORS})
+    @app.post(
+        "/v1/compact", response_model=None, tags=["context"], responses={200: {"model": CompactResponse}, **_ERRORS}
+    )
     async def compact_route(body: CompactRequest, request: Request) -> Response:
         """Commit the session now (archive + memory extraction) and wait for it."""
         return json_response(await compact(svc, body, caller_of(request, body)))
@@ -185,19 +213,34 @@ def create_app(settings: Settings, *, redis: redis_lib.Redis | None = None,
     @app.get("/v1/tools", tags=["tools"])
     async def list_tools() -> dict[str, Any]:
         """Every tool with its description and the JSON schema of its params."""
-        return {"tools": [{"name": t.name, "description": t.description,
-                           "parameters": t.params.model_json_schema()} for t in tools().values()]}
+        return {
+            "tools": [
+                {"name": t.name, "description": t.description, "parameters": t.params.model_json_schema()}
+                for t in tools().values()
+            ]
+        }
 
-    @app.post("/v1/tools/{name}", response_model=None, tags=["tools"],
-              responses={200: {"model": ToolResponse},
-                         404: {"model": ErrorResponse, "description": "No such tool"}, **_ERRORS})
+    @app.post(
+        "/v1/tools/{name}",
+        response_model=None,
+        tags=["tools"],
+        responses={
+            200: {"model": ToolResponse},
+            404: {"model": ErrorResponse, "description": "No such tool"},
+            **_ERRORS,
+        },
+    )
     async def tool_route(name: str, body: ToolRequest, request: Request) -> Response:
         """Run one agent tool; ``params`` are the tool's own (see GET /v1/tools)."""
         caller = caller_of(request, body, session_required=False)
         return json_response(await run_tool(svc, caller, name, body.params))
 
-    @app.get("/healthz", response_model=None, tags=["ops"],
-             responses={200: {"model": HealthResponse}, 503: {"model": HealthResponse}})
+    @app.get(
+        "/healthz",
+        response_model=None,
+        tags=["ops"],
+        responses={200: {"model": HealthResponse}, 503: {"model": HealthResponse}},
+    )
     async def healthz() -> Response:
         """ok; degraded when OV is unreachable (assemble passes through); down (503) without Redis."""
         redis_state, ov_state = await asyncio.gather(_redis_health(svc), _ov_health(svc))
@@ -245,8 +288,13 @@ def cli_rpc(settings: Settings, args: argparse.Namespace) -> int:
 
     host = getattr(args, "host", None) or settings.rpc_host
     port = getattr(args, "port", None) or settings.rpc_port
-    log.info("ovstream rpc listening on http://%s:%d (OV %s, Redis %s)", host, port, settings.base_url,
-             settings.redis_url.split("@")[-1])
+    log.info(
+        "ovstream rpc listening on http://%s:%d (OV %s, Redis %s)",
+        host,
+        port,
+        settings.base_url,
+        settings.redis_url.split("@")[-1],
+    )
     # log_config=None: keep the logging the CLI configured instead of uvicorn's own.
     uvicorn.run(create_app(settings), host=host, port=port, log_config=None)
     return 0

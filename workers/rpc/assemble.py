@@ -25,19 +25,31 @@ from typing import Any
 import redis
 
 from core.assemble_plan import (
-    FullContext, Overlay, Passthrough, SessionBase, build_full_context, build_session_base,
-    passthrough_with, plan_overlay, recall_query, snapshot_base,
+    FullContext,
+    Overlay,
+    Passthrough,
+    SessionBase,
+    build_full_context,
+    build_session_base,
+    passthrough_with,
+    plan_overlay,
+    recall_query,
+    snapshot_base,
 )
 from core.defaults import DEFAULT_TOKEN_BUDGET, RECALL_QUERY_MIN_CHARS
 from core.events import ContextSnapshot
 from core.messages.model import MessageFormatError, parse_messages
+from core.messages.tokens import estimate_message_tokens
 from core.ov.client import OVClient, OVError, OVUnavailable
 from core.recall.hits import (
-    build_recall_block, candidate_limit, fallback_content, needs_full_read, prepend_recall_block,
+    build_recall_block,
+    candidate_limit,
+    fallback_content,
+    needs_full_read,
+    prepend_recall_block,
     select_recall_hits,
 )
 from core.recall.text import prepare_recall_query
-from core.messages.tokens import estimate_message_tokens
 from core.turns import PendingTurn
 from workers.rpc.assemble_turn import cached_recall, keep_recall, pending_turns, recall_key
 from workers.rpc.context import Caller, Services
@@ -81,15 +93,29 @@ async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[
     svc.metrics.assemble_results.labels(path, reason).inc()
     if isinstance(outcome, Passthrough):
         level = logging.DEBUG if reason in _QUIET_PASSTHROUGHS else logging.INFO
-        log.log(level, "assemble %s session=%s agent=%s: passthrough (%s)", path, caller.ov_session_id,
-                caller.agent_id, reason)
+        log.log(
+            level,
+            "assemble %s session=%s agent=%s: passthrough (%s)",
+            path,
+            caller.ov_session_id,
+            caller.agent_id,
+            reason,
+        )
     return body
 
 
 # Passthroughs that are normal traffic, not news: logged at debug level only.
 _QUIET_PASSTHROUGHS = frozenset(
-    {"latest_not_user", "recall_already_injected", "recall_query_too_short", "no_recall_hits",
-     "auto_recall_disabled", "session_bypassed", "session_not_found", "no_ov_data"}
+    {
+        "latest_not_user",
+        "recall_already_injected",
+        "recall_query_too_short",
+        "no_recall_hits",
+        "auto_recall_disabled",
+        "session_bypassed",
+        "session_not_found",
+        "no_ov_data",
+    }
 )
 
 
@@ -119,8 +145,7 @@ async def _search(svc: Services, caller: Caller, query: str) -> str | Passthroug
         )
     except TimeoutError:
         svc.metrics.recall_timeouts.inc()
-        log.warning("auto-recall for session=%s gave up after %.1fs", caller.ov_session_id,
-                    settings.recall_timeout_s)
+        log.warning("auto-recall for session=%s gave up after %.1fs", caller.ov_session_id, settings.recall_timeout_s)
         return Passthrough("recall_timeout")
     except OVUnavailable as exc:
         return _ov_unavailable(svc, "recall", caller, exc)
@@ -131,8 +156,9 @@ async def _search(svc: Services, caller: Caller, query: str) -> str | Passthroug
     return Passthrough("no_recall_hits") if block is None else block
 
 
-async def _turn_recall(svc: Services, caller: Caller, req: AssembleRequest, reflected_event_ids: list[str],
-                       pending: list[PendingTurn]) -> str | None:
+async def _turn_recall(
+    svc: Services, caller: Caller, req: AssembleRequest, reflected_event_ids: list[str], pending: list[PendingTurn]
+) -> str | None:
     """The current user turn's recall block, for the system prompt addition.
 
     The 2026.9 host sends the user's text as ``prompt`` on every assemble and
@@ -163,8 +189,13 @@ def _ov_unavailable(svc: Services, op: str, caller: Caller, exc: OVUnavailable |
     svc.metrics.ov_unavailable.labels(op).inc()
     if exc is not None:
         svc.ov_breaker.trip()
-        log.warning("assemble (%s): OV unavailable for session=%s, passing through for the next %.0fs: %s",
-                    op, caller.ov_session_id, svc.ov_breaker.cooldown_s, exc)
+        log.warning(
+            "assemble (%s): OV unavailable for session=%s, passing through for the next %.0fs: %s",
+            op,
+            caller.ov_session_id,
+            svc.ov_breaker.cooldown_s,
+            exc,
+        )
     return Passthrough("ov_unavailable")
 
 
@@ -292,8 +323,14 @@ def _cached_snap(svc: Services, caller: Caller) -> tuple[Snap | None, str | None
 
 
 def _remember(svc: Services, version: Any, snapshot: ContextSnapshot) -> Snap:
-    snap = Snap(version, snapshot_base(snapshot), snapshot.captured_through, snapshot.applied_stream_id,
-                snapshot.event_ids, snapshot.advancements)
+    snap = Snap(
+        version,
+        snapshot_base(snapshot),
+        snapshot.captured_through,
+        snapshot.applied_stream_id,
+        snapshot.event_ids,
+        snapshot.advancements,
+    )
     if version is not None:
         svc.bases.put(version, snap)
     return snap
@@ -325,10 +362,10 @@ async def _direct_full_path(svc: Services, req: AssembleRequest, caller: Caller)
     if not svc.ov_breaker.allows():
         return _ov_unavailable(svc, "assemble", caller, None)
     try:
-        ctx = await svc.ov_for(caller).get_context(caller.require_session(),
-                                                   token_budget=_budget(req))
-        base = build_session_base(ctx.latest_archive_overview, ctx.pre_archive_abstracts, ctx.messages,
-                                  ctx.stats.total_archives)
+        ctx = await svc.ov_for(caller).get_context(caller.require_session(), token_budget=_budget(req))
+        base = build_session_base(
+            ctx.latest_archive_overview, ctx.pre_archive_abstracts, ctx.messages, ctx.stats.total_archives
+        )
     except OVUnavailable as exc:
         return _ov_unavailable(svc, "assemble", caller, exc)
     except OVError as exc:
@@ -344,26 +381,46 @@ def _budget(req: AssembleRequest) -> int:
     return int(budget) if budget is not None and budget >= 1 else DEFAULT_TOKEN_BUDGET
 
 
-def _lag_tail(svc: Services, req: AssembleRequest, caller: Caller, snap: Snap, *, last_turn: str | None,
-              direct: bool) -> tuple[list[dict[str, Any]], list[PendingTurn]] | Passthrough:
+def _lag_tail(
+    svc: Services, req: AssembleRequest, caller: Caller, snap: Snap, *, last_turn: str | None, direct: bool
+) -> tuple[list[dict[str, Any]], list[PendingTurn]] | Passthrough:
     """The messages to append to the snapshot: the turns it lacks, by event identity
     when the plugin sends its turns, else by count of the caller's transcript."""
     if not req.overlay_by_identity():
-        plan = plan_overlay(snap.base, captured_through=snap.captured_through,
-                            capture_known=snap.capture_known and not direct, input_count=len(req.messages))
+        plan = plan_overlay(
+            snap.base,
+            captured_through=snap.captured_through,
+            capture_known=snap.capture_known and not direct,
+            input_count=len(req.messages),
+        )
         if isinstance(plan, Passthrough):
             return plan
-        return (req.messages[plan.tail_start:] if isinstance(plan, Overlay) else []), []
-    pending = pending_turns(svc, caller, req, after_id=snap.applied_id, reflected_event_ids=snap.event_ids,
-                            reflected_advancements=snap.advancements, session_known=snap.capture_known,
-                            last_turn=last_turn, redis_away=direct)
+        return (req.messages[plan.tail_start :] if isinstance(plan, Overlay) else []), []
+    pending = pending_turns(
+        svc,
+        caller,
+        req,
+        after_id=snap.applied_id,
+        reflected_event_ids=snap.event_ids,
+        reflected_advancements=snap.advancements,
+        session_known=snap.capture_known,
+        last_turn=last_turn,
+        redis_away=direct,
+    )
     if snap.base.empty and not pending:
         return Passthrough("no_ov_data")
     return [m for turn in pending for m in turn.messages], pending
 
 
-async def _answer(svc: Services, req: AssembleRequest, caller: Caller, snap: Snap, *,
-                  last_turn: str | None = None, direct: bool = False) -> Passthrough | FullContext:
+async def _answer(
+    svc: Services,
+    req: AssembleRequest,
+    caller: Caller,
+    snap: Snap,
+    *,
+    last_turn: str | None = None,
+    direct: bool = False,
+) -> Passthrough | FullContext:
     """``last_turn``: the session's newest published turn; ``direct``: OV read without Redis."""
     lag = _lag_tail(svc, req, caller, snap, last_turn=last_turn, direct=direct)
     if isinstance(lag, Passthrough):
@@ -383,8 +440,12 @@ async def _answer(svc: Services, req: AssembleRequest, caller: Caller, snap: Sna
         tail = []
     if tail_raw:
         svc.metrics.lag_overlays.inc()
-        log.info("assemble: snapshot of session=%s lacks %d message(s) (%d turn(s)); appending them",
-                 caller.ov_session_id, len(tail_raw), len(pending))
+        log.info(
+            "assemble: snapshot of session=%s lacks %d message(s) (%d turn(s)); appending them",
+            caller.ov_session_id,
+            len(tail_raw),
+            len(pending),
+        )
     result = build_full_context(snap.base, tail, budget, recall_block=recall)
     if cache_key is not None and isinstance(result, FullContext):
         svc.results.put(cache_key, result)

@@ -57,9 +57,18 @@ def scan_session_events(svc: Services, caller: Caller, after_id: str) -> list[Tu
     return events
 
 
-def pending_turns(svc: Services, caller: Caller, req: AssembleRequest, *, after_id: str,
-                  reflected_event_ids: list[str], reflected_advancements: list[str],
-                  session_known: bool, last_turn: str | None, redis_away: bool = False) -> list[PendingTurn]:
+def pending_turns(
+    svc: Services,
+    caller: Caller,
+    req: AssembleRequest,
+    *,
+    after_id: str,
+    reflected_event_ids: list[str],
+    reflected_advancements: list[str],
+    session_known: bool,
+    last_turn: str | None,
+    redis_away: bool = False,
+) -> list[PendingTurn]:
     """The turns to append to the snapshot, each once (core.turns.uncaptured_turns).
 
     ``last_turn``, the session's newest published turn, decides whether the
@@ -76,18 +85,37 @@ def pending_turns(svc: Services, caller: Caller, req: AssembleRequest, *, after_
             try:
                 events += scan_session_events(svc, caller, after_id)
             except redis.RedisError as exc:
-                log.warning("assemble: stream of session=%s unreadable, using the plugin's turns only: %s",
-                            caller.ov_session_id, exc)
-    return uncaptured_turns(svc.settings, events, reflected_event_ids=reflected_event_ids,
-                            reflected_advancements=reflected_advancements, session_known=session_known)
+                log.warning(
+                    "assemble: stream of session=%s unreadable, using the plugin's turns only: %s",
+                    caller.ov_session_id,
+                    exc,
+                )
+    return uncaptured_turns(
+        svc.settings,
+        events,
+        reflected_event_ids=reflected_event_ids,
+        reflected_advancements=reflected_advancements,
+        session_known=session_known,
+    )
 
 
-def recall_key(svc: Services, caller: Caller, req: AssembleRequest, prompt: str,
-               reflected_event_ids: list[str], pending: list[PendingTurn]) -> str:
+def recall_key(
+    svc: Services,
+    caller: Caller,
+    req: AssembleRequest,
+    prompt: str,
+    reflected_event_ids: list[str],
+    pending: list[PendingTurn],
+) -> str:
     """The Redis key of the current user turn's recall block (core.turns.recall_turn_key)."""
     session_keys = svc.session_keys(caller)
-    turn = recall_turn_key(caller.require_session(), session_keys.scope, prompt,
-                           last_event_id(reflected_event_ids, pending), len(req.messages))
+    turn = recall_turn_key(
+        caller.require_session(),
+        session_keys.scope,
+        prompt,
+        last_event_id(reflected_event_ids, pending),
+        len(req.messages),
+    )
     return session_keys.recall_turn(turn)
 
 

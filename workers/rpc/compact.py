@@ -24,12 +24,12 @@ import redis
 from core.assemble_plan import FullContext, build_full_context, snapshot_base
 from core.events import CommitOutcome, CommitRequest, ContextSnapshot
 from core.ov.client import OVError, OVUnavailable
-from workers.store.applied import AppliedState
-from workers.store.commit_queue import request_commit, wait_commit_outcome
-from workers.store.commit_records import FINAL_STATUSES, CommitRecords
 from core.ov.tasks import task_verdict
 from workers.rpc.context import Caller, RpcError, Services
 from workers.rpc.models import CompactRequest
+from workers.store.applied import AppliedState
+from workers.store.commit_queue import request_commit, wait_commit_outcome
+from workers.store.commit_records import FINAL_STATUSES, CommitRecords
 from workers.store.snapshots import fetch_snapshot, read_snapshot, refresh_snapshot
 
 log = logging.getLogger(__name__)
@@ -57,8 +57,13 @@ async def commit_and_wait(svc: Services, caller: Caller, ov_session_id: str, *, 
         return await _inline_commit(svc, caller, ov_session_id, reason=reason)
     try:
         request = await asyncio.to_thread(
-            request_commit, svc.redis, settings, caller.address(ov_session_id), reason=reason,
-            keep_recent_count=KEEP_RECENT_ON_COMPACT)
+            request_commit,
+            svc.redis,
+            settings,
+            caller.address(ov_session_id),
+            reason=reason,
+            keep_recent_count=KEEP_RECENT_ON_COMPACT,
+        )
         return await _await_outcome(svc, request)
     except redis.RedisError as exc:
         log.warning("commit of %s: Redis unavailable: %s", ov_session_id, exc)
@@ -83,13 +88,19 @@ async def _inline_commit(svc: Services, caller: Caller, ov_session_id: str, *, r
     settings = svc.settings
     ov = svc.ov_for(caller)
     # Working memory on, as the queued commits do: it is what writes the archive overview.
-    accepted = await ov.commit(ov_session_id, keep_recent_count=KEEP_RECENT_ON_COMPACT,
-                               enable_working_memory=True)
+    accepted = await ov.commit(ov_session_id, keep_recent_count=KEEP_RECENT_ON_COMPACT, enable_working_memory=True)
     outcome = CommitOutcome(
-        commit_id=f"inline_{secrets.token_hex(8)}", ov_session_id=ov_session_id,
-        agent_id=caller.agent_id, user=caller.user, reason=reason, status="running",
-        task_id=accepted.task_id, archive_uri=accepted.archive_uri, archived=accepted.archived,
-        requested_at=time.time())
+        commit_id=f"inline_{secrets.token_hex(8)}",
+        ov_session_id=ov_session_id,
+        agent_id=caller.agent_id,
+        user=caller.user,
+        reason=reason,
+        status="running",
+        task_id=accepted.task_id,
+        archive_uri=accepted.archive_uri,
+        archived=accepted.archived,
+        requested_at=time.time(),
+    )
     log.info("commit of %s runs inline (the workers hold no key for tenant %s)", ov_session_id, caller.user)
     if accepted.status == "skipped" or not accepted.task_id:
         return msgspec.structs.replace(outcome, status="skipped", finished_at=time.time())
@@ -102,16 +113,21 @@ async def _inline_commit(svc: Services, caller: Caller, ov_session_id: str, *, r
         except OVError as exc:
             failed_reads += 1
             if failed_reads > settings.phase2_read_retries:
-                return msgspec.structs.replace(outcome, status="failed", finished_at=time.time(),
-                                               error=f"phase 2 unreadable: {exc}")
+                return msgspec.structs.replace(
+                    outcome, status="failed", finished_at=time.time(), error=f"phase 2 unreadable: {exc}"
+                )
             continue
         failed_reads = 0
         verdict = task_verdict(task)
         if verdict is not None:
             status, fields = verdict
             return msgspec.structs.replace(outcome, status=status, finished_at=time.time(), **fields)
-    return msgspec.structs.replace(outcome, status="timeout", finished_at=time.time(),
-                                   error=f"phase 2 not finished within {settings.compact_wait_s:g}s")
+    return msgspec.structs.replace(
+        outcome,
+        status="timeout",
+        finished_at=time.time(),
+        error=f"phase 2 not finished within {settings.compact_wait_s:g}s",
+    )
 
 
 def _valid_count(value: float | None) -> int | None:
@@ -139,8 +155,9 @@ async def _context_estimate(svc: Services, caller: Caller, ov_session_id: str, b
     except redis.RedisError as exc:
         log.info("compact: no snapshot estimate (Redis: %s)", exc)
     try:
-        snapshot, _ = await fetch_snapshot(svc.ov_for(caller), svc.settings, caller.address(ov_session_id),
-                                           AppliedState())
+        snapshot, _ = await fetch_snapshot(
+            svc.ov_for(caller), svc.settings, caller.address(ov_session_id), AppliedState()
+        )
         return assembled_tokens(snapshot, budget)
     except OVError as exc:
         log.info("compact: no context estimate for %s: %s", ov_session_id, exc)
@@ -152,16 +169,30 @@ def _outcome_details(outcome: CommitOutcome) -> dict[str, Any]:
 
 
 def _failure(reason: str, tokens_before: int, outcome: CommitOutcome) -> dict[str, Any]:
-    return {"ok": False, "compacted": False, "reason": reason,
-            "result": {"summary": "", "firstKeptEntryId": "", "tokensBefore": tokens_before,
-                       "details": _outcome_details(outcome)}}
+    return {
+        "ok": False,
+        "compacted": False,
+        "reason": reason,
+        "result": {
+            "summary": "",
+            "firstKeptEntryId": "",
+            "tokensBefore": tokens_before,
+            "details": _outcome_details(outcome),
+        },
+    }
 
 
 async def compact(svc: Services, req: CompactRequest, caller: Caller) -> dict[str, Any]:
     body = await _compact(svc, req, caller)
     svc.metrics.compact_results.labels(body.get("reason") or "none").inc()
-    log.info("compact session=%s agent=%s: ok=%s compacted=%s reason=%s", caller.ov_session_id,
-             caller.agent_id, body["ok"], body["compacted"], body.get("reason"))
+    log.info(
+        "compact session=%s agent=%s: ok=%s compacted=%s reason=%s",
+        caller.ov_session_id,
+        caller.agent_id,
+        body["ok"],
+        body["compacted"],
+        body.get("reason"),
+    )
     return body
 
 
@@ -192,9 +223,13 @@ async def _compact(svc: Services, req: CompactRequest, caller: Caller) -> dict[s
     except OVError as exc:
         if exc.code == "NOT_FOUND":
             return {"ok": True, "compacted": False, "reason": "session_not_found"}
-        return _failure("commit_failed", tokens_before, CommitOutcome(
-            commit_id="inline", ov_session_id=ov_sid, agent_id=caller.agent_id, status="failed",
-            error=str(exc)))
+        return _failure(
+            "commit_failed",
+            tokens_before,
+            CommitOutcome(
+                commit_id="inline", ov_session_id=ov_sid, agent_id=caller.agent_id, status="failed", error=str(exc)
+            ),
+        )
 
     if outcome.status == "failed":
         return _failure("commit_failed", tokens_before, outcome)
@@ -205,10 +240,18 @@ async def _compact(svc: Services, req: CompactRequest, caller: Caller) -> dict[s
     if not finished and not phase2_pending:
         return _failure("commit_timeout", tokens_before, outcome)
     if outcome.status == "skipped" or not outcome.archived:
-        return {"ok": True, "compacted": False, "reason": "commit_no_archive",
-                "result": {"summary": "", "firstKeptEntryId": "", "tokensBefore": tokens_before,
-                           "tokensAfter": tokens_before if tokens_before >= 0 else None,
-                           "details": _outcome_details(outcome)}}
+        return {
+            "ok": True,
+            "compacted": False,
+            "reason": "commit_no_archive",
+            "result": {
+                "summary": "",
+                "firstKeptEntryId": "",
+                "tokensBefore": tokens_before,
+                "tokensAfter": tokens_before if tokens_before >= 0 else None,
+                "details": _outcome_details(outcome),
+            },
+        }
 
     details = _outcome_details(outcome)
     summary, tokens_after = "", None
@@ -220,8 +263,19 @@ async def _compact(svc: Services, req: CompactRequest, caller: Caller) -> dict[s
         details["contextError"] = str(exc)
     first_kept = (outcome.archive_uri or "").rstrip("/").rsplit("/", 1)[-1]
     if phase2_pending:
-        details["phase2"] = (f"still running after {svc.settings.compact_wait_s:g}s; the commit completes "
-                             f"in the background and is recorded (ovstream commits)")
-    return {"ok": True, "compacted": True, "reason": "phase2_pending" if phase2_pending else "commit_completed",
-            "result": {"summary": summary, "firstKeptEntryId": first_kept,
-                       "tokensBefore": tokens_before, "tokensAfter": tokens_after, "details": details}}
+        details["phase2"] = (
+            f"still running after {svc.settings.compact_wait_s:g}s; the commit completes "
+            f"in the background and is recorded (ovstream commits)"
+        )
+    return {
+        "ok": True,
+        "compacted": True,
+        "reason": "phase2_pending" if phase2_pending else "commit_completed",
+        "result": {
+            "summary": summary,
+            "firstKeptEntryId": first_kept,
+            "tokensBefore": tokens_before,
+            "tokensAfter": tokens_after,
+            "details": details,
+        },
+    }

@@ -21,9 +21,9 @@ import redis
 
 from core.config import Settings
 from core.ids import is_bypassed, ov_session_id, resolve_agent_id
-from workers.store.keys import Keys, SessionKeys
 from core.ov.client import OVClient
 from core.session import SessionAddress
+from workers.store.keys import Keys, SessionKeys
 from workers.store.metrics import RpcMetrics
 
 log = logging.getLogger(__name__)

@@ -54,7 +54,7 @@ class AssembleRequest(msgspec.Struct, forbid_unknown_fields=False):
     runtimeContext: dict[str, Any] | None = None
     """OpenClaw's runtime context; agentId and sessionKey are read from it."""
     # Present (even as null) only on OpenClaw's main call: UNSET tells absence apart.
-    prompt: str | None | msgspec.UnsetType = msgspec.UNSET
+    prompt: str | msgspec.UnsetType | None = msgspec.UNSET
     availableTools: Any = msgspec.UNSET
     citationsMode: Any = msgspec.UNSET
     model: Any = None
@@ -71,8 +71,11 @@ class AssembleRequest(msgspec.Struct, forbid_unknown_fields=False):
     def is_main_call(self) -> bool:
         """OpenClaw's main assemble carries prompt/availableTools/citationsMode;
         its per-LLM-call transform-context hook sends none of those keys."""
-        return (self.prompt is not msgspec.UNSET or self.availableTools is not msgspec.UNSET
-                or self.citationsMode is not msgspec.UNSET)
+        return (
+            self.prompt is not msgspec.UNSET
+            or self.availableTools is not msgspec.UNSET
+            or self.citationsMode is not msgspec.UNSET
+        )
 
 
 _assemble_decoder = msgspec.json.Decoder(AssembleRequest)
@@ -93,7 +96,7 @@ def decode_assemble_request(raw: bytes) -> AssembleRequest:
                 raise RpcError(422, "invalid_request", f"{field}: field required", field) from None
             raise RpcError(400, "invalid_body", f"the body must be a JSON object ({text})") from None
         field = match.group("path") or "body"
-        raise RpcError(422, "invalid_request", f"{field}: {text[:match.start()]}", field) from None
+        raise RpcError(422, "invalid_request", f"{field}: {text[: match.start()]}", field) from None
     except msgspec.DecodeError as exc:
         raise RpcError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
 
@@ -207,7 +210,10 @@ class MemoryForgetParams(BaseModel):
 class AddResourceParams(BaseModel):
     model_config = _PARAMS
     path: str | None = Field(
-        None, min_length=1, max_length=4096, validation_alias=AliasChoices("path", "source"),
+        None,
+        min_length=1,
+        max_length=4096,
+        validation_alias=AliasChoices("path", "source"),
         description="A URL, or a file path readable by the server process.",
     )
     content: str | None = Field(None, max_length=32 * 1024 * 1024, description="Text to upload as a file.")
@@ -230,11 +236,17 @@ class AddResourceParams(BaseModel):
 class AddSkillParams(BaseModel):
     model_config = _PARAMS
     content: str | None = Field(
-        None, min_length=1, max_length=4 * 1024 * 1024,
-        validation_alias=AliasChoices("content", "data"), description="SKILL.md text.",
+        None,
+        min_length=1,
+        max_length=4 * 1024 * 1024,
+        validation_alias=AliasChoices("content", "data"),
+        description="SKILL.md text.",
     )
     path: str | None = Field(
-        None, min_length=1, max_length=4096, validation_alias=AliasChoices("path", "source"),
+        None,
+        min_length=1,
+        max_length=4096,
+        validation_alias=AliasChoices("path", "source"),
         description="A SKILL.md file (or a directory holding one) readable by the server process.",
     )
     wait: bool | None = None

@@ -58,8 +58,10 @@ def ov_message_count(message: dict[str, Any]) -> int:
     part; every other message is stored as one.
     """
     parts = message.get("parts") or []
-    if message.get("role") == "user" and len(parts) > 1 and all(
-        isinstance(p, dict) and p.get("type") == "tool" for p in parts
+    if (
+        message.get("role") == "user"
+        and len(parts) > 1
+        and all(isinstance(p, dict) and p.get("type") == "tool" for p in parts)
     ):
         return len(parts)
     return 1

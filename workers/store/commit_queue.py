@@ -42,10 +42,10 @@ from rq.job import Job, JobStatus
 from core.config import Settings
 from core.defaults import COMMIT_RETRY_INTERVALS_S
 from core.events import CommitOutcome, CommitRequest, decode, encode
-from workers.store.commit_records import FINAL_STATUSES, CommitRecords, load_outcome, outcome_of
-from workers.store.keys import Keys
 from core.session import SessionAddress
 from workers.store import tenant_lock
+from workers.store.commit_records import FINAL_STATUSES, CommitRecords, load_outcome, outcome_of
+from workers.store.keys import Keys
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +54,9 @@ COMMIT_RETRY = Retry(max=len(COMMIT_RETRY_INTERVALS_S), interval=list(COMMIT_RET
 COMMIT_JOB = "workers.commits.run.commit_session"
 POLL_JOB = "workers.commits.run.poll_phase2"
 """RQ function paths of the two jobs (by name, so this module needs not import them)."""
-_LIVE_JOB_STATUSES = frozenset({JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED,
-                                JobStatus.DEFERRED, JobStatus.CREATED})
+_LIVE_JOB_STATUSES = frozenset(
+    {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED, JobStatus.CREATED}
+)
 
 _clock: Callable[[], float] = time.time
 
@@ -92,8 +93,7 @@ def _inflight_key(settings: Settings, request: CommitRequest) -> str:
     return Keys(settings.key_prefix).session(request.address, settings.shards).commit_inflight
 
 
-def record_outcome(redis: redis_lib.Redis, settings: Settings, request: CommitRequest,
-                   outcome: CommitOutcome) -> bool:
+def record_outcome(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, outcome: CommitOutcome) -> bool:
     """Record ``outcome`` (``CommitRecords.record``); a final one releases the tenant's lock."""
     stored = CommitRecords(redis, settings).record(request, outcome)
     if stored and outcome.status in FINAL_STATUSES:
@@ -101,10 +101,17 @@ def record_outcome(redis: redis_lib.Redis, settings: Settings, request: CommitRe
     return stored
 
 
-def finish_commit(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, status: str,
-                  base: CommitOutcome | None = None, **fields: Any) -> CommitOutcome:
-    carried = {} if base is None else {"task_id": base.task_id, "archive_uri": base.archive_uri,
-                                       "archived": base.archived}
+def finish_commit(
+    redis: redis_lib.Redis,
+    settings: Settings,
+    request: CommitRequest,
+    status: str,
+    base: CommitOutcome | None = None,
+    **fields: Any,
+) -> CommitOutcome:
+    carried = (
+        {} if base is None else {"task_id": base.task_id, "archive_uri": base.archive_uri, "archived": base.archived}
+    )
     outcome = outcome_of(request, status, finished_at=now(), **{**carried, **fields})
     record_outcome(redis, settings, request, outcome)
     return CommitRecords(redis, settings).outcome(request) or outcome
@@ -114,7 +121,7 @@ def finish_commit(redis: redis_lib.Redis, settings: Settings, request: CommitReq
 
 
 def _job_state(redis: redis_lib.Redis, job_id: str | None) -> tuple[str, Job | None]:
-    """"live", "crashed" (the job raised) or "lost" (gone, or ended without an outcome)."""
+    """ "live", "crashed" (the job raised) or "lost" (gone, or ended without an outcome)."""
     if not job_id:
         return "lost", None
     try:
@@ -127,20 +134,26 @@ def _job_state(redis: redis_lib.Redis, job_id: str | None) -> tuple[str, Job | N
     return ("crashed" if status == JobStatus.FAILED else "lost"), job
 
 
-def _resume(redis: redis_lib.Redis, settings: Settings, request: CommitRequest,
-            outcome: CommitOutcome | None) -> None:
+def _resume(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, outcome: CommitOutcome | None) -> None:
     """Put a lost in-flight commit back on the queue at the step it had reached."""
     if outcome is not None and outcome.task_id:
         log.warning("commit %s lost its poll job; scheduling a new poll", request.commit_id)
-        schedule_poll(redis, settings, request, deadline_at=now() + settings.phase2_deadline_s,
-                       failed_reads=0, attempt=int(now() * 1000))
+        schedule_poll(
+            redis,
+            settings,
+            request,
+            deadline_at=now() + settings.phase2_deadline_s,
+            failed_reads=0,
+            attempt=int(now() * 1000),
+        )
     else:
         log.warning("commit %s lost its job; enqueueing it again", request.commit_id)
         _enqueue_commit(redis, settings, request)
 
 
-def request_commit(redis: redis_lib.Redis, settings: Settings, address: SessionAddress, *,
-                   reason: str, keep_recent_count: int) -> CommitRequest:
+def request_commit(
+    redis: redis_lib.Redis, settings: Settings, address: SessionAddress, *, reason: str, keep_recent_count: int
+) -> CommitRequest:
     """Enqueue a commit of the session, or return the one already in flight."""
     ks = Keys(settings.key_prefix).session(address, settings.shards)
     with redis.pipeline() as pipe:
@@ -165,9 +178,14 @@ def request_commit(redis: redis_lib.Redis, settings: Settings, address: SessionA
                 generation = int(pipe.get(ks.commit_generation) or 0) + 1
                 request = CommitRequest(
                     commit_id=commit_job_id(ks.scope, address.ov_session_id, generation),
-                    ov_session_id=address.ov_session_id, agent_id=address.agent_id, user=address.tenant,
+                    ov_session_id=address.ov_session_id,
+                    agent_id=address.agent_id,
+                    user=address.tenant,
                     reason=reason,  # type: ignore[arg-type]
-                    keep_recent_count=keep_recent_count, generation=generation, requested_at=now())
+                    keep_recent_count=keep_recent_count,
+                    generation=generation,
+                    requested_at=now(),
+                )
                 pipe.multi()
                 pipe.set(ks.commit_generation, generation)
                 pipe.hset(ks.commit_inflight, mapping={"req": encode(request), "job": request.commit_id})
@@ -177,13 +195,19 @@ def request_commit(redis: redis_lib.Redis, settings: Settings, address: SessionA
             except redis_lib.WatchError:
                 continue
     _enqueue_commit(redis, settings, request)
-    log.info("commit %s of session %s requested (%s, keep %d)", request.commit_id, address.ov_session_id,
-             reason, keep_recent_count)
+    log.info(
+        "commit %s of session %s requested (%s, keep %d)",
+        request.commit_id,
+        address.ov_session_id,
+        reason,
+        keep_recent_count,
+    )
     return request
 
 
-def wait_commit_outcome(redis: redis_lib.Redis, settings: Settings, request: CommitRequest,
-                        timeout_s: float, *, poll_s: float = 0.05) -> CommitOutcome:
+def wait_commit_outcome(
+    redis: redis_lib.Redis, settings: Settings, request: CommitRequest, timeout_s: float, *, poll_s: float = 0.05
+) -> CommitOutcome:
     """The final outcome of ``request``; a (not recorded) timeout outcome if none within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -193,9 +217,15 @@ def wait_commit_outcome(redis: redis_lib.Redis, settings: Settings, request: Com
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             base = outcome or outcome_of(request, "pending")
-            return outcome_of(request, "timeout", task_id=base.task_id, archive_uri=base.archive_uri,
-                               archived=base.archived, finished_at=time.time(),
-                               error=f"no final outcome within {timeout_s:g}s (still {base.status})")
+            return outcome_of(
+                request,
+                "timeout",
+                task_id=base.task_id,
+                archive_uri=base.archive_uri,
+                archived=base.archived,
+                finished_at=time.time(),
+                error=f"no final outcome within {timeout_s:g}s (still {base.status})",
+            )
         time.sleep(min(poll_s, remaining))
 
 
@@ -205,38 +235,64 @@ def wait_commit_outcome(redis: redis_lib.Redis, settings: Settings, request: Com
 def _enqueue_commit(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) -> None:
     try:
         commit_queue(redis, settings).enqueue(
-            COMMIT_JOB, encode(request).decode(), settings.key_prefix,
-            job_id=request.commit_id, unique=True, retry=COMMIT_RETRY,
-            description=f"commit {request.ov_session_id} ({request.reason})")
+            COMMIT_JOB,
+            encode(request).decode(),
+            settings.key_prefix,
+            job_id=request.commit_id,
+            unique=True,
+            retry=COMMIT_RETRY,
+            description=f"commit {request.ov_session_id} ({request.reason})",
+        )
     except DuplicateJobError:
         log.debug("commit job %s already exists", request.commit_id)
 
 
-def schedule_poll(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *,
-                   deadline_at: float, failed_reads: int, attempt: int) -> None:
+def schedule_poll(
+    redis: redis_lib.Redis,
+    settings: Settings,
+    request: CommitRequest,
+    *,
+    deadline_at: float,
+    failed_reads: int,
+    attempt: int,
+) -> None:
     job_id = _poll_job_id(request, attempt)
     # The in-flight slot names the poll before it exists, so a reader never sees a
     # finished job there while the chain is alive; a missing one is re-created.
     redis.hset(_inflight_key(settings, request), "job", job_id)
     try:
         commit_queue(redis, settings).enqueue_in(
-            timedelta(seconds=settings.phase2_poll_interval_s), POLL_JOB, encode(request).decode(),
-            settings.key_prefix, deadline_at, failed_reads, attempt,
-            job_id=job_id, unique=True, description=f"poll phase 2 of {request.commit_id}")
+            timedelta(seconds=settings.phase2_poll_interval_s),
+            POLL_JOB,
+            encode(request).decode(),
+            settings.key_prefix,
+            deadline_at,
+            failed_reads,
+            attempt,
+            job_id=job_id,
+            unique=True,
+            description=f"poll phase 2 of {request.commit_id}",
+        )
     except DuplicateJobError:
         log.debug("poll job %s already exists", job_id)
 
 
-def schedule_commit_retry(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *,
-                          attempt: int) -> None:
+def schedule_commit_retry(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, attempt: int) -> None:
     """Run ``commit_session`` again after ``commit_tenant_wait_s`` (its tenant's lock was held)."""
     job_id = f"{request.commit_id}_wait{attempt}"
     redis.hset(_inflight_key(settings, request), "job", job_id)  # as schedule_poll does
     try:
         commit_queue(redis, settings).enqueue_in(
-            timedelta(seconds=settings.commit_tenant_wait_s), COMMIT_JOB, encode(request).decode(),
-            settings.key_prefix, attempt, job_id=job_id, unique=True, retry=COMMIT_RETRY,
-            description=f"commit {request.ov_session_id} ({request.reason}), waiting for its tenant")
+            timedelta(seconds=settings.commit_tenant_wait_s),
+            COMMIT_JOB,
+            encode(request).decode(),
+            settings.key_prefix,
+            attempt,
+            job_id=job_id,
+            unique=True,
+            retry=COMMIT_RETRY,
+            description=f"commit {request.ov_session_id} ({request.reason}), waiting for its tenant",
+        )
     except DuplicateJobError:
         log.debug("commit job %s already exists", job_id)
 

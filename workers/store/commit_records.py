@@ -29,9 +29,16 @@ OUTCOME_FIELD = "o"
 
 def outcome_of(request: CommitRequest, status: str, **fields: Any) -> CommitOutcome:
     """An outcome of ``request`` with ``status`` (the request's identity carried over)."""
-    return CommitOutcome(commit_id=request.commit_id, ov_session_id=request.ov_session_id,
-                         agent_id=request.agent_id, user=request.user, reason=request.reason,
-                         status=status, requested_at=request.requested_at, **fields)  # type: ignore[arg-type]
+    return CommitOutcome(
+        commit_id=request.commit_id,
+        ov_session_id=request.ov_session_id,
+        agent_id=request.agent_id,
+        user=request.user,
+        reason=request.reason,
+        status=status,
+        requested_at=request.requested_at,
+        **fields,
+    )  # type: ignore[arg-type]
 
 
 def load_outcome(redis: Any, commits_key: str, commit_id: str) -> CommitOutcome | None:
@@ -70,17 +77,30 @@ class CommitRecords:
                     pipe.multi()
                     pipe.hset(ks.commits, request.commit_id, encode(outcome))
                     final = outcome.status in FINAL_STATUSES
-                    if final and inflight is not None and decode(inflight, CommitRequest).commit_id == request.commit_id:
+                    if (
+                        final
+                        and inflight is not None
+                        and decode(inflight, CommitRequest).commit_id == request.commit_id
+                    ):
                         pipe.delete(ks.commit_inflight)
                     pipe.execute()
                     break
                 except redis_lib.WatchError:
                     continue
         if outcome.status in FINAL_STATUSES:
-            self.redis.xadd(self.keys.commit_outcomes(), {OUTCOME_FIELD: encode(outcome)},
-                            maxlen=self.settings.commit_outcome_stream_maxlen, approximate=True)
-            log.info("commit %s of session %s: %s%s", request.commit_id, request.ov_session_id, outcome.status,
-                     f" ({outcome.error})" if outcome.error else "")
+            self.redis.xadd(
+                self.keys.commit_outcomes(),
+                {OUTCOME_FIELD: encode(outcome)},
+                maxlen=self.settings.commit_outcome_stream_maxlen,
+                approximate=True,
+            )
+            log.info(
+                "commit %s of session %s: %s%s",
+                request.commit_id,
+                request.ov_session_id,
+                outcome.status,
+                f" ({outcome.error})" if outcome.error else "",
+            )
         return True
 
     def list(self, address: SessionAddress) -> list[CommitOutcome]:

@@ -13,15 +13,15 @@ import argparse
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import redis as redis_lib
 
 from core.config import Settings
 from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
-from workers.store.keys import Keys
 from workers.store.connection import connect
+from workers.store.keys import Keys
 from workers.store.streams import publish_turn
 
 log = logging.getLogger(__name__)
@@ -38,8 +38,9 @@ def _text(value: bytes | str | None) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
-def dead_letter_fields(*, stream: str, entry_id: str, payload: bytes | None, reason: str, error: str,
-                       deliveries: int, consumer: str) -> dict[str, Any]:
+def dead_letter_fields(
+    *, stream: str, entry_id: str, payload: bytes | None, reason: str, error: str, deliveries: int, consumer: str
+) -> dict[str, Any]:
     """The fields of one dead-letter entry."""
     return {
         STREAM_FIELD: payload if payload is not None else b"",
@@ -68,9 +69,17 @@ class DeadLetter:
     @classmethod
     def from_entry(cls, dlq_id: bytes | str, fields: dict[bytes, bytes]) -> DeadLetter:
         f = {_text(k): v for k, v in fields.items()}
-        return cls(_text(dlq_id), _text(f.get("stream")), _text(f.get("entry_id")), _text(f.get("reason")),
-                   _text(f.get("error")), int(_text(f.get("deliveries")) or 0), _text(f.get("consumer")),
-                   float(_text(f.get("failed_at")) or 0), f.get(STREAM_FIELD) or b"")
+        return cls(
+            _text(dlq_id),
+            _text(f.get("stream")),
+            _text(f.get("entry_id")),
+            _text(f.get("reason")),
+            _text(f.get("error")),
+            int(_text(f.get("deliveries")) or 0),
+            _text(f.get("consumer")),
+            float(_text(f.get("failed_at")) or 0),
+            f.get(STREAM_FIELD) or b"",
+        )
 
     def event(self) -> TurnEvent:
         """The dead-lettered event; EventDecodeError when it is not one."""
@@ -83,8 +92,9 @@ def list_dead_letters(redis: redis_lib.Redis, settings: Settings, *, limit: int 
     return [DeadLetter.from_entry(i, f) for i, f in entries]
 
 
-def replay_dead_letters(redis: redis_lib.Redis, settings: Settings, ids: list[str] | None = None
-                        ) -> list[tuple[DeadLetter, str | None, str]]:
+def replay_dead_letters(
+    redis: redis_lib.Redis, settings: Settings, ids: list[str] | None = None
+) -> list[tuple[DeadLetter, str | None, str]]:
     """Publish the dead letters ``ids`` (None: all) again and remove them from the DLQ.
 
     Returns ``(dead letter, new stream id or None, note)`` per entry looked at.
@@ -143,13 +153,23 @@ def _session_of(letter: DeadLetter) -> str:
 
 
 def _when(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
 
 
 def format_dead_letters(letters: list[DeadLetter]) -> str:
     header = ["ID", "FAILED (UTC)", "REASON", "DELIVERIES", "SESSION", "STREAM ENTRY", "ERROR"]
-    rows = [header] + [[d.dlq_id, _when(d.failed_at), d.reason, str(d.deliveries), _session_of(d),
-                        f"{d.stream} {d.entry_id}", d.error.replace("\n", " ")[:80]] for d in letters]
+    rows = [header] + [
+        [
+            d.dlq_id,
+            _when(d.failed_at),
+            d.reason,
+            str(d.deliveries),
+            _session_of(d),
+            f"{d.stream} {d.entry_id}",
+            d.error.replace("\n", " ")[:80],
+        ]
+        for d in letters
+    ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 

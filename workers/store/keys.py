@@ -44,11 +44,17 @@ class Keys:
         """The keys of ``address``'s session: the one place they are derived from an address."""
         shard, scope, sid = address.shard(shards), address.scope, address.ov_session_id
         return SessionKeys(
-            shard=shard, scope=scope, stream=self.stream(shard), last_turn=self.last_turn(shard, sid),
-            applied=self.applied(shard, scope, sid), snapshot=self.snapshot(shard, scope, sid),
-            commits=self.commits(shard, scope, sid), commit_generation=self.commit_generation(shard, scope, sid),
+            shard=shard,
+            scope=scope,
+            stream=self.stream(shard),
+            last_turn=self.last_turn(shard, sid),
+            applied=self.applied(shard, scope, sid),
+            snapshot=self.snapshot(shard, scope, sid),
+            commits=self.commits(shard, scope, sid),
+            commit_generation=self.commit_generation(shard, scope, sid),
             commit_inflight=self.commit_inflight(shard, scope, sid),
-            recall_prefix=self._session("recall", shard, scope, sid))
+            recall_prefix=self._session("recall", shard, scope, sid),
+        )
 
     def stream(self, shard: int) -> str:
         """Turn events of one shard (a Redis stream)."""
@@ -103,4 +109,3 @@ class Keys:
     def capture_workers(self) -> str:
         """Sorted set: live capture consumer -> lease expiry (ms), to split shards fairly."""
         return f"{self.prefix}:capture-workers"
-

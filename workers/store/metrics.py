@@ -29,7 +29,21 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Assemble answers in about a millisecond from a snapshot; the OV-backed paths
 # take tens to thousands. Buckets cover both ends.
 _LATENCY_BUCKETS = (
-    0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    0.0005,
+    0.001,
+    0.002,
+    0.003,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
 )
 
 _OUTCOME_SCAN_BATCH = 1000
@@ -163,8 +177,11 @@ class RpcMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.assemble_seconds = Histogram(
-            "ovstream_assemble_seconds", "Assemble latency by path", ["path"],
-            buckets=_LATENCY_BUCKETS, registry=r,
+            "ovstream_assemble_seconds",
+            "Assemble latency by path",
+            ["path"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.assemble_results = Counter(
             "ovstream_assemble_results", "Assemble answers by path and reason", ["path", "reason"], registry=r
@@ -176,24 +193,26 @@ class RpcMetrics:
             "ovstream_snapshot_misses", "Full-context assembles that had to fetch OV /context", registry=r
         )
         self.lag_overlays = Counter(
-            "ovstream_lag_overlays", "Assembles that appended turns the snapshot had not captured yet",
+            "ovstream_lag_overlays",
+            "Assembles that appended turns the snapshot had not captured yet",
             registry=r,
         )
         self.recall_turn_cache = Counter(
             "ovstream_recall_turn_cache",
             "Main-call recalls answered from the turn's kept block (hit) or searched (miss)",
-            ["result"], registry=r,
+            ["result"],
+            registry=r,
         )
         self.recall_timeouts = Counter(
             "ovstream_recall_timeouts", "Auto-recall searches abandoned after recall_timeout_s", registry=r
         )
         self.ov_unavailable = Counter(
-            "ovstream_ov_unavailable", "Requests that found OpenViking unreachable, by operation", ["op"],
+            "ovstream_ov_unavailable",
+            "Requests that found OpenViking unreachable, by operation",
+            ["op"],
             registry=r,
         )
-        self.compact_results = Counter(
-            "ovstream_compact_results", "Compact answers by reason", ["reason"], registry=r
-        )
+        self.compact_results = Counter("ovstream_compact_results", "Compact answers by reason", ["reason"], registry=r)
         self.tool_calls = Counter(
             "ovstream_tool_calls", "Tool calls by tool and outcome", ["tool", "outcome"], registry=r
         )

@@ -61,8 +61,9 @@ def read_applied(redis: Any, settings: Settings, address: SessionAddress) -> App
     return AppliedState.from_hash(redis.hgetall(key))
 
 
-async def fetch_snapshot(ov: Any, settings: Settings, address: SessionAddress,
-                         applied: AppliedState) -> tuple[ContextSnapshot, int]:
+async def fetch_snapshot(
+    ov: Any, settings: Settings, address: SessionAddress, applied: AppliedState
+) -> tuple[ContextSnapshot, int]:
     """Read OV /context into a snapshot; returns it with the time (ms) the read began.
 
     ``applied`` is the session's applied offset the content reflects: capture
@@ -93,8 +94,15 @@ async def fetch_snapshot(ov: Any, settings: Settings, address: SessionAddress,
 def store_snapshot(redis_or_pipe: Any, settings: Settings, snapshot: ContextSnapshot, fetched_ms: int) -> Any:
     """Issue the write-if-newer script (on a client, or queued on a pipeline)."""
     key = snapshot_key(settings, SessionAddress(snapshot.ov_session_id, snapshot.agent_id, snapshot.user))
-    return redis_or_pipe.eval(_WRITE_IF_NEWER, 1, key, snapshot.applied_stream_id, fetched_ms, encode(snapshot),
-                              settings.snapshot_ttl_s * 1000)
+    return redis_or_pipe.eval(
+        _WRITE_IF_NEWER,
+        1,
+        key,
+        snapshot.applied_stream_id,
+        fetched_ms,
+        encode(snapshot),
+        settings.snapshot_ttl_s * 1000,
+    )
 
 
 def stored_snapshot(snapshot: ContextSnapshot, reply: Any) -> ContextSnapshot:
@@ -102,13 +110,13 @@ def stored_snapshot(snapshot: ContextSnapshot, reply: Any) -> ContextSnapshot:
     if int(reply[0]) == 1:
         log.debug("snapshot of %s refreshed at %s", snapshot.ov_session_id, snapshot.applied_stream_id)
         return snapshot
-    log.debug("snapshot of %s at %s not stored: a newer one is", snapshot.ov_session_id,
-              snapshot.applied_stream_id)
+    log.debug("snapshot of %s at %s not stored: a newer one is", snapshot.ov_session_id, snapshot.applied_stream_id)
     return decode(reply[1], ContextSnapshot)
 
 
-async def refresh_snapshot(redis: Any, ov: Any, settings: Settings, address: SessionAddress,
-                           applied: AppliedState | None = None) -> ContextSnapshot:
+async def refresh_snapshot(
+    redis: Any, ov: Any, settings: Settings, address: SessionAddress, applied: AppliedState | None = None
+) -> ContextSnapshot:
     """Read OV /context and store it as the session's snapshot unless a newer one is stored.
 
     ``redis`` is a sync client; ``ov`` an OVClient already scoped to the session's

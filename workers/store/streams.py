@@ -41,9 +41,7 @@ def _text(stream_id: bytes | str) -> str:
 
 def publish_raw(redis_client: redis.Redis, settings: Settings, stream: str, payload: bytes) -> str:
     """XADD an already encoded entry to ``stream``; returns the stream id."""
-    stream_id = redis_client.xadd(
-        stream, {STREAM_FIELD: payload}, maxlen=settings.stream_maxlen, approximate=True
-    )
+    stream_id = redis_client.xadd(stream, {STREAM_FIELD: payload}, maxlen=settings.stream_maxlen, approximate=True)
     return _text(stream_id)
 
 

@@ -43,7 +43,7 @@ from workers.dev.fake_ov.content import ContentRoutes
 from workers.dev.fake_ov.sessions import SessionRoutes
 from workers.dev.fake_ov.state import Ctx, FakeError, FakeSession, FakeTask, Req, Tenant
 
-__all__ = ["FakeOV", "FakeError", "FakeSession", "FakeTask", "Tenant"]
+__all__ = ["FakeError", "FakeOV", "FakeSession", "FakeTask", "Tenant"]
 
 VERSION = "0.5.2"
 
@@ -81,9 +81,14 @@ ROUTES = [
 class FakeOV(SessionRoutes, ContentRoutes):
     """The fake server. Not thread-safe; one event loop at a time."""
 
-    def __init__(self, *, api_keys: dict[str, tuple[str, str]] | None = None,
-                 root_key: str | None = None, phase2: str = "complete",
-                 phase2_reads_until_done: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        api_keys: dict[str, tuple[str, str]] | None = None,
+        root_key: str | None = None,
+        phase2: str = "complete",
+        phase2_reads_until_done: int = 0,
+    ) -> None:
         self.auth_enabled = bool(api_keys or root_key)
         """API-key mode; fixed at start (admin-made keys do not switch dev mode to it)."""
         self.api_keys: dict[str, tuple[str, str]] = dict(api_keys or {})
@@ -113,8 +118,7 @@ class FakeOV(SessionRoutes, ContentRoutes):
     def phase2_steps(self, value: int) -> None:
         self.phase2_reads_until_done = value
 
-    def fail_next(self, n: int = 1, status: int = 503, code: str = "UNAVAILABLE",
-                  route: str | None = None) -> None:
+    def fail_next(self, n: int = 1, status: int = 503, code: str = "UNAVAILABLE", route: str | None = None) -> None:
         self._failures += [(status, code, route)] * n
 
     def tenant(self, account: str = "default", user: str = "default") -> Tenant:
@@ -147,14 +151,17 @@ class FakeOV(SessionRoutes, ContentRoutes):
         match = self._match(request.method, path)
         delay = self._latency(match[0][2] if match else "")
         if delay > 0:
+
             async def slow() -> httpx.Response:
                 await asyncio.sleep(delay)
                 return self._respond(request, path, match)
+
             return slow()
         return self._respond(request, path, match)
 
     def asgi_app(self) -> Callable:
         """A minimal ASGI app serving this fake (for uvicorn / real HTTP clients)."""
+
         async def app(scope: dict, receive: Callable, send: Callable) -> None:
             if scope["type"] != "http":
                 return
@@ -175,9 +182,15 @@ class FakeOV(SessionRoutes, ContentRoutes):
                     response = await response
             except httpx.ConnectError:
                 response = httpx.Response(503, json=FakeError("UNAVAILABLE", "fake OV is down").envelope())
-            await send({"type": "http.response.start", "status": response.status_code,
-                        "headers": [(k.encode(), v.encode()) for k, v in response.headers.items()]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": response.status_code,
+                    "headers": [(k.encode(), v.encode()) for k, v in response.headers.items()],
+                }
+            )
             await send({"type": "http.response.body", "body": response.content})
+
         return app
 
     def _latency(self, name: str) -> float:
@@ -241,4 +254,3 @@ class FakeOV(SessionRoutes, ContentRoutes):
     def _r_health(self, r: Req) -> dict[str, Any]:
         auth_mode = "api_key" if self.auth_enabled else "dev"
         return {"status": "ok", "healthy": True, "version": VERSION, "auth_mode": auth_mode}
-

@@ -17,24 +17,80 @@ from email.parser import BytesParser
 from typing import Any
 
 from workers.dev.fake_ov.state import (
-    Ctx, Entry, FakeError, Req, canonical_uri, context_type_of, invalid, lexical_score, new_id, uri_parts, under,
+    Ctx,
+    Entry,
+    FakeError,
+    Req,
+    canonical_uri,
+    context_type_of,
+    invalid,
+    lexical_score,
+    new_id,
+    under,
+    uri_parts,
 )
 
-FIND_FIELDS = frozenset({
-    "query", "image_url", "target_uri", "context_type", "limit", "node_limit", "score_threshold",
-    "filter", "include_provenance", "tags", "since", "until", "time_field", "level", "read_content",
-    "telemetry", "events_time_decay_protection",
-})
-RESOURCE_FIELDS = frozenset({
-    "path", "temp_file_id", "add_type", "to", "parent", "create_parent", "reason", "instruction",
-    "wait", "strict", "internal_task", "source_name", "ignore_dirs", "include", "exclude",
-    "directly_upload_media", "preserve_structure", "args", "telemetry", "watch_interval",
-    "is_active", "processing_mode", "tags", "tag_mode", "acl",
-})
-SKILL_FIELDS = frozenset({"data", "temp_file_id", "skills", "list_only", "wait", "source_metadata",
-                          "target_uri", "telemetry"})
-CONTEXT_TYPES = {"memory": "memory", "memories": "memory", "resource": "resource",
-                 "resources": "resource", "skill": "skill", "skills": "skill"}
+FIND_FIELDS = frozenset(
+    {
+        "query",
+        "image_url",
+        "target_uri",
+        "context_type",
+        "limit",
+        "node_limit",
+        "score_threshold",
+        "filter",
+        "include_provenance",
+        "tags",
+        "since",
+        "until",
+        "time_field",
+        "level",
+        "read_content",
+        "telemetry",
+        "events_time_decay_protection",
+    }
+)
+RESOURCE_FIELDS = frozenset(
+    {
+        "path",
+        "temp_file_id",
+        "add_type",
+        "to",
+        "parent",
+        "create_parent",
+        "reason",
+        "instruction",
+        "wait",
+        "strict",
+        "internal_task",
+        "source_name",
+        "ignore_dirs",
+        "include",
+        "exclude",
+        "directly_upload_media",
+        "preserve_structure",
+        "args",
+        "telemetry",
+        "watch_interval",
+        "is_active",
+        "processing_mode",
+        "tags",
+        "tag_mode",
+        "acl",
+    }
+)
+SKILL_FIELDS = frozenset(
+    {"data", "temp_file_id", "skills", "list_only", "wait", "source_metadata", "target_uri", "telemetry"}
+)
+CONTEXT_TYPES = {
+    "memory": "memory",
+    "memories": "memory",
+    "resource": "resource",
+    "resources": "resource",
+    "skill": "skill",
+    "skills": "skill",
+}
 _BUCKET = {"memory": "memories", "resource": "resources", "skill": "skills"}
 
 
@@ -59,7 +115,7 @@ def _tags(uri: str) -> list[str]:
     parts = uri_parts(uri)
     if context_type_of(uri) != "memory" or "memories" not in parts:
         return []
-    rest = parts[parts.index("memories") + 1:]
+    rest = parts[parts.index("memories") + 1 :]
     kind = rest[0] if len(rest) > 1 else (rest[0].rsplit(".", 1)[0] if rest else "")
     return [f"memory_type={kind}"] if kind else []
 
@@ -71,15 +127,20 @@ def _directories(entries: list[Entry], targets: list[str]) -> list[dict[str, Any
         parts = uri_parts(e.uri)
         root_at = next((i for i, p in enumerate(parts) if p in ("memories", "resources", "skills")), 0)
         root = "viking://" + "/".join(parts[: root_at + 1])
-        out.setdefault(root + "/.abstract.md", {"uri": root + "/.abstract.md", "level": 0,
-                                                 "context_type": e.context_type})
+        out.setdefault(
+            root + "/.abstract.md", {"uri": root + "/.abstract.md", "level": 0, "context_type": e.context_type}
+        )
         for depth in range(root_at + 1, len(parts)):
             d = "viking://" + "/".join(parts[:depth])
-            out.setdefault(d + "/.overview.md", {"uri": d + "/.overview.md", "level": 1,
-                                                  "context_type": e.context_type})
+            out.setdefault(
+                d + "/.overview.md", {"uri": d + "/.overview.md", "level": 1, "context_type": e.context_type}
+            )
     dirs = [(uri.rsplit("/", 1)[0], h) for uri, h in sorted(out.items())]
-    return [{**h, "score": DIRECTORY_SCORE, "abstract": f"Directory {d}", "tags": []}
-            for d, h in dirs if any(under(d, t) for t in targets)]
+    return [
+        {**h, "score": DIRECTORY_SCORE, "abstract": f"Directory {d}", "tags": []}
+        for d, h in dirs
+        if any(under(d, t) for t in targets)
+    ]
 
 
 def _leaf_name(path: str) -> str:
@@ -94,9 +155,18 @@ class ContentRoutes:
 
     # --- seeding and inspection -------------------------------------------------------
 
-    def seed_memory(self, text: str, *, uri: str | None = None, abstract: str | None = None,
-                    overview: str = "", account: str = "default", user: str = "default",
-                    peer: str | None = None, category: str = "preferences") -> str:
+    def seed_memory(
+        self,
+        text: str,
+        *,
+        uri: str | None = None,
+        abstract: str | None = None,
+        overview: str = "",
+        account: str = "default",
+        user: str = "default",
+        peer: str | None = None,
+        category: str = "preferences",
+    ) -> str:
         """Store a memory (level 2 leaf) and return its URI."""
         if uri is None:
             root = f"viking://user/{user}/peers/{peer}/memories" if peer else f"viking://user/{user}/memories"
@@ -104,13 +174,11 @@ class ContentRoutes:
         self.entries.setdefault(account, {})[uri] = Entry(uri, text, abstract or text[:200], overview)
         return uri
 
-    def seed_resource(self, text: str, *, uri: str, abstract: str | None = None,
-                      account: str = "default") -> str:
+    def seed_resource(self, text: str, *, uri: str, abstract: str | None = None, account: str = "default") -> str:
         self.entries.setdefault(account, {})[uri] = Entry(uri, text, abstract or text[:200])
         return uri
 
-    def memories(self, account: str = "default", user: str = "default",
-                 peer: str | None = None) -> list[Entry]:
+    def memories(self, account: str = "default", user: str = "default", peer: str | None = None) -> list[Entry]:
         """Memories of a user (or of one of its peers), oldest first."""
         root = f"viking://user/{user}/peers/{peer}/memories" if peer else f"viking://user/{user}/memories"
         return [e for e in self.entries.get(account, {}).values() if under(e.uri, root)]
@@ -154,16 +222,28 @@ class ContentRoutes:
         if wanted is not None and any(w not in CONTEXT_TYPES for w in wanted):
             raise FakeError("INVALID_ARGUMENT", f"invalid context_type: {wanted}")
         kinds = None if wanted is None else {CONTEXT_TYPES[w] for w in wanted}
-        in_scope = [e for e in self._visible_entries(r.ctx)
-                    if any(under(e.uri, t) for t in targets) and not (kinds and e.context_type not in kinds)]
+        in_scope = [
+            e
+            for e in self._visible_entries(r.ctx)
+            if any(under(e.uri, t) for t in targets) and not (kinds and e.context_type not in kinds)
+        ]
         scored = []
         for e in in_scope:
             score = lexical_score(query, f"{e.abstract}\n{e.content}")
             if score > 0 and (threshold is None or score >= threshold):
                 scored.append((score, e))
         scored.sort(key=lambda se: (-se[0], se[1].uri))
-        hits = [{"context_type": e.context_type, "uri": e.uri, "level": 2, "score": s,
-                 "abstract": e.abstract, "tags": _tags(e.uri)} for s, e in scored[:limit]]
+        hits = [
+            {
+                "context_type": e.context_type,
+                "uri": e.uri,
+                "level": 2,
+                "score": s,
+                "abstract": e.abstract,
+                "tags": _tags(e.uri),
+            }
+            for s, e in scored[:limit]
+        ]
         if threshold is None or threshold <= DIRECTORY_SCORE:
             hits += _directories(in_scope, targets)
         hits.sort(key=lambda h: (-h["score"], h["level"]))  # a directory first on a tie
@@ -179,14 +259,16 @@ class ContentRoutes:
         for s in self.tenant(r.ctx.account, r.ctx.user).sessions.values():  # type: ignore[attr-defined]
             files.append((f"{s.uri}/messages.jsonl", [json.dumps(m, ensure_ascii=False) for m in s.messages]))
             for a in s.archives:
-                files.append((f"{a.uri}/messages.jsonl",
-                              [json.dumps(m, ensure_ascii=False) for m in a.messages]))
+                files.append((f"{a.uri}/messages.jsonl", [json.dumps(m, ensure_ascii=False) for m in a.messages]))
         return files
 
     def _check_session_path(self, r: Req, target: str) -> None:
         parts = uri_parts(target)
-        if len(parts) >= 4 and parts[2] == "sessions" and \
-                parts[3] not in self.tenant(r.ctx.account, r.ctx.user).sessions:  # type: ignore[attr-defined]
+        if (
+            len(parts) >= 4
+            and parts[2] == "sessions"
+            and parts[3] not in self.tenant(r.ctx.account, r.ctx.user).sessions
+        ):  # type: ignore[attr-defined]
             raise FakeError("NOT_FOUND", f"File not found: {target}", {"resource": target, "type": "file"})
 
     def _r_grep(self, r: Req) -> dict[str, Any]:
@@ -200,10 +282,13 @@ class ContentRoutes:
         self._check_session_path(r, target)
         cap = body.get("node_limit") or 256
         files = [(uri, lines) for uri, lines in self._files(r) if under(uri, target)]
-        matches = [{"line": i, "uri": uri, "content": line} for uri, lines in files
-                   for i, line in enumerate(lines, 1) if rx.search(line)][:cap]
-        return {"matches": matches, "count": len(matches), "match_count": len(matches),
-                "files_scanned": len(files)}
+        matches = [
+            {"line": i, "uri": uri, "content": line}
+            for uri, lines in files
+            for i, line in enumerate(lines, 1)
+            if rx.search(line)
+        ][:cap]
+        return {"matches": matches, "count": len(matches), "match_count": len(matches), "files_scanned": len(files)}
 
     # --- content ----------------------------------------------------------------------
 
@@ -258,7 +343,7 @@ class ContentRoutes:
         target = self._target(r.ctx, uri)
         recursive = r.query.get("recursive", "false").lower() in {"true", "1"}
         store = self.entries.get(r.ctx.account, {})
-        doomed = [u for u in store if self._visible(r.ctx, u) and (u == target or recursive and under(u, target))]
+        doomed = [u for u in store if self._visible(r.ctx, u) and (u == target or (recursive and under(u, target)))]
         for u in doomed:
             del store[u]
         sessions = self.tenant(r.ctx.account, r.ctx.user).sessions  # type: ignore[attr-defined]
@@ -274,7 +359,8 @@ class ContentRoutes:
         if not ctype.startswith("multipart/form-data"):
             raise FakeError("INVALID_ARGUMENT", "multipart/form-data with a 'file' field is required")
         msg = BytesParser(policy=policy.HTTP).parsebytes(
-            b"Content-Type: " + ctype.encode() + b"\r\n\r\n" + r.request.content)
+            b"Content-Type: " + ctype.encode() + b"\r\n\r\n" + r.request.content
+        )
         for part in msg.iter_parts():
             if part.get_param("name", header="content-disposition") == "file":
                 filename = part.get_filename() or "upload.tmp"
@@ -329,8 +415,7 @@ class ContentRoutes:
         uri = f"viking://agent/skills/{str(name).strip()}"
         abstract = f"name: {str(name).strip()}\ndescription: {desc}".strip()
         self.entries.setdefault(r.ctx.account, {})[uri] = Entry(uri, text, abstract)
-        return {"status": "success", "root_uri": uri, "uri": uri, "name": str(name).strip(),
-                "auxiliary_files": 0}
+        return {"status": "success", "root_uri": uri, "uri": uri, "name": str(name).strip(), "auxiliary_files": 0}
 
     # --- admin ------------------------------------------------------------------------
 
@@ -350,8 +435,7 @@ class ContentRoutes:
         if account in self.accounts:  # type: ignore[attr-defined]
             raise FakeError("ALREADY_EXISTS", f"Account '{account}' already exists")
         self.accounts[account] = {admin: "admin"}  # type: ignore[attr-defined]
-        return {"account_id": account, "admin_user_id": admin,
-                "user_key": self._new_key(account, admin, admin=True)}
+        return {"account_id": account, "admin_user_id": admin, "user_key": self._new_key(account, admin, admin=True)}
 
     def _r_admin_create_user(self, r: Req) -> dict[str, Any]:
         body = r.body()
@@ -369,5 +453,4 @@ class ContentRoutes:
         if user in users:
             raise FakeError("ALREADY_EXISTS", f"User '{user}' already exists in '{account}'")
         users[user] = role
-        return {"account_id": account, "user_id": user,
-                "user_key": self._new_key(account, user, admin=role == "admin")}
+        return {"account_id": account, "user_id": user, "user_key": self._new_key(account, user, admin=role == "admin")}

@@ -33,10 +33,19 @@ def _default_port(settings: Settings) -> int:
 
 def add_fake_ov_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=None,
-                        help="listen port (default: the port of baseUrl, else 1933; 0 picks a free one)")
-    parser.add_argument("--api-key", action="append", default=[], metavar="KEY=ACCOUNT:USER",
-                        help="serve in API-key mode with this user key (repeatable); default: dev mode")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="listen port (default: the port of baseUrl, else 1933; 0 picks a free one)",
+    )
+    parser.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        metavar="KEY=ACCOUNT:USER",
+        help="serve in API-key mode with this user key (repeatable); default: dev mode",
+    )
 
 
 def _api_keys(specs: list[str]) -> dict[str, tuple[str, str]]:
@@ -54,7 +63,6 @@ def cli_fake_ov(settings: Settings, args: argparse.Namespace) -> int:
     host = args.host
     port = _default_port(settings) if args.port is None else args.port
     fake = FakeOV(api_keys=_api_keys(args.api_key) or None)
-    log.info("fake OV %s on http://%s:%s (%s mode)", "0.5.2", host, port,
-             "api-key" if fake.auth_enabled else "dev")
+    log.info("fake OV %s on http://%s:%s (%s mode)", "0.5.2", host, port, "api-key" if fake.auth_enabled else "dev")
     uvicorn.run(fake.asgi_app(), host=host, port=port, log_config=None, access_log=False)
     return 0

@@ -11,11 +11,23 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from workers.dev.fake_ov.state import (
-    Ctx, FakeArchive, FakeError, FakeSession, FakeTask, Req, Tenant, build_messages, invalid,
-    memory_worthy, message_tokens, new_id, now_iso, summarize,
-)
 from core.messages.tokens import estimate_tokens
+from workers.dev.fake_ov.state import (
+    Ctx,
+    FakeArchive,
+    FakeError,
+    FakeSession,
+    FakeTask,
+    Req,
+    Tenant,
+    build_messages,
+    invalid,
+    memory_worthy,
+    message_tokens,
+    new_id,
+    now_iso,
+    summarize,
+)
 
 BATCH_MAX = 100
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -52,8 +64,13 @@ class SessionRoutes:
         if sid in sessions:
             raise FakeError("ALREADY_EXISTS", f"Session '{sid}' already exists")
         s = sessions[sid] = self._new_session(r.ctx, sid)
-        return {"session_id": sid, "uri": s.uri, "user": {"account_id": s.account, "user_id": s.user},
-                "auto_commit_policy": None, "memory_extraction_config": {}}
+        return {
+            "session_id": sid,
+            "uri": s.uri,
+            "user": {"account_id": s.account, "user_id": s.user},
+            "auto_commit_policy": None,
+            "memory_extraction_config": {},
+        }
 
     def _r_get_session(self, r: Req) -> dict[str, Any]:
         auto = r.query.get("auto_create", "false").lower() in {"true", "1", "yes"}
@@ -75,8 +92,7 @@ class SessionRoutes:
         new = build_messages(r.body())  # validated before the session is auto-created
         s = self._session(r, create=True)
         self._append(s, new)
-        return {"session_id": s.session_id, "message_count": s.message_count,
-                "pending_tokens": s.pending_tokens}
+        return {"session_id": s.session_id, "message_count": s.message_count, "pending_tokens": s.pending_tokens}
 
     def _r_add_messages(self, r: Req) -> dict[str, Any]:
         body = r.body()
@@ -84,13 +100,16 @@ class SessionRoutes:
         if not isinstance(msgs, list):
             raise invalid("Field required", "messages")
         if len(msgs) > BATCH_MAX:
-            raise invalid(f"List should have at most {BATCH_MAX} items after validation, "
-                          f"not {len(msgs)}", "messages")
+            raise invalid(f"List should have at most {BATCH_MAX} items after validation, not {len(msgs)}", "messages")
         new = [m for spec in msgs for m in build_messages(spec)]
         s = self._session(r, create=True)
         added = self._append(s, new)
-        return {"session_id": s.session_id, "message_count": s.message_count, "added": added,
-                "pending_tokens": s.pending_tokens}
+        return {
+            "session_id": s.session_id,
+            "message_count": s.message_count,
+            "added": added,
+            "pending_tokens": s.pending_tokens,
+        }
 
     def _r_commit(self, r: Req) -> dict[str, Any]:
         body = r.body(optional=True)
@@ -102,36 +121,53 @@ class SessionRoutes:
         if wm is not None and not isinstance(wm, bool):
             raise invalid("Input should be a valid boolean", "enable_working_memory")
         s.keep_recent_count = keep
-        head = {"session_id": s.session_id, "effective_enable_working_memory": bool(wm),
-                "trace_id": ""}
+        head = {"session_id": s.session_id, "effective_enable_working_memory": bool(wm), "trace_id": ""}
         if not s.messages:
-            return {**head, "status": "skipped", "task_id": None, "archive_uri": None,
-                    "archived": False, "reason": "no_messages"}
+            return {
+                **head,
+                "status": "skipped",
+                "task_id": None,
+                "archive_uri": None,
+                "archived": False,
+                "reason": "no_messages",
+            }
         split = max(0, len(s.messages) - keep) if keep > 0 else len(s.messages)
         if split == 0:
-            return {**head, "status": "skipped", "task_id": None, "archive_uri": None,
-                    "archived": False, "reason": "all_within_keep_window"}
+            return {
+                **head,
+                "status": "skipped",
+                "task_id": None,
+                "archive_uri": None,
+                "archived": False,
+                "reason": "all_within_keep_window",
+            }
         index = len(s.archives) + 1
         task_id = new_id()
-        archive = FakeArchive(index, f"{s.uri}/history/archive_{index:03d}", s.messages[:split],
-                              bool(wm), task_id)
+        archive = FakeArchive(index, f"{s.uri}/history/archive_{index:03d}", s.messages[:split], bool(wm), task_id)
         s.archives.append(archive)
         s.messages = s.messages[split:]
         s.commit_count = index
         s.last_commit_at = now_iso()
         t = self.tenant(r.ctx.account, r.ctx.user)
-        t.tasks[task_id] = FakeTask(task_id, r.ctx.account, r.ctx.user, s.session_id, archive,
-                                    self.phase2, max(0, self.phase2_reads_until_done))
-        return {**head, "status": "accepted", "task_id": task_id, "archive_uri": archive.uri,
-                "archived": True, "estimated_active_tokens": 0, "budget_exceeded": False}
+        t.tasks[task_id] = FakeTask(
+            task_id, r.ctx.account, r.ctx.user, s.session_id, archive, self.phase2, max(0, self.phase2_reads_until_done)
+        )
+        return {
+            **head,
+            "status": "accepted",
+            "task_id": task_id,
+            "archive_uri": archive.uri,
+            "archived": True,
+            "estimated_active_tokens": 0,
+            "budget_exceeded": False,
+        }
 
     # --- phase 2 ----------------------------------------------------------------------
 
     def _r_get_task(self, r: Req) -> dict[str, Any]:
         task = self.tenant(r.ctx.account, r.ctx.user).tasks.get(r.params["tid"])
         if task is None:
-            raise FakeError("NOT_FOUND", "Task not found or expired",
-                            {"resource": r.params["tid"], "type": "task"})
+            raise FakeError("NOT_FOUND", "Task not found or expired", {"resource": r.params["tid"], "type": "task"})
         if task.status not in TERMINAL:
             if task.mode == "hang" or task.reads_left > 0:
                 task.reads_left = max(0, task.reads_left - 1)
@@ -143,8 +179,7 @@ class SessionRoutes:
 
     def run_phase2(self) -> int:
         """Finish every open task now, each as its commit's mode ("hang" completes). Returns how many."""
-        open_tasks = [t for ten in self.tenants.values() for t in ten.tasks.values()
-                      if t.status not in TERMINAL]
+        open_tasks = [t for ten in self.tenants.values() for t in ten.tasks.values() if t.status not in TERMINAL]
         for t in open_tasks:
             self._finish(t, "fail" if t.mode == "fail" else "complete")
         return len(open_tasks)
@@ -168,9 +203,12 @@ class SessionRoutes:
             counts["total"] = counts.get("total", 0) + len(extracted)
             counts["memory_write"] = counts.get("memory_write", 0) + len(extracted)
         task.status = "completed"
-        task.result = {"session_id": task.session_id, "archive_uri": archive.uri,
-                       "memories_extracted": {"memory_write": len(extracted)} if extracted else {},
-                       "memory_uris": extracted}
+        task.result = {
+            "session_id": task.session_id,
+            "archive_uri": archive.uri,
+            "memories_extracted": {"memory_write": len(extracted)} if extracted else {},
+            "memory_uris": extracted,
+        }
 
     def _extract_memories(self, task: FakeTask) -> list[str]:
         uris = []
@@ -184,8 +222,11 @@ class SessionRoutes:
                 root = f"viking://user/{task.user}/peers/{m['peer_id']}/memories"
             else:
                 continue
-            uris.append(self.seed_memory(text, uri=f"{root}/preferences/mem_{self.next_seq()}.md",
-                                         account=task.account, user=task.user))
+            uris.append(
+                self.seed_memory(
+                    text, uri=f"{root}/preferences/mem_{self.next_seq()}.md", account=task.account, user=task.user
+                )
+            )
         return uris
 
     # --- context ----------------------------------------------------------------------
@@ -197,8 +238,11 @@ class SessionRoutes:
         except ValueError:
             raise invalid("Input should be a valid integer", "token_budget") from None
         if budget < 0:
-            raise FakeError("INVALID_ARGUMENT", "token_budget must be greater than or equal to 0",
-                            {"field": "token_budget", "value": budget})
+            raise FakeError(
+                "INVALID_ARGUMENT",
+                "token_budget must be greater than or equal to 0",
+                {"field": "token_budget", "value": budget},
+            )
         s = self._session(r)
         pending: list[FakeArchive] = []
         terminal = None
@@ -230,15 +274,24 @@ class SessionRoutes:
             "pre_archive_abstracts": [],
             "messages": kept,
             "estimatedTokens": used + archive_tokens,
-            "stats": {"totalArchives": len(s.archives), "includedArchives": 0,
-                      "droppedArchives": max(0, len(s.archives) - failed), "failedArchives": failed,
-                      "activeTokens": used, "archiveTokens": archive_tokens},
+            "stats": {
+                "totalArchives": len(s.archives),
+                "includedArchives": 0,
+                "droppedArchives": max(0, len(s.archives) - failed),
+                "failedArchives": failed,
+                "activeTokens": used,
+                "archiveTokens": archive_tokens,
+            },
         }
 
     def _r_get_archive(self, r: Req) -> dict[str, Any]:
         s = self._session(r)
         for a in s.archives:
             if a.archive_id == r.params["aid"] and a.state == "completed":
-                return {"archive_id": a.archive_id, "abstract": a.abstract, "overview": a.overview,
-                        "messages": a.messages}
+                return {
+                    "archive_id": a.archive_id,
+                    "abstract": a.abstract,
+                    "overview": a.overview,
+                    "messages": a.messages,
+                }
         raise FakeError("NOT_FOUND", f"Archive {r.params['aid']} not found", short=True)

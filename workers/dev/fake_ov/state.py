@@ -12,7 +12,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -30,14 +30,29 @@ class FakeError(Exception):
     """An OV error answer: becomes ``{"status":"error","error":{code,message,details}}``."""
 
     STATUS = {
-        "INVALID_ARGUMENT": 400, "INVALID_URI": 400, "UNAUTHENTICATED": 401,
-        "PERMISSION_DENIED": 403, "NOT_FOUND": 404, "ALREADY_EXISTS": 409,
-        "CONFLICT": 409, "FAILED_PRECONDITION": 412, "RESOURCE_EXHAUSTED": 429,
-        "INTERNAL": 500, "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504,
+        "INVALID_ARGUMENT": 400,
+        "INVALID_URI": 400,
+        "UNAUTHENTICATED": 401,
+        "PERMISSION_DENIED": 403,
+        "NOT_FOUND": 404,
+        "ALREADY_EXISTS": 409,
+        "CONFLICT": 409,
+        "FAILED_PRECONDITION": 412,
+        "RESOURCE_EXHAUSTED": 429,
+        "INTERNAL": 500,
+        "UNAVAILABLE": 503,
+        "DEADLINE_EXCEEDED": 504,
     }
 
-    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None,
-                 status: int | None = None, *, short: bool = False) -> None:
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        status: int | None = None,
+        *,
+        short: bool = False,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -56,13 +71,16 @@ class FakeError(Exception):
 def invalid(message: str, field: str | None = None) -> FakeError:
     """A request-validation 400 as 0.5.2 sends it (short envelope, ``validation_errors``)."""
     loc = ["body", field] if field else ["body"]
-    return FakeError("INVALID_ARGUMENT", message,
-                     {"validation_errors": [{"loc": loc, "message": message, "type": "value_error"}]},
-                     short=True)
+    return FakeError(
+        "INVALID_ARGUMENT",
+        message,
+        {"validation_errors": [{"loc": loc, "message": message, "type": "value_error"}]},
+        short=True,
+    )
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def new_id(prefix: str = "") -> str:
@@ -87,12 +105,21 @@ def normalize_part(raw: Any) -> dict[str, Any]:
         ctype = raw.get("context_type", "memory")
         if ctype not in {"memory", "resource", "skill"}:
             raise FakeError("INVALID_ARGUMENT", f"invalid context_type: {ctype!r}")
-        return {"type": "context", "uri": raw.get("uri", ""), "context_type": ctype,
-                "abstract": raw.get("abstract", "")}
+        return {
+            "type": "context",
+            "uri": raw.get("uri", ""),
+            "context_type": ctype,
+            "abstract": raw.get("abstract", ""),
+        }
     if kind == "tool":
-        part = {"type": "tool", "tool_id": raw.get("tool_id", ""), "tool_name": raw.get("tool_name", ""),
-                "tool_uri": raw.get("tool_uri", ""), "skill_uri": raw.get("skill_uri", ""),
-                "tool_status": raw.get("tool_status", "pending")}
+        part = {
+            "type": "tool",
+            "tool_id": raw.get("tool_id", ""),
+            "tool_name": raw.get("tool_name", ""),
+            "tool_uri": raw.get("tool_uri", ""),
+            "skill_uri": raw.get("skill_uri", ""),
+            "tool_status": raw.get("tool_status", "pending"),
+        }
         if raw.get("tool_input") is not None:
             if not isinstance(raw["tool_input"], dict):
                 raise FakeError("INVALID_ARGUMENT", "tool_input must be an object")
@@ -155,8 +182,11 @@ def build_messages(spec: dict[str, Any]) -> list[dict[str, Any]]:
         base["peer_id"] = peer
     if spec.get("turn_id") is not None:
         base["turn_id"] = spec["turn_id"]
-    groups = [[p] for p in parts] if (
-        role == "user" and len(parts) > 1 and all(p["type"] == "tool" for p in parts)) else [parts]
+    groups = (
+        [[p] for p in parts]
+        if (role == "user" and len(parts) > 1 and all(p["type"] == "tool" for p in parts))
+        else [parts]
+    )
     return [{"id": new_id("msg_"), **base, "parts": g} for g in groups]
 
 
@@ -209,12 +239,17 @@ class FakeSession:
 
     def state(self) -> dict[str, Any]:
         return {
-            "session_id": self.session_id, "uri": self.uri,
+            "session_id": self.session_id,
+            "uri": self.uri,
             "user": {"account_id": self.account, "user_id": self.user},
-            "created_at": self.created_at, "updated_at": self.updated_at,
-            "message_count": self.message_count, "commit_count": self.commit_count,
-            "pending_tokens": self.pending_tokens, "keep_recent_count": self.keep_recent_count,
-            "total_message_count": self.total_message_count, "last_commit_at": self.last_commit_at,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "message_count": self.message_count,
+            "commit_count": self.commit_count,
+            "pending_tokens": self.pending_tokens,
+            "keep_recent_count": self.keep_recent_count,
+            "total_message_count": self.total_message_count,
+            "last_commit_at": self.last_commit_at,
             "memories_extracted": dict(self.memories_extracted),
         }
 
@@ -237,10 +272,16 @@ class FakeTask:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "task_id": self.task_id, "task_type": "session_commit", "status": self.status,
-            "created_at": self.created_at, "updated_at": self.updated_at,
-            "resource_id": self.session_id, "meta": {}, "stage": None,
-            "result": self.result, "error": self.error,
+            "task_id": self.task_id,
+            "task_type": "session_commit",
+            "status": self.status,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "resource_id": self.session_id,
+            "meta": {},
+            "stage": None,
+            "result": self.result,
+            "error": self.error,
         }
 
 
@@ -264,13 +305,13 @@ def context_type_of(uri: str) -> str:
     parts = uri_parts(uri)
     if parts[:2] == ["agent", "skills"] or (len(parts) > 2 and parts[0] == "user" and parts[2] == "skills"):
         return "skill"
-    if parts[:1] == ["user"] and ("memories" in parts[2:3] or parts[2:3] == ["peers"] and "memories" in parts[4:5]):
+    if parts[:1] == ["user"] and ("memories" in parts[2:3] or (parts[2:3] == ["peers"] and "memories" in parts[4:5])):
         return "memory"
     return "resource"
 
 
 def uri_parts(uri: str) -> list[str]:
-    return [p for p in uri.split("?", 1)[0][len("viking://"):].split("/") if p]
+    return [p for p in uri.split("?", 1)[0][len("viking://") :].split("/") if p]
 
 
 def under(uri: str, prefix: str) -> bool:
@@ -297,9 +338,12 @@ def canonical_uri(uri: Any, user: str, *, field_name: str = "uri") -> str:
         parts = ["user", user, "sessions", *parts[1:]]
     elif parts[0] == "user" and len(parts) >= 2 and parts[1] != user and parts[1] in RESERVED_USER_SEGMENTS:
         rest = "/".join(parts[1:])
-        raise FakeError("INVALID_URI", f"'viking://user/{rest}' no longer expands to the current "
-                        f"user's space: use 'viking://~/{rest}' or 'viking://user/{{user_id}}/{rest}'",
-                        {"uri": raw})
+        raise FakeError(
+            "INVALID_URI",
+            f"'viking://user/{rest}' no longer expands to the current "
+            f"user's space: use 'viking://~/{rest}' or 'viking://user/{{user_id}}/{rest}'",
+            {"uri": raw},
+        )
     return "viking://" + "/".join(parts)
 
 

@@ -31,8 +31,7 @@ async def ov_archive_search(svc: Services, caller: Caller, p: ArchiveSearchParam
     # A literal search: the model gives words, not regexes, and OV greps with Python's re.
     pattern = re.escape(p.query)
     try:
-        result = await svc.ov_for(caller).grep(history_uri(ov_sid, p.archiveId), pattern,
-                                               case_insensitive=True)
+        result = await svc.ov_for(caller).grep(history_uri(ov_sid, p.archiveId), pattern, case_insensitive=True)
         # OV also greps each archive's memory_diff.json (it quotes extracted memories);
         # only messages.jsonl holds what was said.
         matches = [m for m in result.matches if m.uri.endswith("/messages.jsonl")]
@@ -44,7 +43,9 @@ async def ov_archive_search(svc: Services, caller: Caller, p: ArchiveSearchParam
         return text_result(
             f'No matches for "{p.query}" in the archived messages. The original wording may differ: '
             "try a synonym, a related term or a shorter fragment.",
-            query=p.query, matchCount=0)
+            query=p.query,
+            matchCount=0,
+        )
     shown = matches[:MAX_MATCHES_SHOWN]
     blocks = []
     for i, m in enumerate(shown, 1):
@@ -86,22 +87,35 @@ async def ov_archive_expand(svc: Services, caller: Caller, p: ArchiveExpandParam
         archive = await svc.ov_for(caller).get_archive(ov_sid, p.archiveId)
     except OVError as exc:
         if exc.code == "NOT_FOUND":
-            raise RpcError(404, "archive_not_found",
-                           f"no finished archive {p.archiveId} in this session", "params.archiveId") from None
+            raise RpcError(
+                404, "archive_not_found", f"no finished archive {p.archiveId} in this session", "params.archiveId"
+            ) from None
         raise
     header = [f"## {archive.archive_id or p.archiveId}"]
     if archive.abstract:
         header.append(f"**Summary**: {archive.abstract}")
     header.append(f"**Messages**: {len(archive.messages)}")
     body = "\n\n".join(format_ov_message(m) for m in archive.messages)
-    return text_result("\n".join(header) + "\n\n" + body, action="expanded",
-                       archiveId=archive.archive_id or p.archiveId, messageCount=len(archive.messages),
-                       ovSessionId=ov_sid)
+    return text_result(
+        "\n".join(header) + "\n\n" + body,
+        action="expanded",
+        archiveId=archive.archive_id or p.archiveId,
+        messageCount=len(archive.messages),
+        ovSessionId=ov_sid,
+    )
 
 
 TOOLS = [
-    Tool("ov_archive_search", ArchiveSearchParams, ov_archive_search,
-         "Keyword search over this session's archived original messages."),
-    Tool("ov_archive_expand", ArchiveExpandParams, ov_archive_expand,
-         "List the original messages of one archive of this session."),
+    Tool(
+        "ov_archive_search",
+        ArchiveSearchParams,
+        ov_archive_search,
+        "Keyword search over this session's archived original messages.",
+    ),
+    Tool(
+        "ov_archive_expand",
+        ArchiveExpandParams,
+        ov_archive_expand,
+        "List the original messages of one archive of this session.",
+    ),
 ]

@@ -14,13 +14,20 @@ from core.ids import ov_session_id
 from core.ov.client import OVClient
 from core.ov.models import FindResult
 from core.recall.hits import (
-    LEAF_LEVEL, candidate_limit, clamp_score, format_recall_line, select_recall_hits,
+    LEAF_LEVEL,
+    candidate_limit,
+    clamp_score,
+    format_recall_line,
+    select_recall_hits,
 )
 from workers.rpc.assemble import USER_MEMORIES_URI, agent_memories_uri, read_contents
 from workers.rpc.compact import commit_and_wait, memories_of
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import (
-    MemoryForgetParams, MemoryRecallParams, MemorySearchParams, MemoryStoreParams,
+    MemoryForgetParams,
+    MemoryRecallParams,
+    MemorySearchParams,
+    MemoryStoreParams,
 )
 from workers.rpc.tools.base import Tool, ToolResult, text_result
 
@@ -99,10 +106,17 @@ async def memory_recall(svc: Services, caller: Caller, p: MemoryRecallParams) ->
     if not lines:
         return text_result(
             f"No complete OpenViking memory fits recallMaxInjectedChars={settings.recall_max_injected_chars}.",
-            count=0, memories=found, scoreThreshold=threshold,
+            count=0,
+            memories=found,
+            scoreThreshold=threshold,
         )
-    return text_result(f"Found {len(lines)} memories:\n\n" + "\n".join(lines),
-                       count=len(lines), memories=found, scoreThreshold=threshold, targets=targets)
+    return text_result(
+        f"Found {len(lines)} memories:\n\n" + "\n".join(lines),
+        count=len(lines),
+        memories=found,
+        scoreThreshold=threshold,
+        targets=targets,
+    )
 
 
 def temp_session_id() -> str:
@@ -118,29 +132,42 @@ async def memory_store(svc: Services, caller: Caller, p: MemoryStoreParams) -> T
         message["peer_id"] = caller.agent_id
     await svc.ov_for(caller).add_message(target, message)
     outcome = await commit_and_wait(svc, caller, target, reason="memory_store")
-    details = {"sessionId": target, "usedTempSession": not p.sessionId, "status": outcome.status,
-               "commitId": outcome.commit_id}
+    details = {
+        "sessionId": target,
+        "usedTempSession": not p.sessionId,
+        "status": outcome.status,
+        "commitId": outcome.commit_id,
+    }
     if outcome.status == "failed":
-        return text_result(f"Memory extraction failed for session {target}: {outcome.error or 'unknown'}",
-                           action="failed", error=outcome.error, **details)
+        return text_result(
+            f"Memory extraction failed for session {target}: {outcome.error or 'unknown'}",
+            action="failed",
+            error=outcome.error,
+            **details,
+        )
     if outcome.status not in ("completed", "skipped"):
         return text_result(
             f"Memory extraction for session {target} is still running; it may finish in the background.",
-            action="timeout", **details,
+            action="timeout",
+            **details,
         )
     count = memories_of(outcome)
     if count == 0:
         log.warning("memory_store: committed session %s but no memory was extracted", target)
-    return text_result(f"Stored in OpenViking session {target}; {count} memories extracted.",
-                       action="stored", memoriesCount=count, archived=outcome.archived, **details)
+    return text_result(
+        f"Stored in OpenViking session {target}; {count} memories extracted.",
+        action="stored",
+        memoriesCount=count,
+        archived=outcome.archived,
+        **details,
+    )
 
 
 async def memory_forget(svc: Services, caller: Caller, p: MemoryForgetParams) -> ToolResult:
     ov = svc.ov_for(caller)
     if p.uri:
         if not is_memory_uri(p.uri):
-            return text_result(f"Refusing to delete a URI that is not a memory: {p.uri}",
-                               action="rejected", uri=p.uri)
+            return text_result(f"Refusing to delete a URI that is not a memory: {p.uri}", action="rejected", uri=p.uri)
         await ov.rm(p.uri)
         return text_result(f"Forgotten: {p.uri}", action="deleted", uri=p.uri)
     limit = p.limit or FORGET_DEFAULT_LIMIT
@@ -149,12 +176,14 @@ async def memory_forget(svc: Services, caller: Caller, p: MemoryForgetParams) ->
     results = await _search(ov, p.query or "", targets, candidate_limit(limit))
     hits = [h for r in results for h in r.memories]
     candidates = [
-        h for h in select_recall_hits(hits, limit=limit, score_threshold=threshold)
+        h
+        for h in select_recall_hits(hits, limit=limit, score_threshold=threshold)
         if h.level == LEAF_LEVEL and is_memory_uri(h.uri)
     ]
     if not candidates:
-        return text_result("No matching memory found. Try a more specific query.",
-                           action="none", scoreThreshold=threshold)
+        return text_result(
+            "No matching memory found. Try a more specific query.", action="none", scoreThreshold=threshold
+        )
     top = candidates[0]
     if len(candidates) == 1 and clamp_score(top.score) >= FORGET_AUTO_DELETE_SCORE:
         await ov.rm(top.uri)
@@ -162,7 +191,8 @@ async def memory_forget(svc: Services, caller: Caller, p: MemoryForgetParams) ->
     listing = "\n".join(f"- {h.uri} ({clamp_score(h.score) * 100:.0f}%)" for h in candidates)
     return text_result(
         f"Found {len(candidates)} candidates; call again with the uri to delete:\n{listing}",
-        action="candidates", scoreThreshold=threshold,
+        action="candidates",
+        scoreThreshold=threshold,
         candidates=[{"uri": h.uri, "score": h.score, "abstract": h.abstract} for h in candidates],
     )
 
@@ -173,17 +203,20 @@ async def memory_search(svc: Services, caller: Caller, p: MemorySearchParams) ->
     results = await _search(svc.ov_for(caller), p.query, targets, limit)
     rows: dict[str, dict[str, Any]] = {}
     for result in results:
-        for kind, group in (("memory", result.memories), ("resource", result.resources),
-                            ("skill", result.skills)):
+        for kind, group in (("memory", result.memories), ("resource", result.resources), ("skill", result.skills)):
             for hit in group:
                 if hit.uri not in rows or hit.score > rows[hit.uri]["score"]:
-                    rows[hit.uri] = {"type": kind, "uri": hit.uri, "level": hit.level,
-                                     "score": hit.score, "abstract": hit.abstract}
+                    rows[hit.uri] = {
+                        "type": kind,
+                        "uri": hit.uri,
+                        "level": hit.level,
+                        "score": hit.score,
+                        "abstract": hit.abstract,
+                    }
     ordered = sorted(rows.values(), key=lambda r: -r["score"])
     scope = f" under {p.uri}" if p.uri else ""
     if not ordered:
-        return text_result(f'No OpenViking resources or skills found for "{p.query}"{scope}.',
-                           count=0, results=[])
+        return text_result(f'No OpenViking resources or skills found for "{p.query}"{scope}.', count=0, results=[])
     lines = [f'Found {len(ordered)} results for "{p.query}"{scope}:']
     for row in ordered:
         summary = " ".join(row["abstract"].split())[:220] or "(no summary)"
@@ -192,12 +225,18 @@ async def memory_search(svc: Services, caller: Caller, p: MemorySearchParams) ->
 
 
 TOOLS = [
-    Tool("memory_recall", MemoryRecallParams, memory_recall,
-         "Search the user's and this agent's long-term memories."),
-    Tool("memory_store", MemoryStoreParams, memory_store,
-         "Store a fact, preference or decision now and extract memories from it."),
-    Tool("memory_forget", MemoryForgetParams, memory_forget,
-         "Delete a memory by URI, or by a query with one confident match."),
-    Tool("memory_search", MemorySearchParams, memory_search,
-         "Search imported resources and agent skills."),
+    Tool("memory_recall", MemoryRecallParams, memory_recall, "Search the user's and this agent's long-term memories."),
+    Tool(
+        "memory_store",
+        MemoryStoreParams,
+        memory_store,
+        "Store a fact, preference or decision now and extract memories from it.",
+    ),
+    Tool(
+        "memory_forget",
+        MemoryForgetParams,
+        memory_forget,
+        "Delete a memory by URI, or by a query with one confident match.",
+    ),
+    Tool("memory_search", MemorySearchParams, memory_search, "Search imported resources and agent skills."),
 ]

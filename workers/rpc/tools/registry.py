@@ -44,7 +44,9 @@ def validate_params(tool: Tool, params: dict[str, Any]) -> BaseModel:
 def bypassed_result(name: str) -> ToolResult:
     return text_result(
         f"OpenViking is bypassed for this session (bypassSessionPatterns); {name} was skipped.",
-        action="bypassed", reason="session_bypassed", toolName=name,
+        action="bypassed",
+        reason="session_bypassed",
+        toolName=name,
     )
 
 

@@ -34,8 +34,12 @@ def _read_local(path: str) -> tuple[str, bytes]:
             raise RpcError(400, "not_a_file", f"{path} is a directory; give a file", "params.path")
         size = file.stat().st_size
         if size > MAX_UPLOAD_BYTES:
-            raise RpcError(413, "file_too_large",
-                           f"{path} has {size} bytes; at most {MAX_UPLOAD_BYTES} are uploaded", "params.path")
+            raise RpcError(
+                413,
+                "file_too_large",
+                f"{path} has {size} bytes; at most {MAX_UPLOAD_BYTES} are uploaded",
+                "params.path",
+            )
         return file.name, file.read_bytes()
     except FileNotFoundError:
         raise RpcError(400, "path_not_found", f"no such file: {path}", "params.path") from None
@@ -66,8 +70,10 @@ async def add_resource(svc: Services, caller: Caller, p: AddResourceParams) -> T
         result = await ov.add_resource(temp_file_id=upload_id, to=p.to, reason=p.reason, wait=p.wait)
     details = _imported(result)
     root = details.get("root_uri") or ""
-    return text_result(f"Imported OpenViking resource from {source}. {root}".strip(),
-                       **{**details, "action": "resource_imported", "source": source})
+    return text_result(
+        f"Imported OpenViking resource from {source}. {root}".strip(),
+        **{**details, "action": "resource_imported", "source": source},
+    )
 
 
 def _read_skill(path: str) -> str:
@@ -86,13 +92,20 @@ async def add_skill(svc: Services, caller: Caller, p: AddSkillParams) -> ToolRes
     details = _imported(await svc.ov_for(caller).add_skill(text, wait=p.wait))
     name = f" ({details['name']})" if details.get("name") else ""
     uri = details.get("uri") or details.get("root_uri") or ""
-    return text_result(f"Imported OpenViking skill{name}. {uri}".strip(),
-                       **{**details, "action": "skill_imported"})
+    return text_result(f"Imported OpenViking skill{name}. {uri}".strip(), **{**details, "action": "skill_imported"})
 
 
 TOOLS = [
-    Tool("add_resource", AddResourceParams, add_resource,
-         "Import a document (URL, server-local file, or uploaded content) into viking://resources."),
-    Tool("add_skill", AddSkillParams, add_skill,
-         "Import a SKILL.md (text or server-local path) into viking://agent/skills."),
+    Tool(
+        "add_resource",
+        AddResourceParams,
+        add_resource,
+        "Import a document (URL, server-local file, or uploaded content) into viking://resources.",
+    ),
+    Tool(
+        "add_skill",
+        AddSkillParams,
+        add_skill,
+        "Import a SKILL.md (text or server-local path) into viking://agent/skills.",
+    ),
 ]
