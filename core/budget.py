@@ -54,7 +54,7 @@ def _effective_total(total: int | float | None) -> int:
     return whole if whole > 0 else DEFAULT_TOKEN_BUDGET
 
 
-def allocate_context_budget(total: int | None, instruction_tokens: int = 0) -> ContextBudget:
+def allocate_context_budget(total: int | float | None, instruction_tokens: int = 0) -> ContextBudget:
     """Split ``total`` (missing or non-positive: ``DEFAULT_TOKEN_BUDGET``).
 
     reserved = min(total, max(ceil(15% total), 20k));

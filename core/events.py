@@ -136,7 +136,7 @@ def decode(data: bytes | str, kind: type[_T]) -> _T:
     if dec is None:
         dec = _decoders[kind] = msgspec.json.Decoder(kind)
     try:
-        obj = dec.decode(data)
+        obj: _T = dec.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
         raise EventDecodeError(f"invalid {kind.__name__}: {exc}") from exc
     version = getattr(obj, "v", None)

@@ -40,7 +40,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def _resolve(target: str) -> Callable[..., int | None]:
     module_name, func_name = target.split(":")
-    return getattr(importlib.import_module(module_name), func_name)
+    func: Callable[..., int | None] = getattr(importlib.import_module(module_name), func_name)
+    return func
 
 
 def build_parser() -> argparse.ArgumentParser:

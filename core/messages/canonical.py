@@ -75,7 +75,8 @@ def _openai_calls(tool_calls: Any) -> list[dict[str, Any]]:
     for call in tool_calls if isinstance(tool_calls, list) else []:
         if not isinstance(call, Mapping):
             continue
-        fn = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+        function = call.get("function")
+        fn: Mapping[str, Any] = function if isinstance(function, Mapping) else {}
         out.append(
             {
                 "type": "toolCall",

@@ -140,7 +140,7 @@ def _blocks(items: list[Any], role: str) -> list[Any]:
         if kind is None:
             continue
         try:
-            block = msgspec.convert(item, kind)
+            block: Any = msgspec.convert(item, kind)
         except msgspec.ValidationError:
             continue
         # A call without an id can never be paired with its result.

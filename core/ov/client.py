@@ -19,7 +19,7 @@ import asyncio
 import logging
 import re
 import time
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import quote
 
 import httpx
@@ -40,7 +40,7 @@ from core.ov.models import (
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
+T = TypeVar("T", bound=msgspec.Struct)
 
 _UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
 _CODE_BY_STATUS = {
@@ -220,11 +220,11 @@ class OVClient:
 
     async def health(self) -> dict[str, Any]:
         """``{"status": "ok", "healthy": true, "version": ...}`` (not enveloped by the server)."""
-        return await self._get("/health", raw=True)
+        return _object(await self._get("/health", raw=True))
 
     async def create_session(self, session_id: str | None = None) -> dict[str, Any]:
         body = {"session_id": session_id} if session_id else {}
-        return await self._post("/api/v1/sessions", body)
+        return _object(await self._post("/api/v1/sessions", body))
 
     async def get_session(self, session_id: str, *, auto_create: bool = False) -> SessionState:
         params = {"auto_create": "true"} if auto_create else None
@@ -282,7 +282,7 @@ class OVClient:
         return _decode(result, Archive)
 
     async def delete_session(self, session_id: str) -> dict[str, Any]:
-        return await self._call("DELETE", f"/api/v1/sessions/{_seg(session_id)}", idempotent=True)
+        return _object(await self._call("DELETE", f"/api/v1/sessions/{_seg(session_id)}", idempotent=True))
 
     # --- search and content -----------------------------------------------------------
 
@@ -321,7 +321,7 @@ class OVClient:
 
     async def rm(self, uri: str, *, recursive: bool = False) -> dict[str, Any]:
         params = {"uri": uri, "recursive": "true" if recursive else "false"}
-        return await self._call("DELETE", "/api/v1/fs", idempotent=True, params=params)
+        return _object(await self._call("DELETE", "/api/v1/fs", idempotent=True, params=params))
 
     # --- uploads, resources, skills ---------------------------------------------------
 
@@ -332,7 +332,7 @@ class OVClient:
         )
         if not isinstance(result, dict) or not isinstance(result.get("temp_file_id"), str):
             raise OVError("BAD_RESPONSE", f"temp_upload answered {result!r}", status=200)
-        return result["temp_file_id"]
+        return str(result["temp_file_id"])
 
     async def add_resource(
         self,
@@ -351,7 +351,7 @@ class OVClient:
         if temp_file_id is None and path is not None and _UPLOAD_ID.match(path):
             path, temp_file_id = None, path
         body = _drop_none({"path": path, "temp_file_id": temp_file_id, "to": to, "reason": reason, "wait": wait})
-        return await self._post("/api/v1/resources", body)
+        return _object(await self._post("/api/v1/resources", body))
 
     async def add_skill(
         self, data: Any = None, *, temp_file_id: str | None = None, wait: bool | None = None
@@ -360,21 +360,30 @@ class OVClient:
         if temp_file_id is None and isinstance(data, str) and _UPLOAD_ID.match(data):
             data, temp_file_id = None, data
         body = _drop_none({"data": data, "temp_file_id": temp_file_id, "wait": wait})
-        return await self._post("/api/v1/skills", body)
+        return _object(await self._post("/api/v1/skills", body))
 
     # --- admin (root or account-admin key) --------------------------------------------
 
     async def admin_create_account(self, account_id: str, admin_user_id: str) -> dict[str, Any]:
         """Returns ``{account_id, admin_user_id, user_key}``."""
-        return await self._post("/api/v1/admin/accounts", {"account_id": account_id, "admin_user_id": admin_user_id})
+        return _object(
+            await self._post("/api/v1/admin/accounts", {"account_id": account_id, "admin_user_id": admin_user_id})
+        )
 
     async def admin_create_user(self, account_id: str, user_id: str, role: str = "user") -> dict[str, Any]:
         """Returns ``{account_id, user_id, user_key}``."""
-        return await self._post(f"/api/v1/admin/accounts/{_seg(account_id)}/users", {"user_id": user_id, "role": role})
+        return _object(
+            await self._post(f"/api/v1/admin/accounts/{_seg(account_id)}/users", {"user_id": user_id, "role": role})
+        )
 
 
 def _ms(started: float) -> float:
     return (time.perf_counter() - started) * 1000
+
+
+def _object(result: Any) -> dict[str, Any]:
+    """A result the 0.5.2 contract documents as a JSON object (not re-validated here)."""
+    return cast(dict[str, Any], result)
 
 
 def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
@@ -383,7 +392,7 @@ def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
 
 def _decode(result: Any, type_: type[T]) -> T:
     try:
-        return to_struct(result, type_)  # type: ignore[arg-type]
+        return to_struct(result, type_)
     except msgspec.ValidationError as exc:
         raise OVError("BAD_RESPONSE", f"unexpected {type_.__name__} shape: {exc}", status=200) from exc
 
@@ -397,7 +406,8 @@ def _unwrap(resp: httpx.Response, *, raw: bool = False) -> Any:
         code = "UNAVAILABLE" if status in _UNAVAILABLE_STATUSES else "BAD_RESPONSE"
         raise _error(code, f"non-JSON answer: {resp.text[:200]!r}", status=status) from None
     if isinstance(body, dict) and body.get("status") == "error":
-        err = body.get("error") if isinstance(body.get("error"), dict) else {}
+        raw_err = body.get("error")
+        err: dict[str, Any] = raw_err if isinstance(raw_err, dict) else {}
         code = err.get("code") or _CODE_BY_STATUS.get(status, "UNKNOWN")
         raise _error(code, str(err.get("message") or ""), status=status, details=err.get("details"))
     if status >= 400:

@@ -8,7 +8,7 @@ JSON keys; the two camelCase keys of ``/context`` are renamed to snake_case.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -160,6 +160,9 @@ class GrepResult(_Result):
     count: int = 0
 
 
-def to_struct(value: Any, type_: type[msgspec.Struct]) -> Any:
+StructT = TypeVar("StructT", bound=msgspec.Struct)
+
+
+def to_struct(value: Any, type_: type[StructT]) -> StructT:
     """Build a result struct from decoded JSON; ``msgspec.ValidationError`` on a bad shape."""
     return msgspec.convert(value if value is not None else {}, type_, strict=False)

@@ -6,7 +6,10 @@ states the same way.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+FinalStatus = Literal["completed", "failed", "skipped"]
+"""The final commit statuses a task read can decide (a timeout is the poller's own)."""
 
 
 def memories_extracted(result: dict[str, Any] | None) -> int | None:
@@ -21,8 +24,9 @@ def memories_extracted(result: dict[str, Any] | None) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, dict):
-        if isinstance(value.get("total"), int):
-            return value["total"]
+        total = value.get("total")
+        if isinstance(total, int):
+            return total
         return sum(v for v in value.values() if isinstance(v, int) and not isinstance(v, bool))
     if isinstance(value, list):
         return len(value)
@@ -30,7 +34,7 @@ def memories_extracted(result: dict[str, Any] | None) -> int | None:
     return len(uris) if isinstance(uris, list) else None
 
 
-def task_verdict(task: Any) -> tuple[str, dict[str, Any]] | None:
+def task_verdict(task: Any) -> tuple[FinalStatus, dict[str, Any]] | None:
     """What a read of the phase-2 task means for the commit: its final status and the
     outcome fields to record, or None while the task still runs. Shared by the poller
     and compact's inline commit so both read OV's task states the same way."""

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 import redis.asyncio as aioredis
@@ -34,6 +35,7 @@ from core.ov.client import OVClient, OVError, OVUnavailable
 from workers.capture.plan import (
     Entry,
     LeaseLost,
+    SessionRef,
     SessionRound,
     commit_markers,
     finish_state,
@@ -99,7 +101,7 @@ async def ov_total(ov: OVClient, ov_session_id: str) -> int:
     return state.total_message_count
 
 
-def _raise_kill(results: list[object]) -> None:
+def _raise_kill(results: Sequence[object]) -> None:
     """Re-raise what must stop the worker (a simulated kill, cancellation) or the round (lost lease)."""
     for result in results:
         if isinstance(result, BaseException) and not isinstance(result, Exception):
@@ -152,21 +154,28 @@ async def _write(c: RoundHost, run: _Run) -> None:
     c.worker.fault("after_write")
 
 
+def _session(group: list[Entry]) -> SessionRef:
+    session = group[0].session
+    if session is None:  # the shard consumer groups only entries it resolved to a session
+        raise ValueError(f"entry {group[0].id} has no session")
+    return session
+
+
 async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
     settings, redis, worker = c.settings, c.redis, c.worker
     outcome = RoundOutcome()
     async with redis.pipeline(transaction=False) as pipe:
         for entries in groups:
-            pipe.hgetall(entries[0].session.applied_key)
+            pipe.hgetall(_session(entries).applied_key)
         raws = await pipe.execute()
     runs: list[_Run] = []
     for entries, raw in zip(groups, raws):
-        ref = entries[0].session
+        ref = _session(entries)
         isolate = ref.ov_session_id in c.isolate
         plan = plan_round(settings, ref, entries, AppliedState.from_hash(raw), isolate=isolate)
         runs.append(_Run(plan, worker.ov_for(ref), settings, entries, isolate))
     slots = worker.ov_slots
-    results = await asyncio.gather(*(_guard(r, lambda r=r: _prepare(r), slots) for r in runs), return_exceptions=True)
+    results = await asyncio.gather(*(_guard(r, partial(_prepare, r), slots) for r in runs), return_exceptions=True)
     _raise_kill(results)
     writing = [r for r in runs if r.ok and r.plan.messages]
     if writing:
@@ -177,7 +186,7 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
                 pipe.hset(r.plan.session.applied_key, mapping=fields)
             await pipe.execute()
         results = await asyncio.gather(
-            *(_guard(r, lambda r=r: _write(c, r), slots) for r in writing), return_exceptions=True
+            *(_guard(r, partial(_write, c, r), slots) for r in writing), return_exceptions=True
         )
         _raise_kill(results)
     finished = [r for r in runs if r.ok and r.plan.units]

@@ -27,6 +27,7 @@ from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
 from workers.capture.plan import Entry, LeaseLost, session_of
 from workers.capture.round import RoundOutcome, run_round
 from workers.capture.services import CaptureServices
+from workers.store.connection import text
 from workers.store.dead_letters import (
     REASON_FAILED,
     REASON_REDELIVERED,
@@ -57,10 +58,6 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _flat_fields(raw: Any) -> dict[bytes, bytes]:
@@ -131,7 +128,7 @@ class ShardConsumer:
     def _entry(self, entry_id: Any, fields: Any, deliveries: int = 1) -> Entry:
         raw = _flat_fields(fields)
         payload = raw.get(STREAM_FIELD.encode()) if raw else None
-        entry = Entry(_text(entry_id), payload, deliveries)
+        entry = Entry(text(entry_id), payload, deliveries)
         if payload is None:
             entry.bad = f"no {STREAM_FIELD!r} field"
             return entry
@@ -207,7 +204,7 @@ class ShardConsumer:
             return 0
         block_ms = int(wait * 1000)
         if block_ms > 0:  # wake up as soon as anything newer than the stream's last id arrives
-            await self.redis.xread({self.stream: _text(reply[1])}, count=1, block=block_ms)
+            await self.redis.xread({self.stream: text(reply[1])}, count=1, block=block_ms)
         return 0
 
     async def _drain(self) -> None:
@@ -216,7 +213,7 @@ class ShardConsumer:
         claimed = 0
         while not self.lost and not self.worker.stopping:
             summary = await self.redis.xpending(self.stream, self.group)
-            consumers = {_text(c["name"]): int(c["pending"]) for c in summary.get("consumers") or []}
+            consumers = {text(c["name"]): int(c["pending"]) for c in summary.get("consumers") or []}
             if consumers.get(self.consumer) and not own_loaded:
                 await self._load_own()
             own_loaded = True
@@ -236,7 +233,7 @@ class ShardConsumer:
     async def _load_own(self) -> None:
         last = "0"
         while True:
-            reply = await self.redis.xreadgroup(
+            reply: Any = await self.redis.xreadgroup(
                 self.group, self.consumer, {self.stream: last}, count=self.settings.capture_batch
             )
             entries = reply[0][1] if reply else []
@@ -247,7 +244,7 @@ class ShardConsumer:
                     self.backlog.append(self._entry(entry_id, fields))
                 else:  # deleted from the stream while pending: nothing to apply
                     await self.redis.xack(self.stream, self.group, entry_id)
-            last = _text(entries[-1][0])
+            last = text(entries[-1][0])
 
     async def _autoclaim(self) -> int:
         got, start = 0, "0-0"
@@ -260,7 +257,7 @@ class ShardConsumer:
                 start_id=start,
                 count=self.settings.capture_batch,
             )
-            start, entries = _text(reply[0]), reply[1]
+            start, entries = text(reply[0]), reply[1]
             for entry_id, fields in entries:
                 if fields:
                     self.backlog.append(self._entry(entry_id, fields))
@@ -281,14 +278,14 @@ class ShardConsumer:
             len(self.backlog) + 10,
             consumername=self.consumer,
         )
-        counts = {_text(r["message_id"]): int(r["times_delivered"]) for r in rows}
+        counts = {text(r["message_id"]): int(r["times_delivered"]) for r in rows}
         for entry in self.backlog:
             entry.deliveries = counts.get(entry.id, entry.deliveries)
 
     async def _forget_idle_consumers(self) -> None:
         # Consumers named after dead processes pile up in the group; drop those with nothing pending.
         for info in await self.redis.xinfo_consumers(self.stream, self.group):
-            name = _text(info["name"])
+            name = text(info["name"])
             if name != self.consumer and int(info["pending"]) == 0:
                 await self.redis.xgroup_delconsumer(self.stream, self.group, name)
 

@@ -103,8 +103,8 @@ class CaptureWorker:
             raise ValueError(f"shards must be within 0..{settings.shards - 1}: {self.shards}")
         self.burst = burst
         self.fault_hook = fault_hook
-        self.lease_ms = lease_ms if lease_ms is not None else settings.capture_lease_ms
-        self.clock = clock
+        self.lease_ms: int = lease_ms if lease_ms is not None else settings.capture_lease_ms
+        self.clock: Callable[[], float] = clock
         """Judges the restart backoff of crashed shard consumers (tests pass a fake one)."""
         self.on_snapshot = on_snapshot
         self.keys = Keys(settings.key_prefix)
@@ -259,7 +259,7 @@ class CaptureWorker:
 
     def restart_delay(self, crashes: int) -> float:
         """Backoff before the ``crashes``-th crash in a row of a shard consumer is retaken."""
-        delay = defaults.CAPTURE_RESTART_BACKOFF_S * 2 ** (max(1, crashes) - 1)
+        delay: float = defaults.CAPTURE_RESTART_BACKOFF_S * 2.0 ** (max(1, crashes) - 1)
         return min(defaults.CAPTURE_RESTART_BACKOFF_MAX_S, delay)
 
     def _crashed(self, shard: int, consumer: ShardConsumer, exc: BaseException) -> None:

@@ -56,7 +56,7 @@ def make_worker(redis: redis_lib.Redis, settings: Settings, *, embedded: bool = 
 def jobs_waiting(redis: redis_lib.Redis, settings: Settings) -> int:
     """Jobs queued or scheduled on the commit queue."""
     queue = commit_queue(redis, settings)
-    return queue.count + queue.scheduled_job_registry.count
+    return int(queue.count) + int(queue.scheduled_job_registry.count)
 
 
 def drain_jobs(

@@ -148,7 +148,8 @@ class Replay:
             raise DemoFailure(f"{what}: the RPC did not answer: {exc!r}") from exc
         if r.status_code != 200:
             raise DemoFailure(f"{what}: assemble answered HTTP {r.status_code}: {r.text[:300]}")
-        return r.json()
+        answer: dict[str, Any] = r.json()
+        return answer
 
     # --- the steps --------------------------------------------------------------------------
 

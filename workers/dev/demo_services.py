@@ -136,7 +136,8 @@ def _start_ov_interruptibly(workdir: str, model_url: str, binary: str, say: Say)
         raise ServiceError(f"openviking-server did not start: {error}") from error
     if error is not None:
         raise error
-    return box["ov"]
+    ov: LocalOV = box["ov"]
+    return ov
 
 
 def start_local_stack(stack: ExitStack, say: Say) -> str:

@@ -114,7 +114,7 @@ class LocalOV:
 
     def __init__(
         self,
-        proc: subprocess.Popen,
+        proc: subprocess.Popen[bytes],
         url: str,
         workdir: Path,
         log_path: Path,
@@ -171,7 +171,7 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def _kill_group(proc: subprocess.Popen, timeout_s: float) -> None:
+def _kill_group(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
     pgid = proc.pid  # start_new_session=True makes the leader's pid the pgid
     for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 10.0)):
         with contextlib.suppress(ProcessLookupError):
@@ -184,7 +184,7 @@ def _kill_group(proc: subprocess.Popen, timeout_s: float) -> None:
     proc.wait(timeout=5)
 
 
-def _wait_healthy(proc: subprocess.Popen, url: str, log_path: Path, deadline: float, timeout_s: float) -> None:
+def _wait_healthy(proc: subprocess.Popen[bytes], url: str, log_path: Path, deadline: float, timeout_s: float) -> None:
     with httpx.Client(timeout=2.0, trust_env=False) as client:
         while True:
             if proc.poll() is not None:

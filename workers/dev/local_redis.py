@@ -26,7 +26,7 @@ class LocalRedisError(RuntimeError):
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:

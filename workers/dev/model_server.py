@@ -79,7 +79,7 @@ class ServerState:
     model: str = DEFAULT_MODEL
     mode: str = "normal"
     log_dir: Path | None = None
-    counts: Counter = field(default_factory=Counter)
+    counts: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
     seq: int = 0
 
@@ -103,7 +103,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     @property
     def state(self) -> ServerState:
-        return self.server.state  # type: ignore[attr-defined]
+        server = self.server
+        assert isinstance(server, _ModelHTTPServer)
+        return server.state
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
@@ -222,7 +224,7 @@ class _Handler(BaseHTTPRequestHandler):
 class ModelServerHandle:
     """A running model server: ``.url`` (ends in ``/v1``), ``.set_mode()``, ``.stop()``."""
 
-    def __init__(self, httpd: ThreadingHTTPServer, thread: threading.Thread) -> None:
+    def __init__(self, httpd: _ModelHTTPServer, thread: threading.Thread) -> None:
         self._httpd = httpd
         self._thread = thread
         host, port = httpd.server_address[:2]
@@ -232,7 +234,7 @@ class ModelServerHandle:
 
     @property
     def state(self) -> ServerState:
-        return self._httpd.state  # type: ignore[attr-defined]
+        return self._httpd.state
 
     def set_mode(self, mode: str) -> None:
         if mode not in MODES:
@@ -255,11 +257,16 @@ class ModelServerHandle:
         self.stop()
 
 
-def _make_server(host: str, port: int, state: ServerState) -> ThreadingHTTPServer:
-    httpd = ThreadingHTTPServer((host, port), _Handler)
-    httpd.daemon_threads = True
-    httpd.state = state  # type: ignore[attr-defined]
-    return httpd
+class _ModelHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], state: ServerState) -> None:
+        super().__init__(address, _Handler)
+        self.state = state
+
+
+def _make_server(host: str, port: int, state: ServerState) -> _ModelHTTPServer:
+    return _ModelHTTPServer((host, port), state)
 
 
 def start_model_server(
@@ -294,7 +301,7 @@ def cli_model_server(settings: Any, args: argparse.Namespace) -> int:
     """``ovstream model-server``: serve in the foreground until interrupted."""
     state = ServerState(dimension=args.dimension, mode=args.mode, log_dir=Path(args.log_dir) if args.log_dir else None)
     httpd = _make_server(args.host, args.port, state)
-    host, port = httpd.server_address[:2]
+    host, port = str(httpd.server_address[0]), int(httpd.server_address[1])
     print(f"model server on http://{host}:{port}/v1 (mode {args.mode}, dimension {args.dimension})", flush=True)
 
     def _terminate(signum: int, frame: Any) -> None:

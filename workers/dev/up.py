@@ -69,7 +69,7 @@ class UpRuntime:
         """The port the RPC listens on, once started (useful with port 0)."""
         for server in getattr(self.server, "servers", []) or []:
             for sock in server.sockets:
-                return sock.getsockname()[1]
+                return int(sock.getsockname()[1])
         return None
 
 

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import logging
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -54,7 +55,7 @@ log = logging.getLogger(__name__)
 HEALTH_TIMEOUT_S = 2.0
 """How long /healthz waits for Redis and for OV before calling either unreachable."""
 
-_ERRORS = {
+_ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorResponse, "description": "Malformed request"},
     422: {"model": ErrorResponse, "description": "A field is invalid; error.field names it"},
     502: {"model": ErrorResponse, "description": "OpenViking answered with an error"},
@@ -79,7 +80,7 @@ def error_response(status: int, code: str, message: str, field: str | None = Non
     return json_response({"error": error}, status)
 
 
-def _field_of(loc: tuple[Any, ...] | list[Any]) -> str:
+def _field_of(loc: Sequence[Any]) -> str:
     parts = [str(p) for p in loc]
     if parts and parts[0] in ("body", "query", "path", "header"):
         parts = parts[1:]
@@ -156,7 +157,7 @@ def create_app(
     ov_closed = False
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI):
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         # The app may be started again after a shutdown (test clients do that):
         # a closed OV pool is replaced, not reused.
         nonlocal ov_closed

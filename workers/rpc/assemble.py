@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -73,6 +73,7 @@ def _passthrough(messages: list[dict[str, Any]]) -> dict[str, Any]:
 async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[str, Any]:
     """The answer body ``{messages, estimatedTokens, systemPromptAddition?}``."""
     started = time.perf_counter()
+    outcome: Passthrough | FullContext | dict[str, Any]
     if caller.bypassed:
         path, outcome = "bypass", Passthrough("session_bypassed")
     elif not req.is_main_call():
@@ -433,7 +434,7 @@ async def _answer(
     version = snap.version
     cache_key = (version, budget, recall or "") if version is not None and not tail_raw else None
     if cache_key is not None and (cached := svc.results.get(cache_key)) is not None:
-        return cached
+        return cast(FullContext, cached)
     try:
         tail = parse_messages(tail_raw) if tail_raw else []
     except MessageFormatError:  # the request model only admits objects; defensive

@@ -20,6 +20,7 @@ from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
 from core.turns import PendingTurn, address_of, last_event_id, recall_turn_key, uncaptured_turns
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest
+from workers.store.connection import stream_entries
 from workers.store.snapshots import ZERO_ID
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ def scan_session_events(svc: Services, caller: Caller, after_id: str) -> list[Tu
         return []
     stream = session_keys.stream
     low = f"({after_id}" if after_id and after_id != ZERO_ID else "-"
-    entries = svc.redis.xrevrange(stream, "+", low, count=count)
+    entries = stream_entries(svc.redis.xrevrange(stream, "+", low, count=count))
     # A cheap byte test first: most entries of a busy shard are other sessions'.
     needles = [_json_str(v) for v in (caller.session_id, caller.session_key) if v]
     caller_address = caller.address()

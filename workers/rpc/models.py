@@ -103,8 +103,8 @@ def decode_assemble_request(raw: bytes) -> AssembleRequest:
 
 def assemble_request_schema() -> dict[str, Any]:
     """JSON schema of AssembleRequest, for the OpenAPI spec."""
-    schema = msgspec.json.schema(AssembleRequest)
-    return schema["$defs"]["AssembleRequest"]
+    schema: dict[str, Any] = msgspec.json.schema(AssembleRequest)["$defs"]["AssembleRequest"]
+    return schema
 
 
 class AssembleResponse(BaseModel):

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.defaults import CAPTURE_ADVANCEMENTS_KEPT, CAPTURE_EVENT_IDS_KEPT
+from workers.store.connection import Fields, text
 
 ADVANCEMENTS_KEPT = CAPTURE_ADVANCEMENTS_KEPT
 EVENT_IDS_KEPT = CAPTURE_EVENT_IDS_KEPT
@@ -83,12 +84,6 @@ class Intent:
         return cls(int(data["base"]), [(str(i), int(n)) for i, n in data["entries"]])
 
 
-def _text(value: bytes | str | None) -> str | None:
-    if value is None:
-        return None
-    return value.decode() if isinstance(value, bytes) else value
-
-
 @dataclass(slots=True)
 class AppliedState:
     """One session's applied-offset hash, decoded."""
@@ -106,7 +101,7 @@ class AppliedState:
 
     @classmethod
     def from_hash(cls, raw: dict[Any, Any]) -> AppliedState:
-        h = {_text(k): _text(v) for k, v in raw.items()}
+        h = {text(k): text(v) for k, v in raw.items()}
         intent = Intent.decode(h[INTENT]) if h.get(INTENT) else None
         return cls(
             last_id=h.get(LAST_ID),
@@ -162,18 +157,18 @@ class AppliedState:
         self.total = ov_total
         self.intent = None
 
-    def settled_fields(self) -> dict[str, str]:
+    def settled_fields(self) -> Fields:
         """The hash fields after ``settle_intent`` (the intent field is deleted separately)."""
-        out = {PARTIAL_ID: self.partial_id or "", PARTIAL_SKIP: str(self.partial_skip)}
+        out: Fields = {PARTIAL_ID: self.partial_id or "", PARTIAL_SKIP: str(self.partial_skip)}
         if self.last_id is not None:
             out[LAST_ID] = self.last_id
         if self.total is not None:
             out[TOTAL] = str(self.total)
         return out
 
-    def applied_fields(self) -> dict[str, str]:
+    def applied_fields(self) -> Fields:
         """The hash fields written with the XACK after a write."""
-        out = {
+        out: Fields = {
             TOTAL: str(self.total if self.total is not None else 0),
             CAPTURED_THROUGH: str(self.captured),
             ADVANCEMENTS: json.dumps(self.advancements, separators=(",", ":")),

@@ -41,10 +41,11 @@ from rq.job import Job, JobStatus
 
 from core.config import Settings
 from core.defaults import COMMIT_RETRY_INTERVALS_S
-from core.events import CommitOutcome, CommitRequest, decode, encode
+from core.events import CommitOutcome, CommitRequest, CommitStatus, decode, encode
 from core.session import SessionAddress
 from workers.store import tenant_lock
 from workers.store.commit_records import FINAL_STATUSES, CommitRecords, load_outcome, outcome_of
+from workers.store.connection import optional_text
 from workers.store.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ def finish_commit(
     redis: redis_lib.Redis,
     settings: Settings,
     request: CommitRequest,
-    status: str,
+    status: CommitStatus,
     base: CommitOutcome | None = None,
     **fields: Any,
 ) -> CommitOutcome:
@@ -166,7 +167,7 @@ def request_commit(
                     outcome = load_outcome(pipe, ks.commits, current.commit_id)
                     if outcome is None or outcome.status not in FINAL_STATUSES:
                         pipe.reset()
-                        state, job = _job_state(redis, job_id.decode() if job_id else None)
+                        state, job = _job_state(redis, optional_text(job_id))
                         if state == "live":
                             return current
                         if state == "lost":

@@ -16,7 +16,7 @@ from typing import Any
 import redis as redis_lib
 
 from core.config import Settings
-from core.events import CommitOutcome, CommitRequest, decode, encode
+from core.events import CommitOutcome, CommitRequest, CommitStatus, decode, encode
 from core.session import SessionAddress
 from workers.store.keys import Keys, SessionKeys
 
@@ -27,7 +27,7 @@ OUTCOME_FIELD = "o"
 """Field of a ``Keys.commit_outcomes()`` entry holding the outcome JSON."""
 
 
-def outcome_of(request: CommitRequest, status: str, **fields: Any) -> CommitOutcome:
+def outcome_of(request: CommitRequest, status: CommitStatus, **fields: Any) -> CommitOutcome:
     """An outcome of ``request`` with ``status`` (the request's identity carried over)."""
     return CommitOutcome(
         commit_id=request.commit_id,
@@ -38,7 +38,7 @@ def outcome_of(request: CommitRequest, status: str, **fields: Any) -> CommitOutc
         status=status,
         requested_at=request.requested_at,
         **fields,
-    )  # type: ignore[arg-type]
+    )
 
 
 def load_outcome(redis: Any, commits_key: str, commit_id: str) -> CommitOutcome | None:

@@ -11,10 +11,12 @@ RQ needs raw bytes (``decode_responses=False``); so does everything here.
 from __future__ import annotations
 
 import threading
+from typing import cast
 
 import fakeredis
 import redis
 import redis.asyncio as aioredis
+from redis.typing import EncodableT, FieldT
 
 from core.config import Settings
 from core.defaults import REDIS_SOCKET_TIMEOUT_MARGIN_S as SOCKET_TIMEOUT_MARGIN_S
@@ -59,3 +61,27 @@ def connect_async(settings: Settings, *, block_ms: int | None = None) -> aioredi
     if settings.embedded_redis:
         return fakeredis.FakeAsyncRedis(server=fake_server())
     return aioredis.Redis.from_url(settings.redis_url, socket_timeout=_socket_timeout(block_ms))
+
+
+def text(value: object) -> str:
+    """A reply value as text: the clients here speak bytes (UTF-8; undecodable bytes replaced)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def optional_text(value: object) -> str | None:
+    """``text``, keeping a missing value (None) missing."""
+    return None if value is None else text(value)
+
+
+Fields = dict[FieldT, EncodableT]
+"""Hash or stream entry fields as written (HSET mapping=, XADD)."""
+
+StreamEntry = tuple[bytes, dict[bytes, bytes]]
+"""One stream entry as the bytes clients here return it: (id, fields)."""
+
+
+def stream_entries(reply: object) -> list[StreamEntry]:
+    """XRANGE / XREVRANGE entries (redis-py types replies loosely; ours are bytes, never None)."""
+    return cast(list[StreamEntry], reply or [])

@@ -14,13 +14,12 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import redis as redis_lib
 
 from core.config import Settings
 from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
-from workers.store.connection import connect
+from workers.store.connection import Fields, connect, stream_entries, text
 from workers.store.keys import Keys
 from workers.store.streams import publish_turn
 
@@ -32,15 +31,9 @@ REASON_REDELIVERED = "redelivered"
 """Delivered more than max_deliveries + 1 times without an ack (its handler keeps dying)."""
 
 
-def _text(value: bytes | str | None) -> str:
-    if value is None:
-        return ""
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
-
-
 def dead_letter_fields(
     *, stream: str, entry_id: str, payload: bytes | None, reason: str, error: str, deliveries: int, consumer: str
-) -> dict[str, Any]:
+) -> Fields:
     """The fields of one dead-letter entry."""
     return {
         STREAM_FIELD: payload if payload is not None else b"",
@@ -68,16 +61,16 @@ class DeadLetter:
 
     @classmethod
     def from_entry(cls, dlq_id: bytes | str, fields: dict[bytes, bytes]) -> DeadLetter:
-        f = {_text(k): v for k, v in fields.items()}
+        f = {text(k): v for k, v in fields.items()}
         return cls(
-            _text(dlq_id),
-            _text(f.get("stream")),
-            _text(f.get("entry_id")),
-            _text(f.get("reason")),
-            _text(f.get("error")),
-            int(_text(f.get("deliveries")) or 0),
-            _text(f.get("consumer")),
-            float(_text(f.get("failed_at")) or 0),
+            text(dlq_id),
+            text(f.get("stream")),
+            text(f.get("entry_id")),
+            text(f.get("reason")),
+            text(f.get("error")),
+            int(text(f.get("deliveries")) or 0),
+            text(f.get("consumer")),
+            float(text(f.get("failed_at")) or 0),
             f.get(STREAM_FIELD) or b"",
         )
 
@@ -88,7 +81,7 @@ class DeadLetter:
 
 def list_dead_letters(redis: redis_lib.Redis, settings: Settings, *, limit: int = 100) -> list[DeadLetter]:
     """The oldest ``limit`` dead letters."""
-    entries = redis.xrange(Keys(settings.key_prefix).dead_letters(), count=limit)
+    entries = stream_entries(redis.xrange(Keys(settings.key_prefix).dead_letters(), count=limit))
     return [DeadLetter.from_entry(i, f) for i, f in entries]
 
 
@@ -107,7 +100,7 @@ def replay_dead_letters(
     else:
         letters = []
         for dlq_id in ids:
-            found = redis.xrange(key, min=dlq_id, max=dlq_id)
+            found = stream_entries(redis.xrange(key, min=dlq_id, max=dlq_id))
             if not found:
                 raise KeyError(dlq_id)
             letters.append(DeadLetter.from_entry(*found[0]))

@@ -20,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from core.config import Settings
+from workers.store.connection import stream_entries, text
 from workers.store.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -62,10 +63,6 @@ class _StatusOnly(msgspec.Struct):
 _status_decoder = msgspec.json.Decoder(_StatusOnly)
 
 
-def _decode_text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 class StreamLagCollector(Collector):
     """Per shard: entries the capture group has not read yet (XINFO GROUPS lag)
     and entries read but not acknowledged (pending)."""
@@ -91,7 +88,7 @@ class StreamLagCollector(Collector):
                 log.warning("metrics: cannot read stream info of shard %d: %s", shard, exc)
                 return
             for group in groups:
-                if _decode_text(group.get("name", "")) != self._settings.consumer_group:
+                if text(group.get("name", "")) != self._settings.consumer_group:
                     continue
                 group_lag = group.get("lag")
                 if group_lag is not None:  # None: Redis cannot tell (entries deleted)
@@ -118,12 +115,12 @@ class CommitOutcomeCollector(Collector):
         read = 0
         while read < _OUTCOME_SCAN_MAX_PER_SCRAPE:
             start = "-" if self._last_id == "-" else f"({self._last_id}"
-            entries = self._redis.xrange(self._stream, min=start, count=_OUTCOME_SCAN_BATCH)
+            entries = stream_entries(self._redis.xrange(self._stream, min=start, count=_OUTCOME_SCAN_BATCH))
             if not entries:
                 return
             for entry_id, fields in entries:
                 self._tally[self._status_of(fields)] += 1
-                self._last_id = _decode_text(entry_id)
+                self._last_id = text(entry_id)
             read += len(entries)
             if len(entries) < _OUTCOME_SCAN_BATCH:
                 return
@@ -131,9 +128,9 @@ class CommitOutcomeCollector(Collector):
     @staticmethod
     def _status_of(fields: dict[Any, Any]) -> str:
         for name, value in fields.items():
-            key = _decode_text(name)
+            key = text(name)
             if key == "status":
-                return _decode_text(value)
+                return text(value)
             if key in _OUTCOME_FIELDS:
                 try:
                     return _status_decoder.decode(value).status

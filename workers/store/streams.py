@@ -20,6 +20,7 @@ from core.config import Settings
 from core.defaults import LAST_TURN_TTL_S
 from core.events import STREAM_FIELD, TurnEvent, encode
 from core.ids import ov_session_id
+from workers.store.connection import text
 from workers.store.keys import Keys, shard_of
 
 log = logging.getLogger(__name__)
@@ -35,14 +36,10 @@ def stream_of_event(settings: Settings, event: TurnEvent) -> str:
     return Keys(settings.key_prefix).stream(shard_of_event(settings, event))
 
 
-def _text(stream_id: bytes | str) -> str:
-    return stream_id.decode() if isinstance(stream_id, bytes) else stream_id
-
-
 def publish_raw(redis_client: redis.Redis, settings: Settings, stream: str, payload: bytes) -> str:
     """XADD an already encoded entry to ``stream``; returns the stream id."""
     stream_id = redis_client.xadd(stream, {STREAM_FIELD: payload}, maxlen=settings.stream_maxlen, approximate=True)
-    return _text(stream_id)
+    return text(stream_id)
 
 
 def marks_last_turn(event: TurnEvent) -> bool:
@@ -65,7 +62,7 @@ def publish_turn(redis_client: redis.Redis, settings: Settings, event: TurnEvent
     newest turn (one round trip); returns the stream id."""
     pipe = redis_client.pipeline(transaction=False)
     _queue_publish(pipe, settings, event)
-    stream_id = _text(pipe.execute()[0])
+    stream_id = text(pipe.execute()[0])
     log.debug("published turn %s of session %s as %s", event.event_id, event.session_id, stream_id)
     return stream_id
 
@@ -74,4 +71,4 @@ async def apublish_turn(redis_client: aioredis.Redis, settings: Settings, event:
     """``publish_turn`` for an asyncio client."""
     async with redis_client.pipeline(transaction=False) as pipe:
         _queue_publish(pipe, settings, event)
-        return _text((await pipe.execute())[0])
+        return text((await pipe.execute())[0])

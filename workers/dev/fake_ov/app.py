@@ -33,13 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import unquote
 
 import httpx
 
-from workers.dev.fake_ov.content import ContentRoutes
 from workers.dev.fake_ov.sessions import SessionRoutes
 from workers.dev.fake_ov.state import Ctx, FakeError, FakeSession, FakeTask, Req, Tenant
 
@@ -48,7 +47,11 @@ __all__ = ["FakeError", "FakeOV", "FakeSession", "FakeTask", "Tenant"]
 VERSION = "0.5.2"
 
 
-def _route(method: str, pattern: str, name: str, auth: str = "data") -> tuple:
+Route = tuple[str, "re.Pattern[str]", str, str]
+"""(method, path regex, handler name, auth level)."""
+
+
+def _route(method: str, pattern: str, name: str, auth: str = "data") -> Route:
     regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$")
     return method, regex, name, auth
 
@@ -78,35 +81,8 @@ ROUTES = [
 ]
 
 
-class FakeOV(SessionRoutes, ContentRoutes):
+class FakeOV(SessionRoutes):
     """The fake server. Not thread-safe; one event loop at a time."""
-
-    def __init__(
-        self,
-        *,
-        api_keys: dict[str, tuple[str, str]] | None = None,
-        root_key: str | None = None,
-        phase2: str = "complete",
-        phase2_reads_until_done: int = 0,
-    ) -> None:
-        self.auth_enabled = bool(api_keys or root_key)
-        """API-key mode; fixed at start (admin-made keys do not switch dev mode to it)."""
-        self.api_keys: dict[str, tuple[str, str]] = dict(api_keys or {})
-        self.admin_keys: set[str] = set()
-        self.root_key = root_key
-        self.phase2 = phase2
-        self.phase2_reads_until_done = phase2_reads_until_done
-        self.down = False
-        self.latency_s: float | dict[str, float] = {}
-        self.calls: list[tuple[str, str]] = []
-        self.requests: list[httpx.Request] = []
-        self.tenants: dict[tuple[str, str], Tenant] = {}
-        self.entries: dict[str, dict[str, Any]] = {}
-        self.accounts: dict[str, dict[str, str]] = {}
-        """account -> {user_id: role}, for accounts made through the admin API."""
-        self.uploads: dict[str, tuple[str, bytes]] = {}
-        self._failures: list[tuple[int, str, str | None]] = []
-        self._seq = 0
 
     # --- knobs ------------------------------------------------------------------------
 
@@ -121,9 +97,6 @@ class FakeOV(SessionRoutes, ContentRoutes):
     def fail_next(self, n: int = 1, status: int = 503, code: str = "UNAVAILABLE", route: str | None = None) -> None:
         self._failures += [(status, code, route)] * n
 
-    def tenant(self, account: str = "default", user: str = "default") -> Tenant:
-        return self.tenants.setdefault((account, user), Tenant(account, user))
-
     @property
     def sessions(self) -> dict[str, FakeSession]:
         return self.tenant().sessions
@@ -131,10 +104,6 @@ class FakeOV(SessionRoutes, ContentRoutes):
     @property
     def tasks(self) -> dict[str, FakeTask]:
         return self.tenant().tasks
-
-    def next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
 
     # --- transport --------------------------------------------------------------------
 
@@ -159,10 +128,12 @@ class FakeOV(SessionRoutes, ContentRoutes):
             return slow()
         return self._respond(request, path, match)
 
-    def asgi_app(self) -> Callable:
+    def asgi_app(self) -> Callable[..., Awaitable[None]]:
         """A minimal ASGI app serving this fake (for uvicorn / real HTTP clients)."""
 
-        async def app(scope: dict, receive: Callable, send: Callable) -> None:
+        async def app(
+            scope: dict[str, Any], receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]
+        ) -> None:
             if scope["type"] != "http":
                 return
             body = b""
@@ -198,7 +169,7 @@ class FakeOV(SessionRoutes, ContentRoutes):
             return float(self.latency_s.get(name, 0.0))
         return float(self.latency_s or 0.0)
 
-    def _match(self, method: str, path: str) -> tuple[tuple, dict[str, str]] | None:
+    def _match(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
         for route in ROUTES:
             if route[0] == method and (m := route[1].match(path)):
                 return route, {k: unquote(v) for k, v in m.groupdict().items()}

@@ -29,6 +29,7 @@ from workers.dev.fake_ov.state import (
     under,
     uri_parts,
 )
+from workers.dev.fake_ov.store import FakeStore
 
 FIND_FIELDS = frozenset(
     {
@@ -148,10 +149,8 @@ def _leaf_name(path: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
-class ContentRoutes:
+class ContentRoutes(FakeStore):
     """Route handlers ``_r_<name>`` and seeding helpers; see workers.dev.fake_ov.app."""
-
-    entries: dict[str, dict[str, Entry]]
 
     # --- seeding and inspection -------------------------------------------------------
 
@@ -170,7 +169,7 @@ class ContentRoutes:
         """Store a memory (level 2 leaf) and return its URI."""
         if uri is None:
             root = f"viking://user/{user}/peers/{peer}/memories" if peer else f"viking://user/{user}/memories"
-            uri = f"{root}/{category}/mem_{self.next_seq()}.md"  # type: ignore[attr-defined]
+            uri = f"{root}/{category}/mem_{self.next_seq()}.md"
         self.entries.setdefault(account, {})[uri] = Entry(uri, text, abstract or text[:200], overview)
         return uri
 
@@ -233,7 +232,7 @@ class ContentRoutes:
             if score > 0 and (threshold is None or score >= threshold):
                 scored.append((score, e))
         scored.sort(key=lambda se: (-se[0], se[1].uri))
-        hits = [
+        hits: list[dict[str, Any]] = [
             {
                 "context_type": e.context_type,
                 "uri": e.uri,
@@ -256,7 +255,7 @@ class ContentRoutes:
     def _files(self, r: Req) -> list[tuple[str, list[str]]]:
         """(file URI, lines) of everything grep can see: entries and session message logs."""
         files = [(e.uri, e.content.splitlines()) for e in self._visible_entries(r.ctx)]
-        for s in self.tenant(r.ctx.account, r.ctx.user).sessions.values():  # type: ignore[attr-defined]
+        for s in self.tenant(r.ctx.account, r.ctx.user).sessions.values():
             files.append((f"{s.uri}/messages.jsonl", [json.dumps(m, ensure_ascii=False) for m in s.messages]))
             for a in s.archives:
                 files.append((f"{a.uri}/messages.jsonl", [json.dumps(m, ensure_ascii=False) for m in a.messages]))
@@ -268,7 +267,7 @@ class ContentRoutes:
             len(parts) >= 4
             and parts[2] == "sessions"
             and parts[3] not in self.tenant(r.ctx.account, r.ctx.user).sessions
-        ):  # type: ignore[attr-defined]
+        ):
             raise FakeError("NOT_FOUND", f"File not found: {target}", {"resource": target, "type": "file"})
 
     def _r_grep(self, r: Req) -> dict[str, Any]:
@@ -299,7 +298,7 @@ class ContentRoutes:
         target = self._target(r.ctx, uri)
         entry = next((e for e in self._visible_entries(r.ctx) if e.uri == target), None)
         archive = None
-        for s in self.tenant(r.ctx.account, r.ctx.user).sessions.values():  # type: ignore[attr-defined]
+        for s in self.tenant(r.ctx.account, r.ctx.user).sessions.values():
             archive = next((a for a in s.archives if a.uri == target), archive)
         return target, entry, archive
 
@@ -328,7 +327,7 @@ class ContentRoutes:
         if entry is not None:
             return entry.abstract if kind == "abstract" else (entry.overview or entry.content)
         if archive is not None:
-            return getattr(archive, kind)
+            return str(getattr(archive, kind))
         children = self._children(r, target)
         if children:
             if kind == "abstract":
@@ -346,7 +345,7 @@ class ContentRoutes:
         doomed = [u for u in store if self._visible(r.ctx, u) and (u == target or (recursive and under(u, target)))]
         for u in doomed:
             del store[u]
-        sessions = self.tenant(r.ctx.account, r.ctx.user).sessions  # type: ignore[attr-defined]
+        sessions = self.tenant(r.ctx.account, r.ctx.user).sessions
         for sid in [sid for sid, s in sessions.items() if recursive and under(s.uri, target)]:
             del sessions[sid]
             doomed.append(sid)
@@ -366,14 +365,15 @@ class ContentRoutes:
                 filename = part.get_filename() or "upload.tmp"
                 ext = "." + filename.rsplit(".", 1)[1] if "." in filename else ".tmp"
                 temp_id = f"upload_{new_id()}{ext}"
-                self.uploads[temp_id] = (filename, part.get_payload(decode=True) or b"")  # type: ignore[attr-defined]
+                payload = part.get_payload(decode=True)
+                self.uploads[temp_id] = (filename, payload if isinstance(payload, bytes) else b"")
                 return {"temp_file_id": temp_id}
         raise invalid("Field required", "file")
 
     def _take_upload(self, temp_id: str) -> tuple[str, str]:
-        if temp_id not in self.uploads:  # type: ignore[attr-defined]
+        if temp_id not in self.uploads:
             raise FakeError("INVALID_ARGUMENT", f"Temporary upload not found or expired: {temp_id}")
-        filename, data = self.uploads.pop(temp_id)  # type: ignore[attr-defined]
+        filename, data = self.uploads.pop(temp_id)
         return filename, data.decode("utf-8", errors="replace")
 
     def _r_add_resource(self, r: Req) -> dict[str, Any]:
@@ -390,7 +390,7 @@ class ContentRoutes:
         if temp_id:
             filename, text = self._take_upload(temp_id)
         else:
-            filename, text = _leaf_name(path), f"Resource fetched from {path}"
+            filename, text = _leaf_name(str(path)), f"Resource fetched from {path}"
         root_uri = to or f"viking://resources/{_leaf_name(filename).rsplit('.', 1)[0]}"
         abstract = next((ln.strip() for ln in text.splitlines() if ln.strip()), filename)[:200]
         self.entries.setdefault(r.ctx.account, {})[root_uri] = Entry(root_uri, text, abstract)
@@ -422,19 +422,19 @@ class ContentRoutes:
     def _new_key(self, account: str, user: str, admin: bool) -> str:
         b64 = base64.urlsafe_b64encode
         key = f"{b64(account.encode()).decode()}.{b64(user.encode()).decode()}.{new_id()}"
-        self.api_keys[key] = (account, user)  # type: ignore[attr-defined]
+        self.api_keys[key] = (account, user)
         if admin:
-            self.admin_keys.add(key)  # type: ignore[attr-defined]
+            self.admin_keys.add(key)
         return key
 
     def _r_admin_create_account(self, r: Req) -> dict[str, Any]:
         body = r.body()
         account, admin = _require_str(body, "account_id"), _require_str(body, "admin_user_id")
-        if r.ctx.role != "root" and self.auth_enabled:  # type: ignore[attr-defined]
+        if r.ctx.role != "root" and self.auth_enabled:
             raise FakeError("PERMISSION_DENIED", "ROOT role required")
-        if account in self.accounts:  # type: ignore[attr-defined]
+        if account in self.accounts:
             raise FakeError("ALREADY_EXISTS", f"Account '{account}' already exists")
-        self.accounts[account] = {admin: "admin"}  # type: ignore[attr-defined]
+        self.accounts[account] = {admin: "admin"}
         return {"account_id": account, "admin_user_id": admin, "user_key": self._new_key(account, admin, admin=True)}
 
     def _r_admin_create_user(self, r: Req) -> dict[str, Any]:
@@ -443,13 +443,13 @@ class ContentRoutes:
         role = body.get("role", "user")
         if role not in {"user", "admin"}:
             raise FakeError("INVALID_ARGUMENT", f"invalid role: {role!r}")
-        if self.auth_enabled and r.ctx.role != "root" and r.ctx.account != account:  # type: ignore[attr-defined]
+        if self.auth_enabled and r.ctx.role != "root" and r.ctx.account != account:
             raise FakeError("PERMISSION_DENIED", "admin of this account required")
-        users = self.accounts.get(account)  # type: ignore[attr-defined]
+        users = self.accounts.get(account)
         if users is None:
-            if self.auth_enabled:  # type: ignore[attr-defined]
+            if self.auth_enabled:
                 raise FakeError("NOT_FOUND", f"Account {account} not found")
-            users = self.accounts[account] = {}  # type: ignore[attr-defined]
+            users = self.accounts[account] = {}
         if user in users:
             raise FakeError("ALREADY_EXISTS", f"User '{user}' already exists in '{account}'")
         users[user] = role

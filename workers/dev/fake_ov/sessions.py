@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from core.messages.tokens import estimate_tokens
+from workers.dev.fake_ov.content import ContentRoutes
 from workers.dev.fake_ov.state import (
     Ctx,
     FakeArchive,
@@ -19,7 +20,6 @@ from workers.dev.fake_ov.state import (
     FakeSession,
     FakeTask,
     Req,
-    Tenant,
     build_messages,
     invalid,
     memory_worthy,
@@ -33,12 +33,8 @@ BATCH_MAX = 100
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
-class SessionRoutes:
+class SessionRoutes(ContentRoutes):
     """Route handlers ``_r_<name>`` for sessions; see workers.dev.fake_ov.app."""
-
-    phase2: str
-    phase2_reads_until_done: int
-    tenants: dict[tuple[str, str], Tenant]
 
     # --- sessions ---------------------------------------------------------------------
 
