@@ -7,7 +7,7 @@ that shares the pool.
 
 Answers are unwrapped from the envelope ``{"status", "result", "error"}``;
 an error answer raises ``OVError`` (``OVUnavailable`` when OV is down: no
-connection, a timeout, or HTTP 502/503/504). Only idempotent calls are retried
+connection, a timeout, or HTTP 502/503/504; see core.ov.envelope). Only idempotent calls are retried
 (GETs, DELETEs and the read-only POST searches), on 5xx and connection errors,
 with exponential backoff. Writes are never retried: a retried add or commit
 could apply twice.
@@ -19,13 +19,13 @@ import asyncio
 import logging
 import re
 import time
-from typing import Any, TypeVar, cast
+from typing import Any
 from urllib.parse import quote
 
 import httpx
-import msgspec
 
 from core import defaults
+from core.ov.envelope import OVError, OVUnavailable, decode_result, object_result, unwrap
 from core.ov.models import (
     AddMessagesResult,
     Archive,
@@ -35,54 +35,13 @@ from core.ov.models import (
     SessionContext,
     SessionState,
     TaskState,
-    to_struct,
 )
+
+__all__ = ["OVClient", "OVError", "OVUnavailable"]
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T", bound=msgspec.Struct)
-
-_UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
-_CODE_BY_STATUS = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    409: "ALREADY_EXISTS",
-    412: "FAILED_PRECONDITION",
-    429: "RESOURCE_EXHAUSTED",
-    500: "INTERNAL",
-    501: "UNIMPLEMENTED",
-    502: "UNAVAILABLE",
-    503: "UNAVAILABLE",
-    504: "DEADLINE_EXCEEDED",
-}
 _UPLOAD_ID = re.compile(r"^(upload_[0-9a-f]{32}(\.[A-Za-z0-9]+)?|shared_[\w.-]+)$")
-
-
-class OVError(Exception):
-    """OV answered with an error, or did not answer (``status`` 0, code "UNAVAILABLE").
-
-    ``added`` is set by ``add_messages`` when a later chunk failed: how many
-    messages the earlier chunks stored.
-    """
-
-    def __init__(self, code: str, message: str, *, status: int = 0, details: Any = None) -> None:
-        super().__init__(f"{code} (HTTP {status}): {message}" if status else f"{code}: {message}")
-        self.code = code
-        self.status = status
-        self.message = message
-        self.details = details
-        self.added = 0
-
-
-class OVUnavailable(OVError):
-    """OV is down or overloaded (connection error, timeout, HTTP 502/503/504): try later."""
-
-
-def _error(code: str, message: str, *, status: int, details: Any = None) -> OVError:
-    cls = OVUnavailable if status in _UNAVAILABLE_STATUSES else OVError
-    return cls(code, message, status=status, details=details)
 
 
 def _seg(value: str) -> str:
@@ -206,7 +165,7 @@ class OVClient:
             log.debug("OV %s %s -> %s after %.1f ms", method, path, type(exc).__name__, _ms(started))
             raise OVUnavailable("UNAVAILABLE", f"{type(exc).__name__}: {exc}") from exc
         log.debug("OV %s %s -> %d in %.1f ms", method, path, resp.status_code, _ms(started))
-        return _unwrap(resp, raw=raw)
+        return unwrap(resp, raw=raw)
 
     async def _get(self, path: str, **kwargs: Any) -> Any:
         return await self._call("GET", path, idempotent=True, **kwargs)
@@ -220,20 +179,20 @@ class OVClient:
 
     async def health(self) -> dict[str, Any]:
         """``{"status": "ok", "healthy": true, "version": ...}`` (not enveloped by the server)."""
-        return _object(await self._get("/health", raw=True))
+        return object_result(await self._get("/health", raw=True))
 
     async def create_session(self, session_id: str | None = None) -> dict[str, Any]:
         body = {"session_id": session_id} if session_id else {}
-        return _object(await self._post("/api/v1/sessions", body))
+        return object_result(await self._post("/api/v1/sessions", body))
 
     async def get_session(self, session_id: str, *, auto_create: bool = False) -> SessionState:
         params = {"auto_create": "true"} if auto_create else None
         result = await self._get(f"/api/v1/sessions/{_seg(session_id)}", params=params)
-        return _decode(result, SessionState)
+        return decode_result(result, SessionState)
 
     async def add_message(self, session_id: str, message: dict[str, Any]) -> AddMessagesResult:
         result = await self._post(f"/api/v1/sessions/{_seg(session_id)}/messages", message)
-        out = _decode(result, AddMessagesResult)
+        out = decode_result(result, AddMessagesResult)
         out.added = 1
         return out
 
@@ -249,7 +208,7 @@ class OVClient:
         last = AddMessagesResult(session_id=session_id)
         for chunk in chunks:
             try:
-                last = _decode(await self._post(path, {"messages": chunk}), AddMessagesResult)
+                last = decode_result(await self._post(path, {"messages": chunk}), AddMessagesResult)
             except OVError as err:
                 err.added = added
                 raise
@@ -266,23 +225,23 @@ class OVClient:
         if enable_working_memory is not None:
             body["enable_working_memory"] = enable_working_memory
         result = await self._post(f"/api/v1/sessions/{_seg(session_id)}/commit", body)
-        return _decode(result, CommitAccepted)
+        return decode_result(result, CommitAccepted)
 
     async def get_task(self, task_id: str) -> TaskState:
-        return _decode(await self._get(f"/api/v1/tasks/{_seg(task_id)}"), TaskState)
+        return decode_result(await self._get(f"/api/v1/tasks/{_seg(task_id)}"), TaskState)
 
     async def get_context(self, session_id: str, *, token_budget: int) -> SessionContext:
         result = await self._get(
             f"/api/v1/sessions/{_seg(session_id)}/context", params={"token_budget": str(token_budget)}
         )
-        return _decode(result, SessionContext)
+        return decode_result(result, SessionContext)
 
     async def get_archive(self, session_id: str, archive_id: str) -> Archive:
         result = await self._get(f"/api/v1/sessions/{_seg(session_id)}/archives/{_seg(archive_id)}")
-        return _decode(result, Archive)
+        return decode_result(result, Archive)
 
     async def delete_session(self, session_id: str) -> dict[str, Any]:
-        return _object(await self._call("DELETE", f"/api/v1/sessions/{_seg(session_id)}", idempotent=True))
+        return object_result(await self._call("DELETE", f"/api/v1/sessions/{_seg(session_id)}", idempotent=True))
 
     # --- search and content -----------------------------------------------------------
 
@@ -300,11 +259,11 @@ class OVClient:
             body["score_threshold"] = score_threshold
         if context_type is not None:
             body["context_type"] = context_type
-        return _decode(await self._post("/api/v1/search/find", body, idempotent=True), FindResult)
+        return decode_result(await self._post("/api/v1/search/find", body, idempotent=True), FindResult)
 
     async def grep(self, uri: str, pattern: str, *, case_insensitive: bool = True) -> GrepResult:
         body = {"uri": uri, "pattern": pattern, "case_insensitive": case_insensitive}
-        return _decode(await self._post("/api/v1/search/grep", body, idempotent=True), GrepResult)
+        return decode_result(await self._post("/api/v1/search/grep", body, idempotent=True), GrepResult)
 
     async def _content(self, kind: str, uri: str) -> str:
         result = await self._get(f"/api/v1/content/{kind}", params={"uri": uri})
@@ -321,7 +280,7 @@ class OVClient:
 
     async def rm(self, uri: str, *, recursive: bool = False) -> dict[str, Any]:
         params = {"uri": uri, "recursive": "true" if recursive else "false"}
-        return _object(await self._call("DELETE", "/api/v1/fs", idempotent=True, params=params))
+        return object_result(await self._call("DELETE", "/api/v1/fs", idempotent=True, params=params))
 
     # --- uploads, resources, skills ---------------------------------------------------
 
@@ -351,7 +310,7 @@ class OVClient:
         if temp_file_id is None and path is not None and _UPLOAD_ID.match(path):
             path, temp_file_id = None, path
         body = _drop_none({"path": path, "temp_file_id": temp_file_id, "to": to, "reason": reason, "wait": wait})
-        return _object(await self._post("/api/v1/resources", body))
+        return object_result(await self._post("/api/v1/resources", body))
 
     async def add_skill(
         self, data: Any = None, *, temp_file_id: str | None = None, wait: bool | None = None
@@ -360,19 +319,19 @@ class OVClient:
         if temp_file_id is None and isinstance(data, str) and _UPLOAD_ID.match(data):
             data, temp_file_id = None, data
         body = _drop_none({"data": data, "temp_file_id": temp_file_id, "wait": wait})
-        return _object(await self._post("/api/v1/skills", body))
+        return object_result(await self._post("/api/v1/skills", body))
 
     # --- admin (root or account-admin key) --------------------------------------------
 
     async def admin_create_account(self, account_id: str, admin_user_id: str) -> dict[str, Any]:
         """Returns ``{account_id, admin_user_id, user_key}``."""
-        return _object(
+        return object_result(
             await self._post("/api/v1/admin/accounts", {"account_id": account_id, "admin_user_id": admin_user_id})
         )
 
     async def admin_create_user(self, account_id: str, user_id: str, role: str = "user") -> dict[str, Any]:
         """Returns ``{account_id, user_id, user_key}``."""
-        return _object(
+        return object_result(
             await self._post(f"/api/v1/admin/accounts/{_seg(account_id)}/users", {"user_id": user_id, "role": role})
         )
 
@@ -381,40 +340,5 @@ def _ms(started: float) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def _object(result: Any) -> dict[str, Any]:
-    """A result the 0.5.2 contract documents as a JSON object (not re-validated here)."""
-    return cast(dict[str, Any], result)
-
-
 def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if v is not None}
-
-
-def _decode(result: Any, type_: type[T]) -> T:
-    try:
-        return to_struct(result, type_)
-    except msgspec.ValidationError as exc:
-        raise OVError("BAD_RESPONSE", f"unexpected {type_.__name__} shape: {exc}", status=200) from exc
-
-
-def _unwrap(resp: httpx.Response, *, raw: bool = False) -> Any:
-    """The envelope's result, or the OVError its error (or a non-JSON answer) stands for."""
-    status = resp.status_code
-    try:
-        body = resp.json()
-    except ValueError:  # a proxy's 502/503/504 page still means "OV down"
-        code = "UNAVAILABLE" if status in _UNAVAILABLE_STATUSES else "BAD_RESPONSE"
-        raise _error(code, f"non-JSON answer: {resp.text[:200]!r}", status=status) from None
-    if isinstance(body, dict) and body.get("status") == "error":
-        raw_err = body.get("error")
-        err: dict[str, Any] = raw_err if isinstance(raw_err, dict) else {}
-        code = err.get("code") or _CODE_BY_STATUS.get(status, "UNKNOWN")
-        raise _error(code, str(err.get("message") or ""), status=status, details=err.get("details"))
-    if status >= 400:
-        detail = body.get("detail", body) if isinstance(body, dict) else body
-        raise _error(_CODE_BY_STATUS.get(status, "UNKNOWN"), str(detail)[:500], status=status)
-    if raw:
-        return body
-    if not isinstance(body, dict) or body.get("status") != "ok":
-        raise OVError("BAD_RESPONSE", f"no OV envelope in answer: {str(body)[:200]}", status=status)
-    return body.get("result")

@@ -28,7 +28,7 @@ from core.ids import ov_session_id, resolve_agent_id
 from core.ov.client import OVClient, OVError
 from core.session import SessionAddress
 from workers.dev.demo_report import memory_count, recall_block, summary_text
-from workers.rpc.assemble import USER_MEMORIES_URI
+from workers.rpc.recall import USER_MEMORIES_URI
 from workers.store.applied import parse_id
 from workers.store.commit_records import FINAL_STATUSES, CommitRecords
 from workers.store.snapshots import read_snapshot

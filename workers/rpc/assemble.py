@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -40,30 +39,17 @@ from core.defaults import DEFAULT_TOKEN_BUDGET, RECALL_QUERY_MIN_CHARS
 from core.events import ContextSnapshot
 from core.messages.model import MessageFormatError, parse_messages
 from core.messages.tokens import estimate_message_tokens
-from core.ov.client import OVClient, OVError, OVUnavailable
-from core.recall.hits import (
-    build_recall_block,
-    candidate_limit,
-    fallback_content,
-    needs_full_read,
-    prepend_recall_block,
-    select_recall_hits,
-)
+from core.ov.client import OVError, OVUnavailable
+from core.recall.hits import prepend_recall_block
 from core.recall.text import prepare_recall_query
 from core.turns import PendingTurn
 from workers.rpc.assemble_turn import cached_recall, keep_recall, pending_turns, recall_key
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest
+from workers.rpc.recall import recall_block
 from workers.store.snapshots import ZERO_ID, read_snapshot, refresh_snapshot
 
 log = logging.getLogger(__name__)
-
-USER_MEMORIES_URI = "viking://~/memories"
-
-
-def agent_memories_uri(agent_id: str) -> str:
-    """The agent's (peer's) memories of the calling user, OV 0.5.2 layout."""
-    return f"viking://~/peers/{agent_id}/memories"
 
 
 def _passthrough(messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -198,50 +184,6 @@ def _ov_unavailable(svc: Services, op: str, caller: Caller, exc: OVUnavailable |
             exc,
         )
     return Passthrough("ov_unavailable")
-
-
-async def recall_block(ov: OVClient, settings: Any, query: str, agent_id: str) -> str | None:
-    """Search the user's and the agent's memories in parallel, keep the best,
-    read their full text (unless abstracts are preferred) and build the block."""
-    limit = candidate_limit(settings.recall_limit)
-    searches = await asyncio.gather(
-        ov.find(query, target_uri=USER_MEMORIES_URI, limit=limit, score_threshold=0),
-        ov.find(query, target_uri=agent_memories_uri(agent_id), limit=limit, score_threshold=0),
-        return_exceptions=True,
-    )
-    hits: list[Any] = []
-    failures = [s for s in searches if isinstance(s, BaseException)]
-    for result in searches:
-        if not isinstance(result, BaseException):
-            hits += [*result.memories, *result.resources]
-    if len(failures) == len(searches):
-        raise failures[0]  # nothing answered: the caller decides (passthrough)
-    for failure in failures:
-        log.warning("auto-recall: one memory search failed, using the other: %s", failure)
-    selected = select_recall_hits(
-        hits, limit=settings.recall_limit, score_threshold=settings.recall_score_threshold, query=query
-    )
-    if not selected:
-        return None
-    contents = await read_contents(ov, selected, prefer_abstract=settings.recall_prefer_abstract)
-    return build_recall_block(list(zip(selected, contents)), settings.recall_max_injected_chars)
-
-
-async def read_contents(ov: OVClient, hits: Sequence[Any], *, prefer_abstract: bool) -> list[str]:
-    """Each hit's text to inject: its full memory, or the abstract when that is
-    preferred or the read fails (a failed read never loses the hit)."""
-
-    async def one(hit: Any) -> str:
-        if not needs_full_read(hit, prefer_abstract):
-            return fallback_content(hit)
-        try:
-            text = await ov.read(hit.uri)
-        except OVError as exc:
-            log.info("recall: reading %s failed, using its abstract: %s", hit.uri, exc)
-            return fallback_content(hit)
-        return text.strip() or fallback_content(hit)
-
-    return list(await asyncio.gather(*(one(h) for h in hits)))
 
 
 # --- main call: full context ----------------------------------------------------------------

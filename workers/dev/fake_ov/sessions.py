@@ -12,7 +12,6 @@ import time
 from typing import Any
 
 from core.messages.tokens import estimate_tokens
-from workers.dev.fake_ov.content import ContentRoutes
 from workers.dev.fake_ov.state import (
     Ctx,
     FakeArchive,
@@ -28,12 +27,13 @@ from workers.dev.fake_ov.state import (
     now_iso,
     summarize,
 )
+from workers.dev.fake_ov.uploads import UploadRoutes
 
 BATCH_MAX = 100
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
-class SessionRoutes(ContentRoutes):
+class SessionRoutes(UploadRoutes):
     """Route handlers ``_r_<name>`` for sessions; see workers.dev.fake_ov.app."""
 
     # --- sessions ---------------------------------------------------------------------

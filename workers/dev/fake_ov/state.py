@@ -18,11 +18,9 @@ from typing import Any
 import httpx
 
 from core.messages.tokens import estimate_tokens
+from workers.dev.fake_ov.uris import RESERVED_USER_SEGMENTS, SCOPES, context_type_of, uri_parts
 
-RESERVED_USER_SEGMENTS = frozenset({"memories", "resources", "skills", "peers", "privacy", "sessions"})
-SCOPES = frozenset({"resources", "user", "agent", "session", "~"})
 _ID_RE = re.compile(r"^[a-zA-Z0-9_.@-]+$")
-_WORD_RE = re.compile(r"[0-9a-z_]{2,}|[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]", re.IGNORECASE)
 MEMORY_TRIGGERS = ("i prefer", "remember")
 
 
@@ -301,25 +299,6 @@ class Entry:
         return context_type_of(self.uri)
 
 
-def context_type_of(uri: str) -> str:
-    parts = uri_parts(uri)
-    if parts[:2] == ["agent", "skills"] or (len(parts) > 2 and parts[0] == "user" and parts[2] == "skills"):
-        return "skill"
-    if parts[:1] == ["user"] and ("memories" in parts[2:3] or (parts[2:3] == ["peers"] and "memories" in parts[4:5])):
-        return "memory"
-    return "resource"
-
-
-def uri_parts(uri: str) -> list[str]:
-    return [p for p in uri.split("?", 1)[0][len("viking://") :].split("/") if p]
-
-
-def under(uri: str, prefix: str) -> bool:
-    """``uri`` is ``prefix`` or inside it."""
-    prefix = prefix.rstrip("/")
-    return uri == prefix or uri.startswith(prefix + "/") or prefix == "viking:/"
-
-
 def canonical_uri(uri: Any, user: str, *, field_name: str = "uri") -> str:
     """Validate a request URI and expand ``viking://~`` / ``viking://session`` as 0.5.2 does."""
     if not isinstance(uri, str) or not uri.strip():
@@ -345,18 +324,6 @@ def canonical_uri(uri: Any, user: str, *, field_name: str = "uri") -> str:
             {"uri": raw},
         )
     return "viking://" + "/".join(parts)
-
-
-def words(text: str) -> set[str]:
-    return {w.lower() for w in _WORD_RE.findall(text)}
-
-
-def lexical_score(query: str, text: str) -> float:
-    """Share of the query's words found in ``text`` (0..1); the fake's stand-in for vectors."""
-    q = words(query)
-    if not q:
-        return 0.0
-    return round(len(q & words(text)) / len(q), 4)
 
 
 def summarize(messages: list[dict[str, Any]]) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import secrets
@@ -11,8 +10,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.ids import ov_session_id
-from core.ov.client import OVClient
-from core.ov.models import FindResult
 from core.recall.hits import (
     LEAF_LEVEL,
     candidate_limit,
@@ -20,7 +17,6 @@ from core.recall.hits import (
     format_recall_line,
     select_recall_hits,
 )
-from workers.rpc.assemble import USER_MEMORIES_URI, agent_memories_uri, read_contents
 from workers.rpc.compact import commit_and_wait, memories_of
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import (
@@ -29,6 +25,7 @@ from workers.rpc.models import (
     MemorySearchParams,
     MemoryStoreParams,
 )
+from workers.rpc.recall import USER_MEMORIES_URI, agent_memories_uri, hits_of, read_contents, search_targets
 from workers.rpc.tools.base import Tool, ToolResult, text_result
 
 log = logging.getLogger(__name__)
@@ -51,23 +48,6 @@ _MEMORY_URI = re.compile(
 
 def is_memory_uri(uri: str) -> bool:
     return bool(_MEMORY_URI.match(uri))
-
-
-async def _search(ov: OVClient, query: str, targets: Sequence[str], limit: int) -> list[FindResult]:
-    """One find per target in parallel; a failing target is logged and skipped,
-    unless all fail (then the first error is raised)."""
-    answers = await asyncio.gather(
-        *(ov.find(query, target_uri=t, limit=limit, score_threshold=0) for t in targets),
-        return_exceptions=True,
-    )
-    ok = [a for a in answers if isinstance(a, FindResult)]
-    failed = [a for a in answers if isinstance(a, BaseException)]
-    if failed and not ok:
-        raise failed[0]
-    for target, answer in zip(targets, answers):
-        if isinstance(answer, BaseException):
-            log.warning("search of %s failed, using the other scopes: %s", target, answer)
-    return ok
 
 
 def _lines_within(items: Sequence[tuple[Any, str]], max_chars: int) -> list[str]:
@@ -95,9 +75,8 @@ async def memory_recall(svc: Services, caller: Caller, p: MemoryRecallParams) ->
         if settings.recall_resources or p.includeResources:
             targets.append(RESOURCES_URI)
     ov = svc.ov_for(caller)
-    results = await _search(ov, p.query, targets, candidate_limit(limit))
-    hits = [h for r in results for h in (*r.memories, *r.resources)]
-    selected = select_recall_hits(hits, limit=limit, score_threshold=threshold, query=p.query)
+    results = await search_targets(ov, p.query, targets, candidate_limit(limit))
+    selected = select_recall_hits(hits_of(results), limit=limit, score_threshold=threshold, query=p.query)
     if not selected:
         return text_result("No relevant OpenViking memories found.", count=0, scoreThreshold=threshold)
     contents = await read_contents(ov, selected, prefer_abstract=False)
@@ -173,7 +152,7 @@ async def memory_forget(svc: Services, caller: Caller, p: MemoryForgetParams) ->
     limit = p.limit or FORGET_DEFAULT_LIMIT
     threshold = p.scoreThreshold if p.scoreThreshold is not None else svc.settings.recall_score_threshold
     targets = [p.targetUri] if p.targetUri else [USER_MEMORIES_URI, agent_memories_uri(caller.agent_id)]
-    results = await _search(ov, p.query or "", targets, candidate_limit(limit))
+    results = await search_targets(ov, p.query or "", targets, candidate_limit(limit))
     hits = [h for r in results for h in r.memories]
     candidates = [
         h
@@ -200,7 +179,7 @@ async def memory_forget(svc: Services, caller: Caller, p: MemoryForgetParams) ->
 async def memory_search(svc: Services, caller: Caller, p: MemorySearchParams) -> ToolResult:
     limit = p.limit or SEARCH_DEFAULT_LIMIT
     targets = [p.uri] if p.uri else [RESOURCES_URI, AGENT_SKILLS_URI]
-    results = await _search(svc.ov_for(caller), p.query, targets, limit)
+    results = await search_targets(svc.ov_for(caller), p.query, targets, limit)
     rows: dict[str, dict[str, Any]] = {}
     for result in results:
         for kind, group in (("memory", result.memories), ("resource", result.resources), ("skill", result.skills)):

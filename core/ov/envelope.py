@@ -1,0 +1,89 @@
+"""OV 0.5.2's answer envelope ``{"status", "result", "error"}`` and the errors it stands for."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar, cast
+
+import httpx
+import msgspec
+
+from core.ov.models import to_struct
+
+T = TypeVar("T", bound=msgspec.Struct)
+
+_UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
+_CODE_BY_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ALREADY_EXISTS",
+    412: "FAILED_PRECONDITION",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+class OVError(Exception):
+    """OV answered with an error, or did not answer (``status`` 0, code "UNAVAILABLE").
+
+    ``added`` is set by ``add_messages`` when a later chunk failed: how many
+    messages the earlier chunks stored.
+    """
+
+    def __init__(self, code: str, message: str, *, status: int = 0, details: Any = None) -> None:
+        super().__init__(f"{code} (HTTP {status}): {message}" if status else f"{code}: {message}")
+        self.code = code
+        self.status = status
+        self.message = message
+        self.details = details
+        self.added = 0
+
+
+class OVUnavailable(OVError):
+    """OV is down or overloaded (connection error, timeout, HTTP 502/503/504): try later."""
+
+
+def error_for(code: str, message: str, *, status: int, details: Any = None) -> OVError:
+    """The error an answer with ``status`` stands for (``OVUnavailable`` for 502/503/504)."""
+    cls = OVUnavailable if status in _UNAVAILABLE_STATUSES else OVError
+    return cls(code, message, status=status, details=details)
+
+
+def object_result(result: Any) -> dict[str, Any]:
+    """A result the 0.5.2 contract documents as a JSON object (not re-validated here)."""
+    return cast(dict[str, Any], result)
+
+
+def decode_result(result: Any, type_: type[T]) -> T:
+    try:
+        return to_struct(result, type_)
+    except msgspec.ValidationError as exc:
+        raise OVError("BAD_RESPONSE", f"unexpected {type_.__name__} shape: {exc}", status=200) from exc
+
+
+def unwrap(resp: httpx.Response, *, raw: bool = False) -> Any:
+    """The envelope's result, or the OVError its error (or a non-JSON answer) stands for."""
+    status = resp.status_code
+    try:
+        body = resp.json()
+    except ValueError:  # a proxy's 502/503/504 page still means "OV down"
+        code = "UNAVAILABLE" if status in _UNAVAILABLE_STATUSES else "BAD_RESPONSE"
+        raise error_for(code, f"non-JSON answer: {resp.text[:200]!r}", status=status) from None
+    if isinstance(body, dict) and body.get("status") == "error":
+        raw_err = body.get("error")
+        err: dict[str, Any] = raw_err if isinstance(raw_err, dict) else {}
+        code = err.get("code") or _CODE_BY_STATUS.get(status, "UNKNOWN")
+        raise error_for(code, str(err.get("message") or ""), status=status, details=err.get("details"))
+    if status >= 400:
+        detail = body.get("detail", body) if isinstance(body, dict) else body
+        raise error_for(_CODE_BY_STATUS.get(status, "UNKNOWN"), str(detail)[:500], status=status)
+    if raw:
+        return body
+    if not isinstance(body, dict) or body.get("status") != "ok":
+        raise OVError("BAD_RESPONSE", f"no OV envelope in answer: {str(body)[:200]}", status=status)
+    return body.get("result")
