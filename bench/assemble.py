@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 import msgspec
 import redis
+import redis.asyncio
 
 from core.config import Settings
 from core.events import TurnEvent
@@ -166,8 +167,16 @@ async def run(args: argparse.Namespace) -> None:
         rds = redis.Redis.from_url(url)
         fake = FakeOV()
         openclaw, ov_messages = transcript(args.messages)
-        snapshot_app = create_app(settings, redis=rds, ov_transport=fake.transport())
-        direct_app = create_app(settings, redis=rds, ov_transport=fake.transport(), direct=True)
+        snapshot_app = create_app(
+            settings, redis=redis.asyncio.Redis.from_url(url), commit_redis=rds, ov_transport=fake.transport()
+        )
+        direct_app = create_app(
+            settings,
+            redis=redis.asyncio.Redis.from_url(url),
+            commit_redis=rds,
+            ov_transport=fake.transport(),
+            direct=True,
+        )
         await snapshot_app.state.services.ov.add_messages(SESSION_ID, ov_messages)
         # What capture records after applying the session's last turn.
         shard, scope = shard_of(SESSION_ID, settings.shards), scope_of(None, AGENT)

@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 import redis  # noqa: E402
+import redis.asyncio  # noqa: E402
 
 from core.config import Settings  # noqa: E402
 from core.events import TurnEvent  # noqa: E402
@@ -91,8 +92,10 @@ def row(name: str, samples: list[float]) -> str:
 async def bench_assemble(settings: Settings, rds: redis.Redis, args: argparse.Namespace) -> list[str]:
     session_id = f"bench-assemble-{uuid.uuid4().hex[:8]}"
     openclaw, ov_messages = transcript(args.messages)
-    snapshot_app = create_app(settings, redis=rds)
-    direct_app = create_app(settings, redis=rds, direct=True)
+    snapshot_app = create_app(settings, redis=redis.asyncio.Redis.from_url(settings.redis_url), commit_redis=rds)
+    direct_app = create_app(
+        settings, redis=redis.asyncio.Redis.from_url(settings.redis_url), commit_redis=rds, direct=True
+    )
     try:
         t0 = time.perf_counter()
         added = await snapshot_app.state.services.ov.add_messages(session_id, ov_messages)

@@ -2,7 +2,7 @@
 
 Every test here is marked ``redis``. ``settings`` has short timings so
 takeovers and retries happen within a test; ``fake_ov`` is also what RQ jobs
-reach (workers.commits.context.set_ov_transport_factory). capture_helpers.py builds turns
+reach (workers.commits.context.set_ov_transport_factory). tests/helpers/capture.py builds turns
 whose messages say which session and turn they came from, so the order in OV
 can be checked message by message.
 """

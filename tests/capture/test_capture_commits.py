@@ -6,13 +6,13 @@ import json
 
 import httpx
 import pytest
-from capture_helpers import make_worker, ov_texts, publish, turn
 from rq.job import Job
 
 from core.config import Settings
 from core.events import CommitRequest
 from core.ov.tasks import memories_extracted
 from core.session import SessionAddress
+from tests.helpers.capture import make_worker, ov_texts, publish, stored_snapshot, turn
 from workers.cli import main
 from workers.commits import context as jobs
 from workers.commits.context import context_of
@@ -203,12 +203,11 @@ def test_memories_extracted_reads_every_known_shape():
 
 
 def test_commit_snapshot_shows_the_archive_overview(redis_client, settings, fake_ov):
-    from workers.store.snapshots import read_snapshot
 
     _seed(fake_ov, "s")
     request = _request(redis_client, settings)
     assert wait_for_outcome(redis_client, settings, request).status == "completed"
-    snap = read_snapshot(redis_client, settings, SessionAddress("s", "main", None))
+    snap = stored_snapshot(redis_client, settings, SessionAddress("s", "main", None))
     assert snap is not None and snap.latest_archive_overview and snap.total_archives == 1
 
 

@@ -6,8 +6,8 @@ import asyncio
 
 import httpx
 import pytest
-from capture_helpers import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
 
+from tests.helpers.capture import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
 from workers.capture.worker import CaptureWorker, WorkerKilled
 from workers.store.dead_letters import list_dead_letters
 from workers.store.keys import Keys, shard_of

@@ -6,14 +6,13 @@ from __future__ import annotations
 import time
 
 import msgspec
-from capture_helpers import expected_texts, make_worker, ov_texts, publish, turn
 
 from core.config import Settings
 from core.events import TurnEvent
 from core.session import SessionAddress
+from tests.helpers.capture import expected_texts, make_worker, ov_texts, publish, stored_snapshot, turn
 from workers.capture.plan import Entry, finish_state, plan_round, session_of
 from workers.store.applied import EVENT_IDS_KEPT, AppliedState, Intent
-from workers.store.snapshots import read_snapshot
 
 
 def _entry(settings: Settings, event: TurnEvent, entry_id: str) -> Entry:
@@ -61,7 +60,7 @@ async def test_a_republished_event_is_captured_once(redis_client, settings, fake
     state = _applied(redis_client, settings, first)
     assert state.captured == 4  # the replayed older event did not move it back
     assert {first.event_id, second.event_id} <= set(state.event_ids)
-    snapshot = read_snapshot(redis_client, settings, SessionAddress("rep", "main", None))
+    snapshot = stored_snapshot(redis_client, settings, SessionAddress("rep", "main", None))
     assert snapshot is not None and snapshot.captured_through == 4
 
 
@@ -125,7 +124,7 @@ async def test_the_snapshot_of_commit_turns_counts_the_whole_transcript(redis_cl
     publish(redis_client, settings, [commit_turn("ct", 3)])
     await make_worker(settings, fake_ov, burst=True).run()
     assert ov_texts(fake_ov, "ct") == expected_texts("ct", 4)
-    snapshot = read_snapshot(redis_client, settings, SessionAddress("ct", "main", None))
+    snapshot = stored_snapshot(redis_client, settings, SessionAddress("ct", "main", None))
     # 8 OpenClaw messages are in OV: the lag overlay must not append the transcript again
     assert snapshot is not None and snapshot.captured_through == 8
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import httpx
 import pytest
-from capture_helpers import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
 
 from core.events import STREAM_FIELD, encode
+from tests.helpers.capture import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
+from tests.helpers.waiting import eventually
 from workers.capture.worker import CaptureWorker
 from workers.cli import main
 from workers.store.dead_letters import list_dead_letters
@@ -99,10 +99,7 @@ async def test_dlq_replay_keeps_what_cannot_be_replayed(redis_client, settings, 
 
 
 async def _wait(condition, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
+    await eventually(condition, "condition", timeout_s=timeout_s)
 
 
 class _Switch(httpx.AsyncBaseTransport):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import random
 
-from capture_helpers import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
-
+from tests.helpers.capture import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
+from tests.helpers.waiting import eventually
 from workers.store.keys import Keys
 
 
@@ -50,7 +50,7 @@ async def test_workers_spread_over_the_shards(redis_client, settings, fake_ov):
     workers = [make_worker(settings, fake_ov, consumer=f"w{i}") for i in range(4)]
 
     def spread() -> bool:
-        owners = [redis_client.get(Keys(settings.key_prefix).capture_lease(s)) for s in range(4)]
+        owners = [redis_client.hget(Keys(settings.key_prefix).capture_lease(s), "id") for s in range(4)]
         return all(len(w.consumers) == 1 for w in workers) and len(set(owners)) == 4
 
     await run_until(workers, spread, timeout_s=30)
@@ -78,13 +78,9 @@ async def test_order_holds_while_shards_move_between_joining_workers(redis_clien
     turns = 20
     workers = [make_worker(settings, fake_ov, consumer=f"w{i}") for i in range(4)]
     tasks = []
-    loop = asyncio.get_running_loop()
 
     async def wait_for(condition) -> None:
-        deadline = loop.time() + 60
-        while not condition():
-            assert loop.time() < deadline
-            await asyncio.sleep(0.01)
+        await eventually(condition, "workers share the shards")
 
     for t in range(turns):
         publish(redis_client, settings, [turn(s, t) for s in sessions])

@@ -7,9 +7,8 @@ import asyncio
 import logging
 from itertools import pairwise
 
-from capture_helpers import make_worker
-
 from core import defaults
+from tests.helpers.capture import make_worker
 from workers.capture.shard import ShardConsumer
 
 

@@ -7,21 +7,22 @@ import threading
 import time
 
 import httpx
-from capture_helpers import make_worker, publish, turn
 
 from core.config import Settings
 from core.ov.client import OVClient
 from core.session import SessionAddress
+from tests.helpers.capture import make_worker, publish, stored_snapshot, turn
+from tests.helpers.waiting import wait_until
 from workers.commits.worker import drain_jobs
 from workers.store.applied import AppliedState
 from workers.store.commit_queue import request_commit
 from workers.store.commit_records import CommitRecords
-from workers.store.connection import connect, reset_fake_server
-from workers.store.snapshots import read_snapshot, refresh_snapshot, snapshot_key
+from workers.store.connection import connect, connect_async, reset_fake_server
+from workers.store.snapshots import refresh_snapshot, snapshot_key
 
 
 def _snap(client, settings, sid):
-    return read_snapshot(client, settings, SessionAddress(sid, "main", None))
+    return stored_snapshot(client, settings, SessionAddress(sid, "main", None))
 
 
 async def test_each_batch_refreshes_the_snapshot(redis_client, settings, fake_ov):
@@ -46,10 +47,11 @@ async def test_an_older_snapshot_never_replaces_a_newer_one(redis_client, settin
     await make_worker(settings, fake_ov, burst=True).run()
     ov = OVClient.from_settings(settings, transport=fake_ov.transport()).scoped(peer="main")
     address = SessionAddress("order", "main")
+    aredis = connect_async(settings)
 
     async def refresh(last_id: str, captured: int):
         return await refresh_snapshot(
-            redis_client, ov, settings, address, applied=AppliedState(last_id=last_id, captured=captured)
+            aredis, ov, settings, address, applied=AppliedState(last_id=last_id, captured=captured)
         )
 
     newest = await refresh("9000000000000-5", 2)
@@ -109,10 +111,12 @@ def test_ovstream_up_runs_capture_jobs_and_rpc_in_one_process():
         runtime = box["runtime"]
         redis = connect(settings)  # the same in-process server as every part of `up`
         [last] = publish(redis, settings, [turn("demo", 0)])
-        deadline = time.monotonic() + 20
-        while (snap := _snap(redis, settings, "demo")) is None or snap.applied_stream_id != last:
-            assert time.monotonic() < deadline, "capture did not refresh the snapshot"
-            time.sleep(0.02)
+        wait_until(
+            lambda: (snap := _snap(redis, settings, "demo")) is not None and snap.applied_stream_id == last,
+            "capture refreshed the snapshot",
+            timeout_s=20,
+            interval_s=0.02,
+        )
         answer = httpx.post(
             f"http://127.0.0.1:{runtime.port}/v1/compact", json={"sessionId": "demo"}, timeout=30
         ).json()

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from capture_helpers import turn
 
 from core.config import Settings
 from core.events import STREAM_FIELD, TurnEvent, decode
 from core.ids import ov_session_id
+from tests.helpers.capture import turn
 from workers.capture.plan import Entry, drop_written, finish_state, plan_round, session_of
 from workers.store.applied import AppliedState, Intent, ov_message_count
 from workers.store.connection import connect, connect_async, reset_fake_server

@@ -17,13 +17,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.helpers.waiting import wait_until
 from workers.dev.local_ov import INSTALL_HINT, LocalOV, find_openviking_server, start_local_ov
 from workers.dev.local_redis import free_port
 from workers.dev.model_server import ModelServerHandle, start_model_server
@@ -142,16 +142,14 @@ def poll_task(client: httpx.Client, task_id: str, *, timeout_s: float = 120.0, i
 
     The timeout only bounds a hang (a broken server); no test asserts on timing.
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def terminal() -> dict | None:
         r = client.get(f"/api/v1/tasks/{task_id}")
         r.raise_for_status()
         task = r.json()["result"]
-        if task["status"] in TERMINAL_TASK_STATES:
-            return task
-        if time.monotonic() > deadline:
-            raise AssertionError(f"task {task_id} not finished after {timeout_s}s: {task}")
-        time.sleep(interval_s)
+        return task if task["status"] in TERMINAL_TASK_STATES else None
+
+    return wait_until(terminal, f"task {task_id} finished", timeout_s=timeout_s, interval_s=interval_s)
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from e2e_helpers import (
+
+from tests.helpers.e2e import (
     RECALL_MARKER,
     SUMMARY_PREFIX,
     Conversation,
@@ -26,7 +27,7 @@ from e2e_helpers import (
     wait_for,
 )
 
-pytest_plugins = ("conftest_e2e",)
+pytest_plugins = ("tests.helpers.e2e_fixtures",)
 
 PREFERENCE = "I prefer cardamom buns with black coffee for breakfast on Sundays."
 QUESTION = "What should I bake for breakfast on Sunday: cardamom buns with black coffee?"

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from e2e_helpers import (
+
+from core.events import CommitOutcome
+from tests.helpers.e2e import (
     KEEP_RECENT,
     RECALL_MARKER,
     SUMMARY_PREFIX,
@@ -25,9 +27,7 @@ from e2e_helpers import (
     wait_for,
 )
 
-from core.events import CommitOutcome
-
-pytest_plugins = ("conftest_e2e",)
+pytest_plugins = ("tests.helpers.e2e_fixtures",)
 
 PREFERENCE = "I prefer hibiscus lemonade with a little honey in the afternoon."
 ARCHIVED_WORD = "zebrawood"

@@ -9,7 +9,9 @@ the seed's CompactResult.
 from __future__ import annotations
 
 import pytest
-from e2e_helpers import (
+
+from core.messages.tokens import estimate_message_tokens
+from tests.helpers.e2e import (
     SUMMARY_PREFIX,
     Conversation,
     OVSession,
@@ -19,9 +21,7 @@ from e2e_helpers import (
     first_text,
 )
 
-from core.messages.tokens import estimate_message_tokens
-
-pytest_plugins = ("conftest_e2e",)
+pytest_plugins = ("tests.helpers.e2e_fixtures",)
 
 MOVING = [
     (

@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from e2e_helpers import Conversation, OVSession, Service, check_crosses_at_last_turn
 
-pytest_plugins = ("conftest_e2e",)
+from tests.helpers.e2e import Conversation, OVSession, Service, check_crosses_at_last_turn
+
+pytest_plugins = ("tests.helpers.e2e_fixtures",)
 
 
 @pytest.fixture(scope="module")

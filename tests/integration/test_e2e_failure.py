@@ -8,7 +8,7 @@ and ``ovstream commits`` must.
 
 from __future__ import annotations
 
-from e2e_helpers import (
+from tests.helpers.e2e import (
     Conversation,
     OVSession,
     Service,
@@ -16,7 +16,7 @@ from e2e_helpers import (
     commit_rows,
 )
 
-pytest_plugins = ("conftest_e2e",)
+pytest_plugins = ("tests.helpers.e2e_fixtures",)
 
 LIBRARY = [
     (

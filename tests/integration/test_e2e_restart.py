@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from e2e_helpers import Conversation, OVSession, Service, message_text
 
-pytest_plugins = ("conftest_e2e",)
+from tests.helpers.e2e import Conversation, OVSession, Service, message_text
+
+pytest_plugins = ("tests.helpers.e2e_fixtures",)
 
 BYPASS_PATTERN = "agent:main:e2e-bypass-*"
 

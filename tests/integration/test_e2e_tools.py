@@ -8,9 +8,10 @@ by URI deletes it, after which recall no longer returns it.
 from __future__ import annotations
 
 import pytest
-from e2e_helpers import Service, wait_for
 
-pytest_plugins = ("conftest_e2e",)
+from tests.helpers.e2e import Service, wait_for
+
+pytest_plugins = ("tests.helpers.e2e_fixtures",)
 
 STATED = "I prefer saffron risotto with wild mushrooms on rainy evenings."
 QUERY = "saffron risotto with wild mushrooms"

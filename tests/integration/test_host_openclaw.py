@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import unique, wait_for, workdir_for
-from host_chat_model import content_text
-from host_helpers import HostStack, conversation_text, host_available, system_text
 
 from core.session import SessionAddress
+from tests.helpers.e2e import unique, wait_for, workdir_for
+from tests.helpers.host import HostStack, conversation_text, host_available, system_text
+from tests.helpers.host_chat_model import content_text
 from workers.store.commit_records import CommitRecords
 
 pytestmark = pytest.mark.host

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from core.messages.tokens import estimate_tokens
 from core.ov.client import OVClient, OVError
 from core.ov.models import TaskState
+from tests.helpers.waiting import eventually
 
 
 def sid(prefix: str) -> str:
@@ -86,20 +86,18 @@ async def test_find_read_and_grep_shapes(ov_server) -> None:
         await ov.add_message(s, text_msg("user", "I prefer vinyl records over streaming."))
         task = await finished(ov, (await ov.commit(s)).task_id)
         assert task.status == "completed", task
+
         # OV indexes a new memory shortly after its task reports completed: poll for it.
         # Other modules' memories share this OV user, so look for ours among the hits.
-        deadline = time.monotonic() + 30
-        while True:
+        async def vinyl_leaves() -> list:
             found = await ov.find("vinyl records", target_uri="viking://~/memories", limit=10)
-            leaves = [
+            return [
                 h
                 for h in found.memories
                 if h.level == 2 and h.uri.endswith("/preferences/default/vinyl_records_streaming.md")
             ]
-            if leaves or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.25)
-        assert leaves, [h.uri for h in found.memories]
+
+        leaves = await eventually(vinyl_leaves, "the vinyl memory indexed", timeout_s=30, interval_s=0.25)
         assert "memory_type=preferences" in leaves[0].tags
         assert "vinyl" in await ov.read(leaves[0].uri)
         grep = await ov.grep(f"viking://~/sessions/{s}/history", "vinyl")

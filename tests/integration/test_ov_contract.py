@@ -7,7 +7,6 @@ they must not depend on our own client's interpretation of it.
 from __future__ import annotations
 
 import math
-import time
 import uuid
 from typing import Any
 
@@ -15,6 +14,7 @@ import httpx
 import pytest
 
 from core.messages.tokens import estimate_tokens
+from tests.helpers.waiting import wait_until
 
 BUDGET = {"token_budget": 128_000}
 
@@ -238,17 +238,16 @@ def test_commit_with_working_memory_extracts_preference(ov_http: httpx.Client, w
     expected_uri = "viking://user/default/memories/preferences/default/green_tea_jasmine.md"
     for target in ("viking://user/default/memories", "viking://~/memories"):
         # OV indexes a new memory a moment after its task reports completed: wait for a leaf.
-        deadline = time.monotonic() + 30
-        while True:
+        def with_leaves(target: str = target) -> tuple[dict, list[dict]] | None:
             found = ok(
                 ov_http.post(
                     "/api/v1/search/find", json={"query": "green tea jasmine", "target_uri": target, "limit": 10}
                 )
             )
             leaves = [h for h in found["memories"] if h["level"] == 2]
-            if leaves or time.monotonic() > deadline:
-                break
-            time.sleep(0.25)
+            return (found, leaves) if leaves else None
+
+        found, leaves = wait_until(with_leaves, f"a memory leaf under {target}", timeout_s=30, interval_s=0.25)
         assert [h["uri"] for h in leaves][:1] == [expected_uri], found
         assert "green tea" in leaves[0]["abstract"] and leaves[0]["context_type"] == "memory"
     body = ok(ov_http.get("/api/v1/content/read", params={"uri": expected_uri}))

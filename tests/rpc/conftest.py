@@ -1,6 +1,6 @@
 """Fixtures of the RPC tests: the app over a real redis-server and the FakeOV.
 
-``rpc`` (an ``rpc_helpers.Rpc``) bundles what a test needs: the httpx client
+``rpc`` (a ``tests.helpers.rpc.Rpc``) bundles what a test needs: the httpx client
 talking to the app in process, the FakeOV behind it, the Redis client and the
 settings; ``make_rpc`` builds more with other settings. Tests that commit
 (compact, memory_store) also take ``commit_worker``, an embedded RQ worker
@@ -15,9 +15,10 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from rpc_helpers import TEST_SETTINGS, Rpc, running_worker
+import redis.asyncio
 
 from core.config import Settings
+from tests.helpers.rpc import TEST_SETTINGS, Rpc, running_worker
 from workers.dev.fake_ov.app import FakeOV
 from workers.rpc.app import create_app
 
@@ -35,7 +36,9 @@ async def make_rpc(redis_url: str) -> AsyncIterator[Callable[..., Any]]:
     async def make(fake: FakeOV, **overrides: Any) -> Rpc:
         settings = Settings(redis_url=redis_url, **{**TEST_SETTINGS, **overrides})
         rds = redis.Redis.from_url(redis_url)
-        app = create_app(settings, redis=rds, ov_transport=fake.transport())
+        app = create_app(
+            settings, redis=redis.asyncio.Redis.from_url(redis_url), commit_redis=rds, ov_transport=fake.transport()
+        )
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://rpc")
         opened.append((client, app, rds))
         return Rpc(client, fake, rds, settings, app)
@@ -44,6 +47,7 @@ async def make_rpc(redis_url: str) -> AsyncIterator[Callable[..., Any]]:
     for client, app, rds in opened:
         await client.aclose()
         await app.state.services.ov.aclose()
+        await app.state.services.redis.aclose()
         rds.close()
 
 

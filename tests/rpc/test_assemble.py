@@ -9,10 +9,10 @@ import pytest
 from core.messages.tokens import estimate_message_tokens
 from core.recall.text import AUTO_RECALL_SOURCE_MARKER
 from core.session import SessionAddress
+from tests.helpers.capture import stored_snapshot
 from workers.dev.fake_ov.app import FakeOV
 from workers.rpc.context import OVBreaker
 from workers.store.applied import AppliedState
-from workers.store.snapshots import read_snapshot
 
 pytestmark = pytest.mark.redis
 
@@ -68,7 +68,7 @@ async def test_unknown_session_passes_through_and_stores_nothing(rpc: Any) -> No
     assert r.status_code == 200
     assert r.json()["messages"] == messages
     assert "systemPromptAddition" not in r.json()
-    assert read_snapshot(rpc.redis, rpc.settings, SessionAddress(SID, "main", None)) is None
+    assert stored_snapshot(rpc.redis, rpc.settings, SessionAddress(SID, "main", None)) is None
 
 
 async def test_ov_down_passes_through_and_is_counted(rpc: Any) -> None:
@@ -107,7 +107,7 @@ async def test_miss_reads_ov_once_then_hits_serve_without_ov(rpc: Any) -> None:
     first = await rpc.assemble(main_call(messages))
     assert first.status_code == 200
     assert context_reads(rpc.fake) == 1
-    snapshot = read_snapshot(rpc.redis, rpc.settings, SessionAddress(SID, "main", None))
+    snapshot = stored_snapshot(rpc.redis, rpc.settings, SessionAddress(SID, "main", None))
     assert snapshot is not None and snapshot.captured_through == 2
 
     for _ in range(3):
@@ -212,7 +212,7 @@ async def test_new_snapshot_version_is_picked_up(rpc: Any) -> None:
 
     await rpc.ov.add_messages(SID, ov_turns("q2", "a2"))
     await refresh_snapshot(
-        rpc.redis,
+        rpc.app.state.services.redis,
         rpc.ov.scoped(peer="main"),
         rpc.settings,
         SessionAddress(SID, "main"),
@@ -235,7 +235,7 @@ async def test_two_agents_never_share_a_snapshot(rpc: Any) -> None:
     await rpc.assemble({**body, "runtimeContext": {"agentId": "beta"}})
     assert context_reads(rpc.fake) == 2  # beta did not hit alpha's snapshot
     for agent in ("alpha", "beta"):
-        snap = read_snapshot(rpc.redis, rpc.settings, SessionAddress(sid, agent, None))
+        snap = stored_snapshot(rpc.redis, rpc.settings, SessionAddress(sid, agent, None))
         assert snap is not None and snap.agent_id == agent
     # The OV reads acted as each agent.
     peers = [r.headers.get("X-OpenViking-Actor-Peer") for r in rpc.fake.requests if r.url.path.endswith("/context")]

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from rpc_helpers import running_worker
 
 from core.session import SessionAddress
+from tests.helpers.capture import stored_snapshot
+from tests.helpers.rpc import running_worker
 from workers.dev.fake_ov.app import FakeOV
 from workers.store.commit_queue import request_commit
 from workers.store.commit_records import CommitRecords
-from workers.store.snapshots import read_snapshot
 
 pytestmark = pytest.mark.redis
 
@@ -65,7 +65,7 @@ async def test_compact_archives_and_reports(rpc: Any, commit_worker: None) -> No
     assert result["tokensAfter"] is not None and result["tokensAfter"] < 1234
     assert rpc.fake.sessions[SID].messages == []  # nothing kept: keep_recent_count 0
     # The snapshot now holds the compacted context.
-    snap = read_snapshot(rpc.redis, rpc.settings, SessionAddress(SID, "main", None))
+    snap = stored_snapshot(rpc.redis, rpc.settings, SessionAddress(SID, "main", None))
     assert snap is not None and snap.latest_archive_overview.strip() == result["summary"]
     [outcome] = CommitRecords(rpc.redis, rpc.settings).list(SessionAddress(SID, "main", None))
     assert (outcome.reason, outcome.status) == ("compact", "completed")

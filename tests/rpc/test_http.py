@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 
 from core.config import Settings
 from core.events import CommitOutcome, encode
@@ -90,8 +91,12 @@ async def test_healthz_ok_then_degraded_when_ov_is_down(rpc: Any) -> None:
 async def test_healthz_without_redis_is_down(fake: Any, redis_url: str) -> None:
     import httpx
 
-    dead = fail_fast(redis.Redis(host="127.0.0.1", port=1))  # as the app sets up its own client
-    app = create_app(Settings(redis_url=redis_url), redis=dead, ov_transport=fake.transport())
+    # as the app sets up its own clients
+    dead = fail_fast(redis.asyncio.Redis(host="127.0.0.1", port=1))
+    dead_commits = fail_fast(redis.Redis(host="127.0.0.1", port=1))
+    app = create_app(
+        Settings(redis_url=redis_url), redis=dead, commit_redis=dead_commits, ov_transport=fake.transport()
+    )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://rpc") as client:
         r = await client.get("/healthz")
         assert r.status_code == 503 and r.json()["status"] == "down"

@@ -27,7 +27,8 @@ def _make_app() -> object:
     fake.seed_memory("User prefers Rust for backend services.")
     return create_app(
         Settings(redis_url="fakeredis://", ov_backoff_s=0, ov_retries=0, compact_wait_s=0.05, recall_timeout_s=1.0),
-        redis=fakeredis.FakeRedis(),
+        redis=fakeredis.FakeAsyncRedis(),
+        commit_redis=fakeredis.FakeRedis(),
         ov_transport=fake.transport(),
     )
 

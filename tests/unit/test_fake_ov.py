@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_ov_helpers import S, add, error, http, ok, texts
 
+from tests.helpers.fake_ov import S, add, error, http, ok, texts
 from workers.dev.fake_ov.app import FakeOV
 
 # --- sessions and messages -------------------------------------------------------------

@@ -7,8 +7,8 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_ov_helpers import S, add, error, http, ok
 
+from tests.helpers.fake_ov import S, add, error, http, ok
 from workers.dev.fake_ov.app import FakeOV
 
 

@@ -7,7 +7,6 @@ import logging
 
 import httpx
 import pytest
-from ov_helpers import Recorder, client, err, ok
 
 from core.config import Settings
 from core.ov.client import OVClient, OVError, OVUnavailable
@@ -21,6 +20,7 @@ from core.ov.models import (
     SessionState,
     TaskState,
 )
+from tests.helpers.ov import Recorder, client, err, ok
 from workers.dev.fake_ov.app import FakeOV
 
 # --- identity and construction ---------------------------------------------------------

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from ov_helpers import Recorder, client, err, ok
 
 from core.ov.client import OVClient, OVError, OVUnavailable
+from tests.helpers.ov import Recorder, client, err, ok
 from workers.dev.fake_ov.app import FakeOV
 
 # --- errors ----------------------------------------------------------------------------

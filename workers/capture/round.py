@@ -271,7 +271,7 @@ async def _follow_up(c: RoundHost, written: list[_Run]) -> None:
         return
     async with c.redis.pipeline(transaction=False) as pipe:
         for snapshot, fetched_ms in fetched:
-            store_snapshot(pipe, settings, snapshot, fetched_ms)
+            await store_snapshot(pipe, settings, snapshot, fetched_ms)
         replies = await pipe.execute()
     for (snapshot, _), reply in zip(fetched, replies):
         worker.snapshot_refreshed(stored_snapshot(snapshot, reply))

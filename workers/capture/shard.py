@@ -35,29 +35,9 @@ from workers.store.dead_letters import (
     dead_letter_fields,
 )
 from workers.store.keys import Keys
+from workers.store.scripts import FENCED_READ, LEASE_RELEASE
 
 log = logging.getLogger(__name__)
-
-
-# KEYS[1] stream, KEYS[2] lease. ARGV: consumer, group, count.
-# -1: the lease is not ours. {1, entries}: new entries. {0, last id}: nothing new;
-# the stream's last id, to wait on with XREAD for anything newer.
-_FENCED_READ = """
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then return -1 end
-local r = redis.call('XREADGROUP', 'GROUP', ARGV[2], ARGV[1], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
-local entries = nil
-if r and r[1] then  -- Redis: {{stream, entries}}; the embedded fakeredis: {stream, entries}
-  if type(r[1]) == 'table' then entries = r[1][2] else entries = r[2] end
-end
-if entries and entries[1] then return {1, entries} end
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-if last[1] then return {0, last[1][1]} end
-return {0, '0-0'}
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 
 
 def _flat_fields(raw: Any) -> dict[bytes, bytes]:
@@ -115,7 +95,7 @@ class ShardConsumer:
         if self.lost:
             log.warning("shard %d: lease lost; %d held entries left for the next owner", self.shard, len(self.backlog))
             return
-        await self.redis.eval(_RELEASE, 1, self.lease_key, self.consumer)
+        await LEASE_RELEASE.run(self.redis, [self.lease_key], [self.consumer])
         self.released = True
         log.info("shard %d released by %s", self.shard, self.consumer)
 
@@ -174,8 +154,8 @@ class ShardConsumer:
         while room > 0:
             count = min(self.settings.capture_batch, room)
             try:
-                reply = await self.redis.eval(
-                    _FENCED_READ, 2, self.stream, self.lease_key, self.consumer, self.group, count
+                reply = await FENCED_READ.run(
+                    self.redis, [self.stream, self.lease_key], [self.consumer, self.group, count]
                 )
             except redis_lib.ResponseError as exc:
                 if "NOGROUP" not in str(exc):

@@ -1,7 +1,7 @@
 """The capture worker (``ovstream capture``): turn streams -> OV sessions.
 
 Each shard stream is consumed by one worker at a time. A worker owns a
-shard through a renewable lease (``Keys.capture_lease``, SET NX PX, renewed
+shard through a renewable lease (``Keys.capture_lease``, a lease of workers.store.scripts, renewed
 every third of its length); live workers announce themselves in
 ``Keys.capture_workers()`` and each takes about ``shards / live workers`` free
 shards (the division's remainder going to the first names in order),
@@ -45,6 +45,7 @@ from workers.capture.shard import ShardConsumer
 from workers.store.commit_queue import request_commit
 from workers.store.connection import connect, connect_async
 from workers.store.keys import Keys
+from workers.store.scripts import LEASE_ACQUIRE, LEASE_RENEW
 
 log = logging.getLogger(__name__)
 
@@ -55,20 +56,6 @@ class WorkerKilled(BaseException):
 
 def default_consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-# KEYS[1] lease. ARGV: consumer, ms. 1 when renewed, 0 when it is not ours any more.
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0
-"""
-# KEYS[1] lease. ARGV: consumer, ms. Free or already ours (a restart under the same name): take it.
-_ACQUIRE = """
-local cur = redis.call('GET', KEYS[1])
-if cur and cur ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
-"""
 
 
 class CaptureWorker:
@@ -210,7 +197,7 @@ class CaptureWorker:
             pipe.zremrangebyscore(workers_key, 0, now_ms)
             pipe.zrange(workers_key, 0, -1)
             for shard in self.consumers:
-                pipe.eval(_RENEW, 1, self.keys.capture_lease(shard), self.consumer, self.lease_ms)
+                await LEASE_RENEW.run(pipe, [self.keys.capture_lease(shard)], [self.consumer, self.lease_ms])
             replies = await pipe.execute()
         live = sorted(name.decode() for name in replies[2])
         for consumer, renewed in zip(list(self.consumers.values()), replies[3:]):
@@ -228,7 +215,10 @@ class CaptureWorker:
                 continue
             if self.restart_at.get(shard, 0.0) > self.clock():  # crashed: backing off
                 continue
-            if await self.redis.eval(_ACQUIRE, 1, self.keys.capture_lease(shard), self.consumer, self.lease_ms):
+            taken, _ = await LEASE_ACQUIRE.run(
+                self.redis, [self.keys.capture_lease(shard)], [self.consumer, self.lease_ms, ""]
+            )
+            if int(taken) == 1:
                 self.restart_at.pop(shard, None)
                 self._start(shard)
                 active.append(shard)

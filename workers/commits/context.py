@@ -5,7 +5,8 @@ A process that runs commit jobs (``ovstream worker``, the embedded worker of
 carry only their request and the deployment's ``key_prefix``; the context
 gives them the settings (API keys included, which never enter Redis), one
 event loop (a daemon thread, so a job may run from sync code or from a thread
-already running a loop) and one OV connection pool shared by every job.
+already running a loop), one OV connection pool and one asyncio Redis client
+(for the snapshots, which live on event loops everywhere) shared by every job.
 
 ``set_ov_transport_factory`` points the pool at another transport (tests and
 ``ovstream up --fake-ov`` use a FakeOV's); it drops the pools built before.
@@ -23,6 +24,7 @@ import httpx
 from core.config import Settings, load_settings
 from core.ov.client import OVClient
 from core.session import SessionAddress
+from workers.store.connection import connect_async
 
 T = TypeVar("T")
 TransportFactory = Callable[[Settings], httpx.AsyncBaseTransport | None]
@@ -38,6 +40,8 @@ class JobContext:
         self._thread = threading.Thread(target=self._loop.run_forever, name="ovstream-jobs-loop", daemon=True)
         self._thread.start()
         self._ov: OVClient | None = None
+        self.redis = connect_async(settings)
+        """Used on the context's loop only (``run``)."""
 
     def ov(self, address: SessionAddress) -> OVClient:
         """The shared pool, acting as ``address``'s agent with its tenant's API key (call on the loop)."""
@@ -59,6 +63,7 @@ class JobContext:
         if self._ov is not None:
             ov, self._ov = self._ov, None
             asyncio.run_coroutine_threadsafe(ov.aclose(), self._loop).result()
+        asyncio.run_coroutine_threadsafe(self.redis.aclose(), self._loop).result()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
 

@@ -16,7 +16,6 @@ from typing import Any
 import redis as redis_lib
 from rq import get_current_job
 
-from core.config import Settings
 from core.events import CommitOutcome, CommitRequest, decode
 from core.ov.client import OVClient, OVError, OVUnavailable
 from core.ov.tasks import task_verdict
@@ -95,7 +94,7 @@ def run_commit(
         return outcome or outcome_of(request, "pending")
     record_outcome(redis, settings, request, outcome_of(request, "running"))
     try:
-        accepted = ctx.run(lambda: _commit_and_refresh(redis, ctx, request))
+        accepted = ctx.run(lambda: _commit_and_refresh(ctx, request))
     except OVUnavailable as exc:
         if may_retry:
             log.warning("commit %s: OV unavailable (%s); RQ retries it", request.commit_id, exc)
@@ -123,19 +122,19 @@ def run_commit(
     return running
 
 
-async def _commit_and_refresh(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest) -> Any:
+async def _commit_and_refresh(ctx: JobContext, request: CommitRequest) -> Any:
     ov = ctx.ov(request.address)
     accepted = await ov.commit(
         request.ov_session_id, keep_recent_count=request.keep_recent_count, enable_working_memory=True
     )
     if accepted.status != "skipped":  # phase 1 moved messages into an archive
-        await _refresh_quietly(redis, ov, ctx.settings, request)
+        await _refresh_quietly(ctx, ov, request)
     return accepted
 
 
-async def _refresh_quietly(redis: redis_lib.Redis, ov: OVClient, settings: Settings, request: CommitRequest) -> None:
+async def _refresh_quietly(ctx: JobContext, ov: OVClient, request: CommitRequest) -> None:
     try:
-        await refresh_snapshot(redis, ov, settings, request.address)
+        await refresh_snapshot(ctx.redis, ov, ctx.settings, request.address)
     except OVError as exc:  # the commit stands; the next batch or commit refreshes again
         log.warning("snapshot of %s not refreshed after commit: %s", request.ov_session_id, exc)
 
@@ -156,7 +155,7 @@ def run_poll(
         return outcome or outcome_of(request, "pending")
     try:
         task_id = outcome.task_id
-        task = ctx.run(lambda: _read_task(redis, ctx, request, task_id))
+        task = ctx.run(lambda: _read_task(ctx, request, task_id))
     except OVError as exc:
         failed_reads += 1
         if failed_reads > settings.phase2_read_retries:
@@ -190,9 +189,9 @@ def run_poll(
     return outcome
 
 
-async def _read_task(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest, task_id: str) -> Any:
+async def _read_task(ctx: JobContext, request: CommitRequest, task_id: str) -> Any:
     ov = ctx.ov(request.address)
     task = await ov.get_task(task_id)
     if task.status == "completed":  # the archive overview exists now
-        await _refresh_quietly(redis, ov, ctx.settings, request)
+        await _refresh_quietly(ctx, ov, request)
     return task

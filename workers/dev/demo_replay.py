@@ -31,7 +31,7 @@ from workers.dev.demo_report import memory_count, recall_block, summary_text
 from workers.rpc.recall import USER_MEMORIES_URI
 from workers.store.applied import parse_id
 from workers.store.commit_records import FINAL_STATUSES, CommitRecords
-from workers.store.snapshots import read_snapshot
+from workers.store.snapshots import parse_stored, snapshot_key
 from workers.store.streams import publish_turn
 
 CAPTURE_WAIT_S = 60.0
@@ -231,7 +231,8 @@ class Replay:
         deadline = time.monotonic() + CAPTURE_WAIT_S
         while True:
             self.check_stop()
-            snap = read_snapshot(self.redis, self.settings, SessionAddress(self.ov_session_id, self.agent_id, None))
+            address = SessionAddress(self.ov_session_id, self.agent_id, None)
+            snap = parse_stored(self.redis.hget(snapshot_key(self.settings, address), "data"))
             if snap is not None and parse_id(snap.applied_stream_id) >= target and snap.captured_through >= count:
                 break
             if time.monotonic() > deadline:

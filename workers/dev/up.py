@@ -31,7 +31,7 @@ from core.defaults import UP_JOB_THREAD_JOIN_S
 from workers.capture.worker import CaptureWorker
 from workers.commits import context as jobs
 from workers.commits.worker import run_embedded_worker
-from workers.store.connection import connect
+from workers.store.connection import connect, connect_async
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ async def run_up(
         jobs.set_ov_transport_factory(lambda _settings: transport)
         log.info("using the in-memory FakeOV (no OpenViking server)")
     capture = CaptureWorker(settings, ov_transport=transport)
-    app = create_app(settings, redis=connect(settings), ov_transport=transport)
+    app = create_app(settings, redis=connect_async(settings), commit_redis=connect(settings), ov_transport=transport)
     config = uvicorn.Config(
         app, host=host or settings.rpc_host, port=settings.rpc_port if port is None else port, log_config=None
     )

@@ -18,14 +18,16 @@ import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import msgspec
 import redis as redis_lib
+import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -47,10 +49,12 @@ from workers.rpc.models import (
     decode_assemble_request,
 )
 from workers.rpc.tools.registry import run_tool, tools
-from workers.store.connection import connect
+from workers.store.connection import connect, connect_async
 from workers.store.metrics import CONTENT_TYPE, RpcMetrics
 
 log = logging.getLogger(__name__)
+
+RedisT = TypeVar("RedisT", redis_lib.Redis, aioredis.Redis)
 
 HEALTH_TIMEOUT_S = 2.0
 """How long /healthz waits for Redis and for OV before calling either unreachable."""
@@ -119,39 +123,53 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 REDIS_CONNECT_TIMEOUT_S = 1.0
 REDIS_SOCKET_TIMEOUT_S = 2.0
-"""The RPC only runs short commands; a slow Redis must not stall the event loop."""
+"""The RPC only runs short commands; a slow Redis must not hold requests up."""
+
+_FAIL_FAST = {"socket_connect_timeout": REDIS_CONNECT_TIMEOUT_S, "socket_timeout": REDIS_SOCKET_TIMEOUT_S}
 
 
-def fail_fast(client: redis_lib.Redis) -> redis_lib.Redis:
+def fail_fast(client: RedisT) -> RedisT:
     """Make a client the RPC owns give up quickly when Redis is away.
 
-    redis-py's default retries with exponential back-off for seconds, and the
-    RPC calls Redis synchronously on the hot path, so every request in flight
-    would wait that long. One immediate retry (a pooled connection gone stale
-    after a Redis restart) and short timeouts let assemble fall back at once.
+    redis-py's default retries with exponential back-off for seconds, so every
+    request in flight would wait that long. One immediate retry (a pooled
+    connection gone stale after a Redis restart) and short timeouts let
+    assemble fall back at once.
     """
-    client.set_retry(Retry(NoBackoff(), 1))
-    client.get_connection_kwargs().update(
-        {"socket_connect_timeout": REDIS_CONNECT_TIMEOUT_S, "socket_timeout": REDIS_SOCKET_TIMEOUT_S}
-    )
+    if isinstance(client, aioredis.Redis):
+        client.connection_pool.connection_kwargs.update(_FAIL_FAST)
+        client.set_retry(AsyncRetry(NoBackoff(), 1))
+    else:
+        client.get_connection_kwargs().update(_FAIL_FAST)
+        client.set_retry(Retry(NoBackoff(), 1))
     return client
 
 
 def create_app(
     settings: Settings,
     *,
-    redis: redis_lib.Redis | None = None,
+    redis: aioredis.Redis | None = None,
+    commit_redis: redis_lib.Redis | None = None,
     ov_transport: httpx.AsyncBaseTransport | None = None,
     direct: bool = False,
 ) -> FastAPI:
-    """The RPC app. ``redis``/``ov_transport`` replace the real connections (tests,
-    the embedded mode); ``direct`` serves the main assemble from OV /context on
-    every call instead of the snapshot (the benchmark's comparison)."""
+    """The RPC app. ``redis`` (asyncio: every Redis call on the event loop),
+    ``commit_redis`` (sync: the RQ commit queue, used from threads only) and
+    ``ov_transport`` replace the real connections (tests, the embedded mode);
+    ``direct`` serves the main assemble from OV /context on every call instead
+    of the snapshot (the benchmark's comparison)."""
     own_redis = redis is None
-    redis_client = redis if redis is not None else fail_fast(connect(settings))
+    own_commit_redis = commit_redis is None
+    redis_client = redis if redis is not None else fail_fast(connect_async(settings))
+    commit_client = commit_redis if commit_redis is not None else fail_fast(connect(settings))
     ov = OVClient.from_settings(settings, transport=ov_transport)
     svc = Services(
-        settings=settings, redis=redis_client, ov=ov, metrics=RpcMetrics(redis_client, settings), direct=direct
+        settings=settings,
+        redis=redis_client,
+        commit_redis=commit_client,
+        ov=ov,
+        metrics=RpcMetrics(commit_client, settings),
+        direct=direct,
     )
 
     ov_closed = False
@@ -168,7 +186,9 @@ def create_app(
         await svc.ov.aclose()
         ov_closed = True
         if own_redis:
-            redis_client.close()
+            await redis_client.aclose()
+        if own_commit_redis:
+            commit_client.close()
 
     app = FastAPI(
         title="ovstream",
@@ -261,7 +281,7 @@ def create_app(
 
 async def _redis_health(svc: Services) -> str:
     try:
-        await asyncio.wait_for(asyncio.to_thread(svc.redis.ping), HEALTH_TIMEOUT_S)
+        await asyncio.wait_for(svc.redis.ping(), HEALTH_TIMEOUT_S)
         return "ok"
     except TimeoutError:
         return "unreachable: no answer"

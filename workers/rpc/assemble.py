@@ -47,6 +47,8 @@ from workers.rpc.assemble_turn import cached_recall, keep_recall, pending_turns,
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest
 from workers.rpc.recall import recall_block
+from workers.store.connection import optional_text
+from workers.store.scripts import SNAPSHOT_VERSION
 from workers.store.snapshots import ZERO_ID, read_snapshot, refresh_snapshot
 
 log = logging.getLogger(__name__)
@@ -160,14 +162,14 @@ async def _turn_recall(
     if len(query) < RECALL_QUERY_MIN_CHARS:
         return None
     key = recall_key(svc, caller, req, prompt, reflected_event_ids, pending)
-    cached = cached_recall(svc, key)
+    cached = await cached_recall(svc, key)
     if cached is not None:
         svc.metrics.recall_turn_cache.labels("hit").inc()
         return cached or None
     svc.metrics.recall_turn_cache.labels("miss").inc()
     found = await _search(svc, caller, query)
     block = found if isinstance(found, str) else None
-    keep_recall(svc, key, block)  # a failed search too: the turn's requests stay alike
+    await keep_recall(svc, key, block)  # a failed search too: the turn's requests stay alike
     return block
 
 
@@ -221,7 +223,7 @@ async def _full_path(svc: Services, req: AssembleRequest, caller: Caller) -> Pas
     if svc.direct:
         return await _direct_full_path(svc, req, caller)
     try:
-        snap, last_turn = _cached_snap(svc, caller)
+        snap, last_turn = await _cached_snap(svc, caller)
     except redis.RedisError as exc:
         log.warning("assemble: Redis unavailable, reading OV directly: %s", exc)
         return await _direct_full_path(svc, req, caller)
@@ -239,18 +241,14 @@ async def _full_path(svc: Services, req: AssembleRequest, caller: Caller) -> Pas
     return await _answer(svc, req, caller, snap, last_turn=last_turn)
 
 
-def _cached_snap(svc: Services, caller: Caller) -> tuple[Snap | None, str | None]:
+async def _cached_snap(svc: Services, caller: Caller) -> tuple[Snap | None, str | None]:
     """The converted snapshot of the caller's session, from the cache when its
     version is known, else read from Redis (None when there is no snapshot),
-    and the event id of the session's newest published turn, in the same round trip."""
+    and the event id of the session's newest published turn, in the same command."""
     session_keys = svc.session_keys(caller)
     key = session_keys.snapshot
-    pipe = svc.redis.pipeline(transaction=False)
-    pipe.hmget(key, "id", "fetched_ms")
-    pipe.hstrlen(key, "data")
-    pipe.get(session_keys.last_turn)
-    (stream_id, fetched_ms), size, newest = pipe.execute()
-    last_turn = newest.decode() if newest else None
+    stream_id, fetched_ms, size, newest = await SNAPSHOT_VERSION.run(svc.redis, [key, session_keys.last_turn], [])
+    last_turn = optional_text(newest)
     if not size:
         return None, last_turn
     # (key, stream id, fetch time, size) names one stored snapshot: the write
@@ -259,7 +257,7 @@ def _cached_snap(svc: Services, caller: Caller) -> tuple[Snap | None, str | None
     cached = svc.bases.get(version)
     if cached is not None:
         return cached, last_turn
-    snapshot = read_snapshot(svc.redis, svc.settings, caller.address())
+    snapshot = await read_snapshot(svc.redis, svc.settings, caller.address())
     if snapshot is None:
         return None, last_turn
     return _remember(svc, version, snapshot), last_turn
@@ -324,7 +322,7 @@ def _budget(req: AssembleRequest) -> int:
     return int(budget) if budget is not None and budget >= 1 else DEFAULT_TOKEN_BUDGET
 
 
-def _lag_tail(
+async def _lag_tail(
     svc: Services, req: AssembleRequest, caller: Caller, snap: Snap, *, last_turn: str | None, direct: bool
 ) -> tuple[list[dict[str, Any]], list[PendingTurn]] | Passthrough:
     """The messages to append to the snapshot: the turns it lacks, by event identity
@@ -339,7 +337,7 @@ def _lag_tail(
         if isinstance(plan, Passthrough):
             return plan
         return (req.messages[plan.tail_start :] if isinstance(plan, Overlay) else []), []
-    pending = pending_turns(
+    pending = await pending_turns(
         svc,
         caller,
         req,
@@ -365,7 +363,7 @@ async def _answer(
     direct: bool = False,
 ) -> Passthrough | FullContext:
     """``last_turn``: the session's newest published turn; ``direct``: OV read without Redis."""
-    lag = _lag_tail(svc, req, caller, snap, last_turn=last_turn, direct=direct)
+    lag = await _lag_tail(svc, req, caller, snap, last_turn=last_turn, direct=direct)
     if isinstance(lag, Passthrough):
         # Nothing of ours to assemble (a new session, say), but the turn still gets its memories.
         recall = await _turn_recall(svc, caller, req, snap.event_ids, [])

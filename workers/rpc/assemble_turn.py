@@ -20,7 +20,7 @@ from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
 from core.turns import PendingTurn, address_of, last_event_id, recall_turn_key, uncaptured_turns
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest
-from workers.store.connection import stream_entries
+from workers.store.connection import optional_text, stream_entries
 from workers.store.snapshots import ZERO_ID
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ def _json_str(value: str) -> bytes:
     return json.dumps(value).encode()
 
 
-def scan_session_events(svc: Services, caller: Caller, after_id: str) -> list[TurnEvent]:
+async def scan_session_events(svc: Services, caller: Caller, after_id: str) -> list[TurnEvent]:
     """This session's events among the newest ``overlay_stream_scan`` entries of its
     shard that come after ``after_id``, oldest first. Redis errors propagate."""
     count = svc.settings.overlay_stream_scan
@@ -39,7 +39,7 @@ def scan_session_events(svc: Services, caller: Caller, after_id: str) -> list[Tu
         return []
     stream = session_keys.stream
     low = f"({after_id}" if after_id and after_id != ZERO_ID else "-"
-    entries = stream_entries(svc.redis.xrevrange(stream, "+", low, count=count))
+    entries = stream_entries(await svc.redis.xrevrange(stream, "+", low, count=count))
     # A cheap byte test first: most entries of a busy shard are other sessions'.
     needles = [_json_str(v) for v in (caller.session_id, caller.session_key) if v]
     caller_address = caller.address()
@@ -58,7 +58,7 @@ def scan_session_events(svc: Services, caller: Caller, after_id: str) -> list[Tu
     return events
 
 
-def pending_turns(
+async def pending_turns(
     svc: Services,
     caller: Caller,
     req: AssembleRequest,
@@ -84,7 +84,7 @@ def pending_turns(
         known = {*reflected_event_ids, *(e.event_id for e in events)}
         if last_turn is not None and last_turn not in known:
             try:
-                events += scan_session_events(svc, caller, after_id)
+                events += await scan_session_events(svc, caller, after_id)
             except redis.RedisError as exc:
                 log.warning(
                     "assemble: stream of session=%s unreadable, using the plugin's turns only: %s",
@@ -120,19 +120,16 @@ def recall_key(
     return session_keys.recall_turn(turn)
 
 
-def cached_recall(svc: Services, key: str) -> str | None:
+async def cached_recall(svc: Services, key: str) -> str | None:
     """The turn's block ("" when it has none), or None when no search ran yet (or Redis is away)."""
     try:
-        raw = svc.redis.get(key)
+        return optional_text(await svc.redis.get(key))
     except redis.RedisError:
         return None
-    if raw is None:
-        return None
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-def keep_recall(svc: Services, key: str, block: str | None) -> None:
+async def keep_recall(svc: Services, key: str, block: str | None) -> None:
     try:
-        svc.redis.set(key, block or "", ex=svc.settings.recall_turn_ttl_s)
+        await svc.redis.set(key, block or "", ex=svc.settings.recall_turn_ttl_s)
     except redis.RedisError as exc:
         log.info("assemble: recall block not kept (Redis: %s); the next request of the turn searches again", exc)

@@ -25,11 +25,11 @@ from core.assemble_plan import FullContext, build_full_context, snapshot_base
 from core.events import CommitOutcome, CommitRequest, ContextSnapshot
 from core.ov.client import OVError, OVUnavailable
 from core.ov.tasks import task_verdict
-from workers.rpc.context import Caller, RpcError, Services
+from workers.rpc.context import Caller, RpcError, Services, rpc_error_for
 from workers.rpc.models import CompactRequest
 from workers.store.applied import AppliedState
-from workers.store.commit_queue import request_commit, wait_commit_outcome
-from workers.store.commit_records import FINAL_STATUSES, CommitRecords
+from workers.store.commit_queue import request_commit
+from workers.store.commit_records import FINAL_STATUSES, CommitRecords, final_or_timeout
 from workers.store.snapshots import fetch_snapshot, read_snapshot, refresh_snapshot
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ async def commit_and_wait(svc: Services, caller: Caller, ov_session_id: str, *, 
     try:
         request = await asyncio.to_thread(
             request_commit,
-            svc.redis,
+            svc.commit_redis,
             settings,
             caller.address(ov_session_id),
             reason=reason,
@@ -75,13 +75,13 @@ async def _await_outcome(svc: Services, request: CommitRequest) -> CommitOutcome
     a compact may wait minutes, and a few of them would take every thread of the
     default executor (which /metrics and /healthz need too)."""
     deadline = time.monotonic() + svc.settings.compact_wait_s
-    while time.monotonic() < deadline:
-        outcome = CommitRecords(svc.redis, svc.settings).outcome(request)
-        if outcome is not None and outcome.status in FINAL_STATUSES:
-            return outcome
-        await asyncio.sleep(min(OUTCOME_POLL_S, max(deadline - time.monotonic(), 0)))
-    # One last look; when still not final this is the jobs' own timeout outcome.
-    return wait_commit_outcome(svc.redis, svc.settings, request, 0)
+    records = CommitRecords(svc.commit_redis, svc.settings)
+    while True:
+        outcome = await records.outcome_async(svc.redis, request)
+        remaining = deadline - time.monotonic()
+        if (outcome is not None and outcome.status in FINAL_STATUSES) or remaining <= 0:
+            return final_or_timeout(request, outcome, svc.settings.compact_wait_s)
+        await asyncio.sleep(min(OUTCOME_POLL_S, remaining))
 
 
 async def _inline_commit(svc: Services, caller: Caller, ov_session_id: str, *, reason: str) -> CommitOutcome:
@@ -149,7 +149,7 @@ def assembled_tokens(snapshot: ContextSnapshot, budget: int) -> int:
 async def _context_estimate(svc: Services, caller: Caller, ov_session_id: str, budget: int) -> int:
     """The session's assembled token estimate: from the snapshot, else from OV; -1 when neither answers."""
     try:
-        snapshot = read_snapshot(svc.redis, svc.settings, caller.address(ov_session_id))
+        snapshot = await read_snapshot(svc.redis, svc.settings, caller.address(ov_session_id))
         if snapshot is not None:
             return assembled_tokens(snapshot, budget)
     except redis.RedisError as exc:
@@ -206,11 +206,11 @@ async def _compact(svc: Services, req: CompactRequest, caller: Caller) -> dict[s
         await ov.get_session(ov_sid)
     except OVUnavailable as exc:
         svc.metrics.ov_unavailable.labels("compact").inc()
-        raise RpcError(503, "ov_unavailable", f"OpenViking is unreachable: {exc.message}") from None
+        raise rpc_error_for(exc) from None
     except OVError as exc:
         if exc.code == "NOT_FOUND":
             return {"ok": True, "compacted": False, "reason": "session_not_found"}
-        raise RpcError(exc.status if 400 <= exc.status < 500 else 502, exc.code, exc.message) from None
+        raise rpc_error_for(exc) from None
 
     tokens_before = _valid_count(req.currentTokenCount)
     if tokens_before is None:
@@ -219,7 +219,7 @@ async def _compact(svc: Services, req: CompactRequest, caller: Caller) -> dict[s
         outcome = await commit_and_wait(svc, caller, ov_sid, reason="compact")
     except OVUnavailable as exc:  # inline commit only; queued commits report through the outcome
         svc.metrics.ov_unavailable.labels("compact").inc()
-        raise RpcError(503, "ov_unavailable", f"OpenViking is unreachable: {exc.message}") from None
+        raise rpc_error_for(exc) from None
     except OVError as exc:
         if exc.code == "NOT_FOUND":
             return {"ok": True, "compacted": False, "reason": "session_not_found"}

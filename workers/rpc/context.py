@@ -17,11 +17,12 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-import redis
+import redis.asyncio as aioredis
+from redis import Redis as SyncRedis
 
 from core.config import Settings
 from core.ids import is_bypassed, ov_session_id, resolve_agent_id
-from core.ov.client import OVClient
+from core.ov.client import OVClient, OVError, OVUnavailable
 from core.session import SessionAddress
 from workers.store.keys import Keys, SessionKeys
 from workers.store.metrics import RpcMetrics
@@ -42,6 +43,15 @@ class RpcError(Exception):
         self.code = code
         self.message = message
         self.field = field
+
+
+def rpc_error_for(exc: OVError) -> RpcError:
+    """OV trouble as the caller's error: 503 when OV is unreachable, OV's own 4xx
+    kept, anything else OV's fault (502), never a 500."""
+    if isinstance(exc, OVUnavailable):
+        return RpcError(503, "ov_unavailable", f"OpenViking is unreachable: {exc.message}")
+    status = exc.status if 400 <= exc.status < 500 else 502
+    return RpcError(status, exc.code, exc.message or exc.code)
 
 
 def api_key_from_headers(headers: Mapping[str, str]) -> str | None:
@@ -194,7 +204,10 @@ RESULT_CACHE_SIZE = 256
 @dataclass
 class Services:
     settings: Settings
-    redis: redis.Redis
+    redis: aioredis.Redis
+    """The RPC's Redis: asyncio, every call on the event loop."""
+    commit_redis: SyncRedis
+    """Sync, for the RQ commit queue (RQ is sync): used from threads only (``asyncio.to_thread``)."""
     ov: OVClient
     metrics: RpcMetrics
     direct: bool = False

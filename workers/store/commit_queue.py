@@ -44,7 +44,7 @@ from core.defaults import COMMIT_RETRY_INTERVALS_S
 from core.events import CommitOutcome, CommitRequest, CommitStatus, decode, encode
 from core.session import SessionAddress
 from workers.store import tenant_lock
-from workers.store.commit_records import FINAL_STATUSES, CommitRecords, load_outcome, outcome_of
+from workers.store.commit_records import FINAL_STATUSES, CommitRecords, final_or_timeout, load_outcome, outcome_of
 from workers.store.connection import optional_text
 from workers.store.keys import Keys
 
@@ -211,22 +211,12 @@ def wait_commit_outcome(
 ) -> CommitOutcome:
     """The final outcome of ``request``; a (not recorded) timeout outcome if none within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
+    records = CommitRecords(redis, settings)
     while True:
-        outcome = CommitRecords(redis, settings).outcome(request)
-        if outcome is not None and outcome.status in FINAL_STATUSES:
-            return outcome
+        outcome = records.outcome(request)
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            base = outcome or outcome_of(request, "pending")
-            return outcome_of(
-                request,
-                "timeout",
-                task_id=base.task_id,
-                archive_uri=base.archive_uri,
-                archived=base.archived,
-                finished_at=time.time(),
-                error=f"no final outcome within {timeout_s:g}s (still {base.status})",
-            )
+        if (outcome is not None and outcome.status in FINAL_STATUSES) or remaining <= 0:
+            return final_or_timeout(request, outcome, timeout_s)
         time.sleep(min(poll_s, remaining))
 
 

@@ -11,9 +11,11 @@ the tenant's lock on a final outcome is the caller's job
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import redis as redis_lib
+import redis.asyncio as aioredis
 
 from core.config import Settings
 from core.events import CommitOutcome, CommitRequest, CommitStatus, decode, encode
@@ -41,6 +43,23 @@ def outcome_of(request: CommitRequest, status: CommitStatus, **fields: Any) -> C
     )
 
 
+def final_or_timeout(request: CommitRequest, outcome: CommitOutcome | None, waited_s: float) -> CommitOutcome:
+    """What a wait for ``request`` answers: its final outcome, else a timeout outcome
+    (not recorded: the commit goes on) carrying what it reached so far."""
+    if outcome is not None and outcome.status in FINAL_STATUSES:
+        return outcome
+    base = outcome or outcome_of(request, "pending")
+    return outcome_of(
+        request,
+        "timeout",
+        task_id=base.task_id,
+        archive_uri=base.archive_uri,
+        archived=base.archived,
+        finished_at=time.time(),
+        error=f"no final outcome within {waited_s:g}s (still {base.status})",
+    )
+
+
 def load_outcome(redis: Any, commits_key: str, commit_id: str) -> CommitOutcome | None:
     """One stored outcome; ``redis`` may be a pipeline in WATCH mode."""
     raw = redis.hget(commits_key, commit_id)
@@ -61,6 +80,11 @@ class CommitRecords:
     def outcome(self, request: CommitRequest) -> CommitOutcome | None:
         """The recorded outcome of ``request`` (pending and running included), or None."""
         return load_outcome(self.redis, self.session_keys(request.address).commits, request.commit_id)
+
+    async def outcome_async(self, aredis: aioredis.Redis, request: CommitRequest) -> CommitOutcome | None:
+        """``outcome`` read through an asyncio client (the RPC's wait on its event loop)."""
+        raw = await aredis.hget(self.session_keys(request.address).commits, request.commit_id)
+        return decode(raw, CommitOutcome) if raw is not None else None
 
     def record(self, request: CommitRequest, outcome: CommitOutcome) -> bool:
         """Store ``outcome`` unless a final one is stored; a final one also ends the in-flight slot."""

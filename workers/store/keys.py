@@ -99,12 +99,14 @@ class Keys:
         return self._session("commit-inflight", shard, scope, ov_session_id)
 
     def commit_tenant_lock(self, tenant: str) -> str:
-        """The commit id whose phase 2 runs for an OV tenant now (one at a time; workers.store.tenant_lock)."""
-        return f"{self.prefix}:commit-tenant:{tenant}"
+        """Lease (workers.store.scripts.LEASE_*): the commit whose phase 2 runs for an OV tenant
+        now, one at a time (workers.store.tenant_lock); its data is the holder's request."""
+        return f"{self.prefix}:lease:commit-tenant:{tenant}"
 
     def capture_lease(self, shard: int) -> str:
-        """Which capture consumer owns a shard right now (SET NX PX, renewed while alive)."""
-        return f"{self.prefix}:{{s{shard}}}:capture-lease"
+        """Lease (workers.store.scripts.LEASE_*): the capture consumer owning a shard right now,
+        renewed while it is alive."""
+        return f"{self.prefix}:{{s{shard}}}:lease:capture"
 
     def capture_workers(self) -> str:
         """Sorted set: live capture consumer -> lease expiry (ms), to split shards fairly."""

@@ -8,9 +8,9 @@ no earlier than the stored one's (a commit changes the context without a new
 entry). Snapshots of idle sessions expire after ``snapshot_ttl_s``.
 
 ``fetch_snapshot`` only reads OV (the caller supplies the applied offset);
-``store_snapshot`` queues the write on whatever client or pipeline it is
-given (capture's is async); ``refresh_snapshot`` and ``read_snapshot`` use a
-sync client (the commit jobs and the RPC).
+the rest takes an asyncio client (or pipeline): every reader and writer of
+snapshots runs on an event loop (capture, the RPC, and the commit jobs on
+their process's job loop).
 """
 
 from __future__ import annotations
@@ -20,33 +20,17 @@ import time
 from typing import Any
 
 import msgspec
+import redis.asyncio as aioredis
+from redis.typing import EncodableT
 
 from core.config import Settings
 from core.events import ContextSnapshot, decode, encode
 from core.session import SessionAddress
 from workers.store.applied import AppliedState
 from workers.store.keys import Keys
+from workers.store.scripts import SNAPSHOT_WRITE_IF_NEWER
 
 log = logging.getLogger(__name__)
-
-# KEYS[1] snapshot hash. ARGV: stream id, fetched_ms, data, ttl_ms.
-# Returns {1} when written, {0, stored data} when the stored one is newer.
-_WRITE_IF_NEWER = """
-local cur = redis.call('HMGET', KEYS[1], 'id', 'fetched_ms', 'data')
-if cur[1] and cur[3] then
-  local cms, cseq = string.match(cur[1], '^(%d+)-(%d+)$')
-  local nms, nseq = string.match(ARGV[1], '^(%d+)-(%d+)$')
-  cms, cseq, nms, nseq = tonumber(cms), tonumber(cseq), tonumber(nms), tonumber(nseq)
-  local older = nms < cms or (nms == cms and nseq < cseq)
-  local same = nms == cms and nseq == cseq
-  if older or (same and tonumber(ARGV[2]) < tonumber(cur[2] or '0')) then
-    return {0, cur[3]}
-  end
-end
-redis.call('HSET', KEYS[1], 'id', ARGV[1], 'fetched_ms', ARGV[2], 'data', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return {1}
-"""
 
 ZERO_ID = "0-0"
 
@@ -55,10 +39,10 @@ def snapshot_key(settings: Settings, address: SessionAddress) -> str:
     return Keys(settings.key_prefix).session(address, settings.shards).snapshot
 
 
-def read_applied(redis: Any, settings: Settings, address: SessionAddress) -> AppliedState:
-    """The session's applied offset (sync client)."""
+async def read_applied(redis: aioredis.Redis, settings: Settings, address: SessionAddress) -> AppliedState:
+    """The session's applied offset."""
     key = Keys(settings.key_prefix).session(address, settings.shards).applied
-    return AppliedState.from_hash(redis.hgetall(key))
+    return AppliedState.from_hash(await redis.hgetall(key))
 
 
 async def fetch_snapshot(
@@ -91,18 +75,13 @@ async def fetch_snapshot(
     return snapshot, fetched_ms
 
 
-def store_snapshot(redis_or_pipe: Any, settings: Settings, snapshot: ContextSnapshot, fetched_ms: int) -> Any:
-    """Issue the write-if-newer script (on a client, or queued on a pipeline)."""
+async def store_snapshot(
+    redis: aioredis.Redis | aioredis.client.Pipeline, settings: Settings, snapshot: ContextSnapshot, fetched_ms: int
+) -> Any:
+    """Run the write-if-newer script (on a pipeline: queue it; the reply comes from ``execute``)."""
     key = snapshot_key(settings, SessionAddress(snapshot.ov_session_id, snapshot.agent_id, snapshot.user))
-    return redis_or_pipe.eval(
-        _WRITE_IF_NEWER,
-        1,
-        key,
-        snapshot.applied_stream_id,
-        fetched_ms,
-        encode(snapshot),
-        settings.snapshot_ttl_s * 1000,
-    )
+    args: list[EncodableT] = [snapshot.applied_stream_id, fetched_ms, encode(snapshot), settings.snapshot_ttl_s * 1000]
+    return await SNAPSHOT_WRITE_IF_NEWER.run(redis, [key], args)
 
 
 def stored_snapshot(snapshot: ContextSnapshot, reply: Any) -> ContextSnapshot:
@@ -115,22 +94,26 @@ def stored_snapshot(snapshot: ContextSnapshot, reply: Any) -> ContextSnapshot:
 
 
 async def refresh_snapshot(
-    redis: Any, ov: Any, settings: Settings, address: SessionAddress, applied: AppliedState | None = None
+    redis: aioredis.Redis,
+    ov: Any,
+    settings: Settings,
+    address: SessionAddress,
+    applied: AppliedState | None = None,
 ) -> ContextSnapshot:
     """Read OV /context and store it as the session's snapshot unless a newer one is stored.
 
-    ``redis`` is a sync client; ``ov`` an OVClient already scoped to the session's
-    agent and tenant; ``applied`` the offset the content reflects (read from
-    Redis when not given). Returns the snapshot now stored (the newer one when
-    this refresh lost).
+    ``ov`` is an OVClient already scoped to the session's agent and tenant;
+    ``applied`` the offset the content reflects (read from Redis when not
+    given). Returns the snapshot now stored (the newer one when this refresh lost).
     """
     if applied is None:
-        applied = read_applied(redis, settings, address)
+        applied = await read_applied(redis, settings, address)
     snapshot, fetched_ms = await fetch_snapshot(ov, settings, address, applied)
-    return stored_snapshot(snapshot, store_snapshot(redis, settings, snapshot, fetched_ms))
+    return stored_snapshot(snapshot, await store_snapshot(redis, settings, snapshot, fetched_ms))
 
 
-def _decode_stored(raw: bytes | None) -> ContextSnapshot | None:
+def parse_stored(raw: bytes | str | None) -> ContextSnapshot | None:
+    """A stored snapshot's ``data`` field decoded; None when missing or unreadable."""
     if raw is None:
         return None
     try:
@@ -140,6 +123,6 @@ def _decode_stored(raw: bytes | None) -> ContextSnapshot | None:
         return None
 
 
-def read_snapshot(redis: Any, settings: Settings, address: SessionAddress) -> ContextSnapshot | None:
-    """The stored snapshot (sync client), or None when there is none or it expired."""
-    return _decode_stored(redis.hget(snapshot_key(settings, address), "data"))
+async def read_snapshot(redis: aioredis.Redis, settings: Settings, address: SessionAddress) -> ContextSnapshot | None:
+    """The stored snapshot, or None when there is none or it expired."""
+    return parse_stored(await redis.hget(snapshot_key(settings, address), "data"))

@@ -3,8 +3,8 @@
 OV 0.5.2 runs phase 2 of different sessions concurrently, and when two
 memory extractions of one user overlap neither writes its memories (both
 tasks complete with ``memories_extracted: {}``). So ``commit_session`` takes
-the tenant's lock (``Keys.commit_tenant_lock``: a hash of the holder's commit
-id and request) before calling OV's commit, and recording the final outcome
+the tenant's lock (``Keys.commit_tenant_lock``, a lease of workers.store.scripts
+owned by the commit id, its data the holder's request) before calling OV's commit, and recording the final outcome
 releases it (``workers.store.commit_queue.record_outcome``). A commit finding the lock held by another
 commit schedules itself again after ``commit_tenant_wait_s`` instead of
 blocking a worker; its request stays in flight meanwhile, so the in-flight
@@ -28,24 +28,11 @@ from core.config import Settings
 from core.defaults import COMMIT_TENANT_LOCK_MARGIN_S
 from core.events import CommitRequest, EventDecodeError, decode, encode
 from workers.store.commit_records import FINAL_STATUSES, CommitRecords
+from workers.store.connection import optional_text
 from workers.store.keys import Keys
+from workers.store.scripts import LEASE_ACQUIRE, LEASE_RELEASE
 
 log = logging.getLogger(__name__)
-
-# KEYS[1] lock hash {id, req}. ARGV: commit id, request JSON, ms.
-# 1 when taken (or already this commit's; renewed), else the holder's request JSON.
-_HOLD = """
-local cur = redis.call('HGET', KEYS[1], 'id')
-if cur and cur ~= ARGV[1] then return redis.call('HGET', KEYS[1], 'req') or '' end
-redis.call('HSET', KEYS[1], 'id', ARGV[1], 'req', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1
-"""
-# KEYS[1] lock. ARGV: commit id. Deletes the lock only when this commit holds it.
-_RELEASE = """
-if redis.call('HGET', KEYS[1], 'id') == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 
 
 def tenant_of(settings: Settings, user: str | None) -> str:
@@ -74,11 +61,11 @@ def hold(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) -> 
     """
     key = lock_key(settings, request)
     for _ in range(2):
-        reply = redis.eval(_HOLD, 1, key, request.commit_id, encode(request), lock_ms(settings))
-        if reply == 1:
+        taken, held_by = LEASE_ACQUIRE(redis, [key], [request.commit_id, lock_ms(settings), encode(request)])
+        if int(taken) == 1:
             return True
         try:
-            other = decode(reply, CommitRequest)
+            other = decode(held_by, CommitRequest)
         except EventDecodeError:
             return False
         outcome = CommitRecords(redis, settings).outcome(other)
@@ -91,10 +78,9 @@ def hold(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) -> 
 
 def release(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) -> bool:
     """Give the lock back if ``request`` holds it."""
-    return bool(redis.eval(_RELEASE, 1, lock_key(settings, request), request.commit_id))
+    return bool(LEASE_RELEASE(redis, [lock_key(settings, request)], [request.commit_id]))
 
 
 def holder(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) -> str | None:
     """The commit id holding the lock of ``request``'s tenant, if any."""
-    raw = redis.hget(lock_key(settings, request), "id")
-    return raw.decode() if isinstance(raw, bytes) else raw
+    return optional_text(redis.hget(lock_key(settings, request), "id"))

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from core.ov.client import OVError, OVUnavailable
-from workers.rpc.context import Caller, RpcError, Services
+from workers.rpc.context import Caller, RpcError, Services, rpc_error_for
 from workers.rpc.tools import archive, memory, resources
 from workers.rpc.tools.base import Tool, ToolResult, text_result
 
@@ -64,13 +64,11 @@ async def run_tool(svc: Services, caller: Caller, name: str, raw_params: dict[st
         svc.metrics.tool_calls.labels(name, "ov_unavailable").inc()
         svc.metrics.ov_unavailable.labels("tool").inc()
         log.warning("tool %s: OV unavailable: %s", name, exc)
-        raise RpcError(503, "ov_unavailable", f"OpenViking is unreachable: {exc.message}") from None
+        raise rpc_error_for(exc) from None
     except OVError as exc:
         svc.metrics.tool_calls.labels(name, "ov_error").inc()
         log.warning("tool %s: OV answered %s: %s", name, exc.code, exc.message)
-        # OV's client errors keep their status; anything else is OV's fault, not the caller's.
-        status = exc.status if 400 <= exc.status < 500 else 502
-        raise RpcError(status, exc.code, exc.message or exc.code) from None
+        raise rpc_error_for(exc) from None
     except RpcError:
         svc.metrics.tool_calls.labels(name, "rejected").inc()
         raise

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from e2e_helpers import Service, _ovstream_command, wait_for
-from host_chat_model import MODEL_ID, content_text, serve
 
+from tests.helpers.e2e import Service, _ovstream_command, wait_for
+from tests.helpers.host_chat_model import MODEL_ID, content_text, serve
 from workers.dev.local_redis import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -30,6 +30,7 @@ from core.events import CommitOutcome, TurnEvent
 from core.ids import ov_session_id, resolve_agent_id
 from core.messages.tokens import estimate_tokens
 from core.session import SessionAddress
+from tests.helpers.waiting import wait_until
 from workers.dev.local_redis import free_port
 from workers.store.commit_records import FINAL_STATUSES, CommitRecords
 from workers.store.keys import Keys
@@ -52,19 +53,8 @@ T = TypeVar("T")
 
 
 def wait_for(check: Callable[[], T], what: str, *, timeout_s: float = DEADLINE_S, interval_s: float = 0.2) -> T:
-    """``check()``'s first truthy value; AssertionError naming ``what`` after ``timeout_s``.
-
-    The deadline only bounds a hang; no test asserts on how long anything took.
-    """
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while True:
-        last = check()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not reached within {timeout_s:g}s (last: {last!r})")
-        time.sleep(interval_s)
+    """``tests.helpers.waiting.wait_until`` with the end-to-end tier's default deadline."""
+    return wait_until(check, what, timeout_s=timeout_s, interval_s=interval_s)
 
 
 def unique(prefix: str) -> str:

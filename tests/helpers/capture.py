@@ -11,10 +11,12 @@ from typing import Any
 import redis
 
 from core.config import Settings
-from core.events import TurnEvent
+from core.events import ContextSnapshot, TurnEvent
+from core.session import SessionAddress
 from workers.capture.worker import CaptureWorker
 from workers.dev.fake_ov.app import FakeOV
 from workers.store.keys import Keys
+from workers.store.snapshots import parse_stored, snapshot_key
 from workers.store.streams import publish_turn
 
 
@@ -90,3 +92,8 @@ def pending_count(client: redis.Redis, settings: Settings) -> int:
         if client.exists(stream):
             total += client.xpending(stream, settings.consumer_group)["pending"]
     return total
+
+
+def stored_snapshot(client: redis.Redis, settings: Settings, address: SessionAddress) -> ContextSnapshot | None:
+    """The session's stored snapshot, read with a test's sync client."""
+    return parse_stored(client.hget(snapshot_key(settings, address), "data"))

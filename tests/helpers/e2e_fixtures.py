@@ -1,4 +1,4 @@
-"""Fixtures of the end-to-end tests (loaded by ``pytest_plugins = ("conftest_e2e",)``
+"""Fixtures of the end-to-end tests (loaded by ``pytest_plugins = ("tests.helpers.e2e_fixtures",)``
 in each tests/integration/test_e2e_*.py).
 
 ``e2e_service``: one ``ovstream up`` subprocess per test module against the
@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from e2e_helpers import OVSession, Service, unique, workdir_for
+
+from tests.helpers.e2e import OVSession, Service, unique, workdir_for
 
 _databases = itertools.count(1)
 REDIS_DATABASES = 16

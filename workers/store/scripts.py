@@ -1,0 +1,117 @@
+"""Every Lua script ovstream runs, in one module, each registered once.
+
+A ``Lua`` wraps redis-py's ``Script`` / ``AsyncScript``: calls go out as
+EVALSHA, and the script is loaded (SCRIPT LOAD) only when a server does not
+know it yet, so its text crosses the wire once per server, not per call. It
+works on sync and asyncio clients and on their pipelines (a pipeline loads
+its scripts before it executes).
+
+Each script touches only keys of one shard's hash tag (or one lease), so all
+of them run unchanged on Redis Cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+import redis
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript, Script
+from redis.typing import EncodableT, KeyT
+
+
+class Lua:
+    """One script, callable on a sync client or pipeline (``__call__``) or an asyncio one (``run``)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        body = source.encode()
+        # bytes need no client encoder: the scripts are bound to no client, every call names its own
+        self._sync = Script(cast(Any, None), body)
+        self._async = AsyncScript(cast(Any, None), body)
+
+    def __call__(
+        self, client: redis.Redis | redis.client.Pipeline, keys: Sequence[KeyT], args: Sequence[EncodableT]
+    ) -> Any:
+        return self._sync(keys=keys, args=args, client=client)
+
+    async def run(
+        self,
+        client: aioredis.Redis | aioredis.client.Pipeline,
+        keys: Sequence[KeyT],
+        args: Sequence[EncodableT],
+    ) -> Any:
+        return await self._async(keys=keys, args=args, client=client)
+
+
+# --- leases (workers.store.leases): a hash {id: owner, data: owner's note} with a TTL --------
+
+LEASE_ACQUIRE = Lua("""
+local cur = redis.call('HGET', KEYS[1], 'id')
+if cur and cur ~= ARGV[1] then return {0, redis.call('HGET', KEYS[1], 'data') or ''} end
+redis.call('HSET', KEYS[1], 'id', ARGV[1], 'data', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1, ''}
+""")
+"""KEYS[1] lease. ARGV: owner, ms, data. Free or already ours: take (renew) it, {1, ''};
+held by another: {0, its data}."""
+
+LEASE_RENEW = Lua("""
+if redis.call('HGET', KEYS[1], 'id') == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+""")
+"""KEYS[1] lease. ARGV: owner, ms. 1 when renewed, 0 when it is not ours any more."""
+
+LEASE_RELEASE = Lua("""
+if redis.call('HGET', KEYS[1], 'id') == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+""")
+"""KEYS[1] lease. ARGV: owner. Deletes the lease only when ``owner`` holds it."""
+
+# --- capture ----------------------------------------------------------------------------------
+
+FENCED_READ = Lua("""
+if redis.call('HGET', KEYS[2], 'id') ~= ARGV[1] then return -1 end
+local r = redis.call('XREADGROUP', 'GROUP', ARGV[2], ARGV[1], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
+local entries = nil
+if r and r[1] then  -- Redis: {{stream, entries}}; the embedded fakeredis: {stream, entries}
+  if type(r[1]) == 'table' then entries = r[1][2] else entries = r[2] end
+end
+if entries and entries[1] then return {1, entries} end
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if last[1] then return {0, last[1][1]} end
+return {0, '0-0'}
+""")
+"""KEYS[1] stream, KEYS[2] the shard's lease. ARGV: consumer, group, count. -1: the lease is
+not ours. {1, entries}: new entries. {0, last id}: nothing new; the stream's last id, to
+wait on with XREAD for anything newer."""
+
+# --- snapshots (workers.store.snapshots) --------------------------------------------------------
+
+SNAPSHOT_WRITE_IF_NEWER = Lua("""
+local cur = redis.call('HMGET', KEYS[1], 'id', 'fetched_ms', 'data')
+if cur[1] and cur[3] then
+  local cms, cseq = string.match(cur[1], '^(%d+)-(%d+)$')
+  local nms, nseq = string.match(ARGV[1], '^(%d+)-(%d+)$')
+  cms, cseq, nms, nseq = tonumber(cms), tonumber(cseq), tonumber(nms), tonumber(nseq)
+  local older = nms < cms or (nms == cms and nseq < cseq)
+  local same = nms == cms and nseq == cseq
+  if older or (same and tonumber(ARGV[2]) < tonumber(cur[2] or '0')) then
+    return {0, cur[3]}
+  end
+end
+redis.call('HSET', KEYS[1], 'id', ARGV[1], 'fetched_ms', ARGV[2], 'data', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return {1}
+""")
+"""KEYS[1] snapshot hash. ARGV: stream id, fetched_ms, data, ttl_ms. {1} when written,
+{0, stored data} when the stored one is newer."""
+
+SNAPSHOT_VERSION = Lua("""
+local v = redis.call('HMGET', KEYS[1], 'id', 'fetched_ms')
+return {v[1] or false, v[2] or false, redis.call('HSTRLEN', KEYS[1], 'data'), redis.call('GET', KEYS[2]) or false}
+""")
+"""KEYS[1] snapshot hash, KEYS[2] the session's last-turn key. {stream id, fetched_ms, data
+size, newest published turn}: what assemble needs to know whether its cached copy is current,
+in one command."""
