@@ -17,7 +17,7 @@ ways, in one run, in process:
 Each way is timed three times: through httpx's ASGITransport (an HTTP client
 included; httpx adds a few hundred microseconds per call of its own), straight
 into the ASGI app (the server's whole stack, as uvicorn drives it), and by
-calling the assemble function alone.
+calling the assemble function alone. It runs on uvloop, as ``ovstream rpc`` does.
 
     .venv/bin/python bench/assemble.py [--requests 2000] [--ov-latency-ms 2]
 """
@@ -25,7 +25,6 @@ calling the assemble function alone.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
 import sys
@@ -40,6 +39,7 @@ import httpx
 import msgspec
 import redis
 import redis.asyncio
+import uvloop
 
 from core.config import Settings
 from core.events import TurnEvent
@@ -282,7 +282,7 @@ def main() -> None:
         default=2.0,
         help="simulated OV round trip added to each /context read (default 2)",
     )
-    asyncio.run(run(parser.parse_args()))
+    uvloop.run(run(parser.parse_args()))  # the RPC's event loop in production (workers.rpc.app.cli_rpc)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Capture throughput and end-to-end latency. Prints figures; not a test.
 
-Starts a redis-server on a free loopback port and runs, in one process:
+Starts a redis-server on a free loopback port and runs, in one process (on uvloop,
+as ``ovstream capture`` does):
 
 1. raw: redis-py pipelined XADD of N entries (the same payloads), then
    XREADGROUP COUNT 100 + XACK until all are read — the ceiling Redis and the
@@ -29,6 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import redis
+import uvloop
 
 from core.config import Settings
 from core.events import ContextSnapshot, TurnEvent, encode
@@ -200,10 +202,10 @@ def main() -> None:
         events = workload(args.events, args.sessions, args.keep_turns)
         payloads = [(stream_of_event(settings, e), encode(e)) for e in events]
         raw_rate = bench_raw(client, settings, payloads)
-        capture = asyncio.run(bench_capture(settings, client, events))
+        capture = uvloop.run(bench_capture(settings, client, events))
         client.flushall()
         latency_settings = settings.model_copy(update={"key_prefix": "latency"})
-        latencies = asyncio.run(
+        latencies = uvloop.run(
             bench_latency(latency_settings, url, args.rate, args.seconds, args.sessions, args.keep_turns)
         )
     finally:

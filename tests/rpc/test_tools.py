@@ -240,6 +240,7 @@ async def test_add_resource_from_a_url_is_passed_to_ov(rpc: Any) -> None:
     [
         (lambda tmp: tmp / "missing.md", "path_not_found"),
         (lambda tmp: tmp, "not_a_file"),
+        (lambda tmp: f"{tmp}/a\x00b.md", "invalid_path"),
     ],
 )
 async def test_add_resource_bad_local_path_is_400(rpc: Any, tmp_path: Path, make_path: Any, code: str) -> None:

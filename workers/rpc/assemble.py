@@ -169,8 +169,7 @@ async def _turn_recall(
     svc.metrics.recall_turn_cache.labels("miss").inc()
     found = await _search(svc, caller, query)
     block = found if isinstance(found, str) else None
-    await keep_recall(svc, key, block)  # a failed search too: the turn's requests stay alike
-    return block
+    return await keep_recall(svc, key, block)  # a failed search too: the turn's requests stay alike
 
 
 def _ov_unavailable(svc: Services, op: str, caller: Caller, exc: OVUnavailable | None) -> Passthrough:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import redis
 
@@ -120,16 +121,35 @@ def recall_key(
     return session_keys.recall_turn(turn)
 
 
+def _settled(svc: Services, key: str, block: str) -> str:
+    svc.recalls.put(key, (time.monotonic() + svc.settings.recall_turn_ttl_s, block))
+    return block
+
+
 async def cached_recall(svc: Services, key: str) -> str | None:
-    """The turn's block ("" when it has none), or None when no search ran yet (or Redis is away)."""
+    """The turn's block ("" when it has none), or None when no search ran yet (or Redis is away).
+
+    A block settled in Redis never changes for its turn, so this process keeps
+    the ones it has seen: the later requests of a turn cost no Redis call.
+    """
+    kept = svc.recalls.get(key)
+    if kept is not None and kept[0] > time.monotonic():
+        return kept[1]
     try:
-        return optional_text(await svc.redis.get(key))
+        block = optional_text(await svc.redis.get(key))
     except redis.RedisError:
         return None
+    return None if block is None else _settled(svc, key, block)
 
 
-async def keep_recall(svc: Services, key: str, block: str | None) -> None:
+async def keep_recall(svc: Services, key: str, block: str | None) -> str | None:
+    """Settle the turn's block: the first search of the turn to finish wins (SET NX),
+    so every process and every request of the turn carries the same block. Returns it."""
     try:
-        await svc.redis.set(key, block or "", ex=svc.settings.recall_turn_ttl_s)
+        if await svc.redis.set(key, block or "", ex=svc.settings.recall_turn_ttl_s, nx=True):
+            return _settled(svc, key, block or "") or None
+        winner = optional_text(await svc.redis.get(key))
+        return block if winner is None else (_settled(svc, key, winner) or None)
     except redis.RedisError as exc:
         log.info("assemble: recall block not kept (Redis: %s); the next request of the turn searches again", exc)
+        return block

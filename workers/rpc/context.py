@@ -199,6 +199,8 @@ BASE_CACHE_SIZE = 256
 """Converted session bases kept in process: one per (session, agent, tenant) version."""
 RESULT_CACHE_SIZE = 256
 """Finished main-call answers kept, per snapshot version and budget."""
+RECALL_CACHE_SIZE = 4096
+"""Recall blocks of recent user turns kept in process (as settled in Redis; see assemble_turn)."""
 
 
 @dataclass
@@ -216,6 +218,8 @@ class Services:
     ov_breaker: OVBreaker = field(default_factory=OVBreaker)
     bases: LRU[Any, Any] = field(default_factory=lambda: LRU(BASE_CACHE_SIZE))
     results: LRU[Any, Any] = field(default_factory=lambda: LRU(RESULT_CACHE_SIZE))
+    recalls: LRU[str, tuple[float, str]] = field(default_factory=lambda: LRU(RECALL_CACHE_SIZE))
+    """turn key -> (expiry on the monotonic clock, block): the turn's settled block."""
 
     @property
     def keys(self) -> Keys:

@@ -8,10 +8,14 @@ and commit records live in one slot and can be changed in one MULTI or script.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from core.session import SessionAddress, scope_of, shard_of
 
 __all__ = ["Keys", "SessionKeys", "scope_of", "shard_of"]
+
+SESSION_KEYS_CACHE_SIZE = 8192
+"""Sessions whose keys stay derived in each process (a few KB each at most)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +45,11 @@ class Keys:
     prefix: str = "ovstream"
 
     def session(self, address: SessionAddress, shards: int) -> SessionKeys:
-        """The keys of ``address``'s session: the one place they are derived from an address."""
+        """The keys of ``address``'s session: the one place they are derived from an address
+        (remembered for the most recent sessions: assemble asks on every call)."""
+        return _session_keys(self, address, shards)
+
+    def _derive(self, address: SessionAddress, shards: int) -> SessionKeys:
         shard, scope, sid = address.shard(shards), address.scope, address.ov_session_id
         return SessionKeys(
             shard=shard,
@@ -111,3 +119,8 @@ class Keys:
     def capture_workers(self) -> str:
         """Sorted set: live capture consumer -> lease expiry (ms), to split shards fairly."""
         return f"{self.prefix}:capture-workers"
+
+
+@lru_cache(maxsize=SESSION_KEYS_CACHE_SIZE)
+def _session_keys(keys: Keys, address: SessionAddress, shards: int) -> SessionKeys:
+    return keys._derive(address, shards)

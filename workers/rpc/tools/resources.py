@@ -28,6 +28,8 @@ def is_url(path: str) -> bool:
 
 def _read_local(path: str) -> tuple[str, bytes]:
     """(file name, bytes) of a local file, or a 4xx saying why not."""
+    if "\x00" in path:  # the OS refuses such a name (ValueError), never a file
+        raise RpcError(400, "invalid_path", "the path contains a NUL character", "params.path")
     file = Path(path).expanduser()
     try:
         if file.is_dir():
