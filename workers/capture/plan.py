@@ -42,14 +42,14 @@ class SessionRef:
 
     ov_session_id: str
     agent_id: str
-    user: str | None
+    tenant: str | None
     scope: str
     shard: int
     applied_key: str
 
     @property
     def address(self) -> SessionAddress:
-        return SessionAddress(self.ov_session_id, self.agent_id, self.user)
+        return SessionAddress(self.ov_session_id, self.agent_id, self.tenant)
 
 
 def session_of(settings: Settings, event: TurnEvent) -> SessionRef:

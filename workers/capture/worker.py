@@ -119,10 +119,10 @@ class CaptureWorker:
 
     def ov_for(self, session: SessionRef) -> OVClient:
         """The OV client acting as the session's agent for its tenant (one pool for all)."""
-        key = (session.user, session.agent_id)
+        key = (session.tenant, session.agent_id)
         client = self._scoped.get(key)
         if client is None:
-            api_key = self.settings.user_api_keys.get(session.user) if session.user else None
+            api_key = self.settings.user_api_keys.get(session.tenant) if session.tenant else None
             client = self._scoped[key] = self.ov.scoped(peer=session.agent_id, api_key=api_key)
         return client
 

@@ -37,6 +37,7 @@ from core.ov.client import OVClient
 from workers.rpc.assemble import assemble
 from workers.rpc.compact import compact
 from workers.rpc.context import RpcError, Services, api_key_from_headers, resolve_caller
+from workers.rpc.metrics import CONTENT_TYPE, RpcMetrics
 from workers.rpc.models import (
     AssembleResponse,
     CompactRequest,
@@ -50,7 +51,6 @@ from workers.rpc.models import (
 )
 from workers.rpc.tools.registry import run_tool, tools
 from workers.store.connection import connect, connect_async
-from workers.store.metrics import CONTENT_TYPE, RpcMetrics
 
 log = logging.getLogger(__name__)
 

@@ -47,7 +47,7 @@ def memories_of(outcome: CommitOutcome) -> int:
 
 def workers_can_act_for(svc: Services, caller: Caller) -> bool:
     """Whether an RQ worker holds a key for the caller's tenant."""
-    return caller.user is None or caller.user in svc.settings.user_api_keys
+    return caller.tenant is None or caller.tenant in svc.settings.user_api_keys
 
 
 async def commit_and_wait(svc: Services, caller: Caller, ov_session_id: str, *, reason: str) -> CommitOutcome:
@@ -93,7 +93,7 @@ async def _inline_commit(svc: Services, caller: Caller, ov_session_id: str, *, r
         commit_id=f"inline_{secrets.token_hex(8)}",
         ov_session_id=ov_session_id,
         agent_id=caller.agent_id,
-        user=caller.user,
+        user=caller.tenant,
         reason=reason,
         status="running",
         task_id=accepted.task_id,
@@ -101,7 +101,7 @@ async def _inline_commit(svc: Services, caller: Caller, ov_session_id: str, *, r
         archived=accepted.archived,
         requested_at=time.time(),
     )
-    log.info("commit of %s runs inline (the workers hold no key for tenant %s)", ov_session_id, caller.user)
+    log.info("commit of %s runs inline (the workers hold no key for tenant %s)", ov_session_id, caller.tenant)
     if accepted.status == "skipped" or not accepted.task_id:
         return msgspec.structs.replace(outcome, status="skipped", finished_at=time.time())
     deadline = time.monotonic() + settings.compact_wait_s

@@ -24,8 +24,8 @@ from core.config import Settings
 from core.ids import is_bypassed, ov_session_id, resolve_agent_id
 from core.ov.client import OVClient, OVError, OVUnavailable
 from core.session import SessionAddress
+from workers.rpc.metrics import RpcMetrics
 from workers.store.keys import Keys, SessionKeys
-from workers.store.metrics import RpcMetrics
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class Caller:
     """None when the request names no session (tools only)."""
     agent_id: str
     api_key: str | None
-    user: str | None
+    tenant: str | None
     """Tenant label of the Redis scope (see tenant_for_api_key)."""
     bypassed: bool
 
@@ -108,7 +108,7 @@ class Caller:
 
     def address(self, ov_session_id: str | None = None) -> SessionAddress:
         """The caller's session (or ``ov_session_id`` of the same agent and tenant)."""
-        return SessionAddress(ov_session_id or self.require_session(), self.agent_id, self.user)
+        return SessionAddress(ov_session_id or self.require_session(), self.agent_id, self.tenant)
 
 
 def resolve_caller(
@@ -139,7 +139,7 @@ def resolve_caller(
         ov_session_id=ov_sid,
         agent_id=resolve_agent_id(key, _text(runtime.get("agentId")), settings.agent_prefix),
         api_key=api_key,
-        user=tenant_for_api_key(settings, api_key),
+        tenant=tenant_for_api_key(settings, api_key),
         bypassed=is_bypassed(settings.bypass_session_patterns, sid, key),
     )
 

@@ -238,6 +238,37 @@ def _enqueue_commit(redis: redis_lib.Redis, settings: Settings, request: CommitR
         log.debug("commit job %s already exists", request.commit_id)
 
 
+def _schedule(
+    redis: redis_lib.Redis,
+    settings: Settings,
+    request: CommitRequest,
+    job_id: str,
+    delay_s: float,
+    func: str,
+    *args: Any,
+    **options: Any,
+) -> None:
+    """Enqueue ``func(request, key_prefix, *args)`` after ``delay_s`` as the session's next job.
+
+    The in-flight slot names the job before it exists, so a reader never sees a
+    finished job there while the chain is alive; a missing one is re-created.
+    """
+    redis.hset(_inflight_key(settings, request), "job", job_id)
+    try:
+        commit_queue(redis, settings).enqueue_in(
+            timedelta(seconds=delay_s),
+            func,
+            encode(request).decode(),
+            settings.key_prefix,
+            *args,
+            job_id=job_id,
+            unique=True,
+            **options,
+        )
+    except DuplicateJobError:
+        log.debug("job %s already exists", job_id)
+
+
 def schedule_poll(
     redis: redis_lib.Redis,
     settings: Settings,
@@ -247,45 +278,34 @@ def schedule_poll(
     failed_reads: int,
     attempt: int,
 ) -> None:
-    job_id = _poll_job_id(request, attempt)
-    # The in-flight slot names the poll before it exists, so a reader never sees a
-    # finished job there while the chain is alive; a missing one is re-created.
-    redis.hset(_inflight_key(settings, request), "job", job_id)
-    try:
-        commit_queue(redis, settings).enqueue_in(
-            timedelta(seconds=settings.phase2_poll_interval_s),
-            POLL_JOB,
-            encode(request).decode(),
-            settings.key_prefix,
-            deadline_at,
-            failed_reads,
-            attempt,
-            job_id=job_id,
-            unique=True,
-            description=f"poll phase 2 of {request.commit_id}",
-        )
-    except DuplicateJobError:
-        log.debug("poll job %s already exists", job_id)
+    """Read the phase-2 task again after ``phase2_poll_interval_s``."""
+    _schedule(
+        redis,
+        settings,
+        request,
+        _poll_job_id(request, attempt),
+        settings.phase2_poll_interval_s,
+        POLL_JOB,
+        deadline_at,
+        failed_reads,
+        attempt,
+        description=f"poll phase 2 of {request.commit_id}",
+    )
 
 
 def schedule_commit_retry(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, attempt: int) -> None:
     """Run ``commit_session`` again after ``commit_tenant_wait_s`` (its tenant's lock was held)."""
-    job_id = f"{request.commit_id}_wait{attempt}"
-    redis.hset(_inflight_key(settings, request), "job", job_id)  # as schedule_poll does
-    try:
-        commit_queue(redis, settings).enqueue_in(
-            timedelta(seconds=settings.commit_tenant_wait_s),
-            COMMIT_JOB,
-            encode(request).decode(),
-            settings.key_prefix,
-            attempt,
-            job_id=job_id,
-            unique=True,
-            retry=COMMIT_RETRY,
-            description=f"commit {request.ov_session_id} ({request.reason}), waiting for its tenant",
-        )
-    except DuplicateJobError:
-        log.debug("commit job %s already exists", job_id)
+    _schedule(
+        redis,
+        settings,
+        request,
+        f"{request.commit_id}_wait{attempt}",
+        settings.commit_tenant_wait_s,
+        COMMIT_JOB,
+        attempt,
+        retry=COMMIT_RETRY,
+        description=f"commit {request.ov_session_id} ({request.reason}), waiting for its tenant",
+    )
 
 
 def _job_error(job: Job | None) -> str:

@@ -35,9 +35,9 @@ from workers.store.scripts import LEASE_ACQUIRE, LEASE_RELEASE
 log = logging.getLogger(__name__)
 
 
-def tenant_of(settings: Settings, user: str | None) -> str:
-    """The OV identity a commit job of tenant label ``user`` acts as (no secret in it)."""
-    key = settings.user_api_keys.get(user) if user else None
+def tenant_of(settings: Settings, tenant: str | None) -> str:
+    """The OV identity a commit job of tenant label ``tenant`` acts as (no secret in it)."""
+    key = settings.user_api_keys.get(tenant) if tenant else None
     key = key or settings.api_key
     if key:
         return "k" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]

@@ -1,5 +1,5 @@
 /**
- * Redis key names the plugin writes, as core/keys.py defines them.
+ * Redis key names the plugin writes, as workers/store/keys.py defines them.
  *
  * A session's turns always go to one shard: the first 4 bytes of
  * sha256(ov_session_id), big-endian, mod the shard count. The stream key
@@ -20,7 +20,7 @@ export function streamKey(prefix: string, shard: number): string {
   return `${prefix}:{s${shard}}:turns`;
 }
 
-/** The event_id of the session's newest published turn (core/keys.py Keys.last_turn). */
+/** The event_id of the session's newest published turn (workers/store/keys.py Keys.last_turn). */
 export function lastTurnKey(prefix: string, shard: number, ovSessionId: string): string {
   return `${prefix}:{s${shard}}:last-turn:${ovSessionId}`;
 }

@@ -1,5 +1,5 @@
 /**
- * The character-weighted token estimate (as core/tokens.py and OpenViking):
+ * The character-weighted token estimate (as core/messages/tokens.py and OpenViking):
  * 1.5 per CJK code point (ideographs incl. the astral extension planes, kana,
  * Hangul, CJK punctuation, fullwidth forms), 2 per other code point above
  * U+FFFF, 0.25 for everything else; the sum rounded up. Used for the

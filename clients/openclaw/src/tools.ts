@@ -2,7 +2,7 @@
  * The eight agent tools. Each is a thin proxy: POST /v1/tools/{name}
  * {sessionId?, sessionKey?, runtimeContext?, params} and the RPC's
  * {content, details} is the tool result. Parameter schemas mirror the RPC's
- * validation (workers/rpc_models.py) so the model sees the same contract.
+ * validation (workers/rpc/models.py) so the model sees the same contract.
  */
 
 import { isBypassed } from "./ids.js";

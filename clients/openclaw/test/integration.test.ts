@@ -46,8 +46,8 @@ function missing(): string | undefined {
   if (!commandWorks(["up", "--help"])) return "`ovstream up --help` fails";
   // argparse lists `up` even when its module is missing, so ask Python directly.
   const py = join(dirname(BIN), "python");
-  const mods = ["workers.up", "workers.capture"];
-  if (!EXTERNAL_OV) mods.push("workers.fake_ov_server");
+  const mods = ["workers.dev.up", "workers.capture.worker"];
+  if (!EXTERNAL_OV) mods.push("workers.dev.fake_ov.server");
   for (const mod of mods) {
     const r = spawnSync(existsSync(py) ? py : "python3", ["-c", `import ${mod}`], { cwd: REPO_ROOT, encoding: "utf8", timeout: 60_000 });
     if (r.status !== 0) return `${mod} is not available yet (the Python side of \`ovstream up\` / \`fake-ov\`)`;

@@ -4,7 +4,7 @@ import { describe, it } from "node:test";
 import { lastTurnKey, LAST_TURN_TTL_S, shardOf, streamKey } from "../src/keys.js";
 import { pythonHasModule, runPython } from "./helpers/proc.js";
 
-// Pinned from core.keys.shard_of so a change on either side shows here.
+// Pinned from workers.store.keys.shard_of so a change on either side shows here.
 const PINNED: Array<[string, number, number]> = [
   ["a1b2c3d4-e5f6-7890-abcd-ef1234567890", 4, 1],
   ["plain-session", 4, 2],
@@ -45,9 +45,9 @@ describe("streamKey", () => {
   });
 });
 
-describe("cross-check with core/keys.py", () => {
-  const available = pythonHasModule("core.keys");
-  it("shard_of and Keys.stream agree for many ids and shard counts", { skip: available ? false : "core/keys.py not available" }, () => {
+describe("cross-check with workers/store/keys.py", () => {
+  const available = pythonHasModule("workers.store.keys");
+  it("shard_of and Keys.stream agree for many ids and shard counts", { skip: available ? false : "workers/store/keys.py not available" }, () => {
     const cases: Array<[string, number]> = [];
     for (let i = 0; i < 300; i++) {
       cases.push([`sess-${i}-${"é".repeat(i % 3)}${i % 5 === 0 ? "😀" : ""}`, 1 + (i % 17)]);
@@ -55,7 +55,7 @@ describe("cross-check with core/keys.py", () => {
     const code = `
 import json, sys
 from core.defaults import LAST_TURN_TTL_S
-from core.keys import Keys, shard_of
+from workers.store.keys import Keys, shard_of
 cases = json.load(sys.stdin)
 json.dump({"shards": [shard_of(s, n) for s, n in cases],
            "keys": [Keys("pfx").stream(shard_of(s, n)) for s, n in cases],

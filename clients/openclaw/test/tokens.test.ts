@@ -24,9 +24,9 @@ describe("estimateTokens", () => {
   });
 });
 
-describe("cross-check with core/tokens.py", () => {
-  const available = pythonHasModule("core.tokens");
-  it("agrees with estimate_message_tokens", { skip: available ? false : "core/tokens.py not available" }, () => {
+describe("cross-check with core/messages/tokens.py", () => {
+  const available = pythonHasModule("core.messages.tokens");
+  it("agrees with estimate_message_tokens", { skip: available ? false : "core/messages/tokens.py not available" }, () => {
     const values: unknown[] = [
       "plain text",
       "混合 text 和 emoji 😀😀 and ｶﾀｶﾅ",
@@ -36,7 +36,7 @@ describe("cross-check with core/tokens.py", () => {
     ];
     const code = `
 import json, sys
-from core.tokens import estimate_message_tokens
+from core.messages.tokens import estimate_message_tokens
 json.dump([estimate_message_tokens(v) for v in json.load(sys.stdin)], sys.stdout)
 `;
     assert.deepEqual(runPython<number[]>(code, values), values.map(estimateMessageTokens));

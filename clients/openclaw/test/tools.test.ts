@@ -88,9 +88,9 @@ describe("tool registration", () => {
   });
 });
 
-describe("tool schemas agree with workers/rpc_models.py", () => {
-  const available = pythonHasModule("workers.rpc_models");
-  it("every schema property is a field the RPC accepts, and required fields match", { skip: available ? false : "workers/rpc_models.py not available" }, () => {
+describe("tool schemas agree with workers/rpc/models.py", () => {
+  const available = pythonHasModule("workers.rpc.models");
+  it("every schema property is a field the RPC accepts, and required fields match", { skip: available ? false : "workers/rpc/models.py not available" }, () => {
     const code = `
 import json, sys
 from pydantic import AliasChoices

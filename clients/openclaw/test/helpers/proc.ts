@@ -162,12 +162,19 @@ export function pythonPath(): string | undefined {
   return existsSync(venv) ? venv : undefined;
 }
 
-/** Whether `import <module>` works in the repo's python (the Python side exists). */
+/**
+ * Whether `import <module>` works in the repo's python (the Python side exists).
+ * With OVSTREAM_REQUIRE_PYTHON=1 (./test sets it) a missing module throws instead,
+ * so a renamed Python module can never turn a cross-check into a silent skip.
+ */
 export function pythonHasModule(module: string): boolean {
   const py = pythonPath();
-  if (!py) return false;
-  const r = spawnSync(py, ["-c", `import ${module}`], { cwd: REPO_ROOT, env: pythonEnv(), encoding: "utf8" });
-  return r.status === 0;
+  const ok = py !== undefined &&
+    spawnSync(py, ["-c", `import ${module}`], { cwd: REPO_ROOT, env: pythonEnv(), encoding: "utf8" }).status === 0;
+  if (!ok && process.env.OVSTREAM_REQUIRE_PYTHON === "1") {
+    throw new Error(`the Python module ${module} is not importable (OVSTREAM_REQUIRE_PYTHON=1)`);
+  }
+  return ok;
 }
 
 export function pythonEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
