@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 import redis  # noqa: E402
 import redis.asyncio  # noqa: E402
+import uvloop  # noqa: E402
 
 from core.config import Settings  # noqa: E402
 from core.events import TurnEvent  # noqa: E402
@@ -292,7 +293,7 @@ def main() -> None:
             base_url = start_local_stack(stack, say)
         say()
         try:
-            asyncio.run(run(args, redis_url, base_url))
+            uvloop.run(run(args, redis_url, base_url))  # the event loop ovstream rpc and capture run on
         except KeyboardInterrupt:
             say("interrupted")
         say()
