@@ -6,6 +6,7 @@ states the same way.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 FinalStatus = Literal["completed", "failed", "skipped"]
@@ -45,3 +46,42 @@ def task_verdict(task: Any) -> tuple[FinalStatus, dict[str, Any]] | None:
     if task.status == "skipped":
         return "skipped", {}
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Phase2Read:
+    """What one read of a phase-2 task decides for its commit."""
+
+    status: FinalStatus | Literal["timeout"] | None
+    """The final status to record, or None: read again later."""
+    fields: dict[str, Any]
+    """Outcome fields to record with the status."""
+    failed_reads: int
+    """Consecutive failed reads so far (carried to the next read)."""
+
+
+def judge_phase2_read(
+    task: Any,
+    error: Exception | None,
+    *,
+    failed_reads: int,
+    read_retries: int,
+    deadline_passed: bool,
+    deadline_s: float,
+) -> Phase2Read:
+    """One read of the task (``task``, or the ``error`` reading it raised), judged the same
+    way by the poller job and compact's inline commit: a final task state ends the commit;
+    more than ``read_retries`` failed reads in a row fail it; past the deadline it timed out."""
+    if error is not None:
+        failed_reads += 1
+        if failed_reads > read_retries:
+            reason = f"phase-2 task unreadable after {failed_reads} reads: {error}"
+            return Phase2Read("failed", {"error": reason}, failed_reads)
+    else:
+        failed_reads = 0
+        verdict = task_verdict(task)
+        if verdict is not None:
+            return Phase2Read(verdict[0], verdict[1], 0)
+    if deadline_passed:
+        return Phase2Read("timeout", {"error": f"phase 2 not finished within {deadline_s:g}s"}, failed_reads)
+    return Phase2Read(None, {}, failed_reads)

@@ -29,7 +29,7 @@ from core.messages.convert import turn_to_ov_messages
 from core.session import SessionAddress
 from core.turns import SKIP_ADVANCEMENT_SEEN, address_of, skip_reason
 from workers.store.applied import AppliedState, Intent, ov_message_count, parse_id
-from workers.store.keys import Keys
+from workers.store.keys import session_keys
 
 
 class LeaseLost(Exception):
@@ -55,7 +55,7 @@ class SessionRef:
 def session_of(settings: Settings, event: TurnEvent) -> SessionRef:
     """The session an event belongs to; ValueError when the event names none."""
     address = address_of(event, settings.agent_prefix)
-    keys = Keys(settings.key_prefix).session(address, settings.shards)
+    keys = session_keys(settings, address)
     return SessionRef(address.ov_session_id, address.agent_id, address.tenant, keys.scope, keys.shard, keys.applied)
 
 

@@ -18,7 +18,7 @@ from rq import get_current_job
 
 from core.events import CommitOutcome, CommitRequest, decode
 from core.ov.client import OVClient, OVError, OVUnavailable
-from core.ov.tasks import task_verdict
+from core.ov.tasks import judge_phase2_read
 from workers.commits.context import JobContext, context_for
 from workers.store import commit_queue as jobs
 from workers.store import tenant_lock as jobs_tenant
@@ -153,36 +153,23 @@ def run_poll(
     outcome = CommitRecords(redis, settings).outcome(request)
     if outcome is None or outcome.status in FINAL_STATUSES or not outcome.task_id:
         return outcome or outcome_of(request, "pending")
+    task_id, task, error = outcome.task_id, None, None
     try:
-        task_id = outcome.task_id
         task = ctx.run(lambda: _read_task(ctx, request, task_id))
     except OVError as exc:
-        failed_reads += 1
-        if failed_reads > settings.phase2_read_retries:
-            return finish_commit(
-                redis,
-                settings,
-                request,
-                "failed",
-                outcome,
-                error=f"phase-2 task unreadable after {failed_reads} reads: {exc}",
-            )
-        log.info("commit %s: task read %d failed (%s)", request.commit_id, failed_reads, exc)
-    else:
-        failed_reads = 0
-        verdict = task_verdict(task)
-        if verdict is not None:
-            status, fields = verdict
-            return finish_commit(redis, settings, request, status, outcome, **fields)
-    if jobs.now() >= deadline_at:
-        return finish_commit(
-            redis,
-            settings,
-            request,
-            "timeout",
-            outcome,
-            error=f"phase 2 not finished within {settings.phase2_deadline_s:g}s",
-        )
+        error = exc
+        log.info("commit %s: task read %d failed (%s)", request.commit_id, failed_reads + 1, exc)
+    read = judge_phase2_read(
+        task,
+        error,
+        failed_reads=failed_reads,
+        read_retries=settings.phase2_read_retries,
+        deadline_passed=jobs.now() >= deadline_at,
+        deadline_s=settings.phase2_deadline_s,
+    )
+    if read.status is not None:
+        return finish_commit(redis, settings, request, read.status, outcome, **read.fields)
+    failed_reads = read.failed_reads
     jobs.schedule_poll(
         redis, settings, request, deadline_at=deadline_at, failed_reads=failed_reads, attempt=attempt + 1
     )

@@ -1,8 +1,10 @@
 """Running the commit jobs: ``ovstream worker``, the embedded worker of ``ovstream up``,
 ``drain_jobs`` for tests, and ``ovstream commits`` (the outcome table).
 
-``ovstream worker`` is a plain RQ worker with its scheduler on
-``settings.commit_queue``. Inside one process (``up``, tests) jobs run in an
+``ovstream worker`` is an RQ SimpleWorker with its scheduler on
+``settings.commit_queue``: jobs run in the worker process itself, which keeps
+one job context (event loop, OV pool, Redis client) for all of them, the way
+arq does; RQ's death penalty still ends a job that overruns. Inside one process (``up``, tests) jobs run in an
 ``EmbeddedWorker``: a SimpleWorker that installs no signal handlers and times
 jobs out with a timer, so it can run off the main thread; it works in burst
 rounds, each of which first moves due scheduled jobs (the phase-2 polls) onto
@@ -19,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import redis as redis_lib
-from rq import SimpleWorker, Worker
+from rq import SimpleWorker
 from rq.timeouts import TimerDeathPenalty
 from rq.worker import BaseWorker
 
@@ -46,10 +48,9 @@ class EmbeddedWorker(SimpleWorker):
 def make_worker(redis: redis_lib.Redis, settings: Settings, *, embedded: bool = False) -> BaseWorker:
     """An RQ worker on the commit queue; jobs in this process use ``settings``."""
     register(settings)
-    if embedded:
-        cls: type[BaseWorker] = EmbeddedWorker
-    else:
-        cls = SimpleWorker if settings.embedded_redis else Worker
+    # Jobs run in this process (no fork per job, as arq does): its JobContext
+    # (workers.commits.context) keeps one event loop, OV pool and Redis client for all.
+    cls: type[BaseWorker] = EmbeddedWorker if embedded else SimpleWorker
     return cls([commit_queue(redis, settings)], connection=redis)
 
 

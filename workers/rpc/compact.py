@@ -24,7 +24,7 @@ import redis
 from core.assemble_plan import FullContext, build_full_context, snapshot_base
 from core.events import CommitOutcome, CommitRequest, ContextSnapshot
 from core.ov.client import OVError, OVUnavailable
-from core.ov.tasks import task_verdict
+from core.ov.tasks import judge_phase2_read
 from workers.rpc.context import Caller, RpcError, Services, rpc_error_for
 from workers.rpc.models import CompactRequest
 from workers.store.applied import AppliedState
@@ -106,28 +106,24 @@ async def _inline_commit(svc: Services, caller: Caller, ov_session_id: str, *, r
         return msgspec.structs.replace(outcome, status="skipped", finished_at=time.time())
     deadline = time.monotonic() + settings.compact_wait_s
     failed_reads = 0
-    while time.monotonic() < deadline:
+    while True:
         await asyncio.sleep(min(settings.phase2_poll_interval_s, max(deadline - time.monotonic(), 0)))
+        task, error = None, None
         try:
             task = await ov.get_task(accepted.task_id)
         except OVError as exc:
-            failed_reads += 1
-            if failed_reads > settings.phase2_read_retries:
-                return msgspec.structs.replace(
-                    outcome, status="failed", finished_at=time.time(), error=f"phase 2 unreadable: {exc}"
-                )
-            continue
-        failed_reads = 0
-        verdict = task_verdict(task)
-        if verdict is not None:
-            status, fields = verdict
-            return msgspec.structs.replace(outcome, status=status, finished_at=time.time(), **fields)
-    return msgspec.structs.replace(
-        outcome,
-        status="timeout",
-        finished_at=time.time(),
-        error=f"phase 2 not finished within {settings.compact_wait_s:g}s",
-    )
+            error = exc
+        read = judge_phase2_read(
+            task,
+            error,
+            failed_reads=failed_reads,
+            read_retries=settings.phase2_read_retries,
+            deadline_passed=time.monotonic() >= deadline,
+            deadline_s=settings.compact_wait_s,
+        )
+        if read.status is not None:
+            return msgspec.structs.replace(outcome, status=read.status, finished_at=time.time(), **read.fields)
+        failed_reads = read.failed_reads
 
 
 def _valid_count(value: float | None) -> int | None:

@@ -46,7 +46,7 @@ from core.session import SessionAddress
 from workers.store import tenant_lock
 from workers.store.commit_records import FINAL_STATUSES, CommitRecords, final_or_timeout, load_outcome, outcome_of
 from workers.store.connection import optional_text
-from workers.store.keys import Keys
+from workers.store.keys import session_keys
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def commit_queue(redis: redis_lib.Redis, settings: Settings) -> Queue:
 
 
 def _inflight_key(settings: Settings, request: CommitRequest) -> str:
-    return Keys(settings.key_prefix).session(request.address, settings.shards).commit_inflight
+    return session_keys(settings, request.address).commit_inflight
 
 
 def record_outcome(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, outcome: CommitOutcome) -> bool:
@@ -156,7 +156,7 @@ def request_commit(
     redis: redis_lib.Redis, settings: Settings, address: SessionAddress, *, reason: str, keep_recent_count: int
 ) -> CommitRequest:
     """Enqueue a commit of the session, or return the one already in flight."""
-    ks = Keys(settings.key_prefix).session(address, settings.shards)
+    ks = session_keys(settings, address)
     with redis.pipeline() as pipe:
         while True:
             try:

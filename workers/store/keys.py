@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from core.config import Settings
 from core.session import SessionAddress, scope_of, shard_of
 
-__all__ = ["Keys", "SessionKeys", "scope_of", "shard_of"]
+__all__ = ["Keys", "SessionKeys", "scope_of", "session_keys", "shard_of"]
 
 SESSION_KEYS_CACHE_SIZE = 8192
 """Sessions whose keys stay derived in each process (a few KB each at most)."""
@@ -124,3 +125,8 @@ class Keys:
 @lru_cache(maxsize=SESSION_KEYS_CACHE_SIZE)
 def _session_keys(keys: Keys, address: SessionAddress, shards: int) -> SessionKeys:
     return keys._derive(address, shards)
+
+
+def session_keys(settings: Settings, address: SessionAddress) -> SessionKeys:
+    """The keys of ``address``'s session in the deployment ``settings`` describe."""
+    return Keys(settings.key_prefix).session(address, settings.shards)

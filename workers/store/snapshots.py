@@ -27,7 +27,7 @@ from core.config import Settings
 from core.events import ContextSnapshot, decode, encode
 from core.session import SessionAddress
 from workers.store.applied import AppliedState
-from workers.store.keys import Keys
+from workers.store.keys import session_keys
 from workers.store.scripts import SNAPSHOT_WRITE_IF_NEWER
 
 log = logging.getLogger(__name__)
@@ -36,12 +36,12 @@ ZERO_ID = "0-0"
 
 
 def snapshot_key(settings: Settings, address: SessionAddress) -> str:
-    return Keys(settings.key_prefix).session(address, settings.shards).snapshot
+    return session_keys(settings, address).snapshot
 
 
 async def read_applied(redis: aioredis.Redis, settings: Settings, address: SessionAddress) -> AppliedState:
     """The session's applied offset."""
-    key = Keys(settings.key_prefix).session(address, settings.shards).applied
+    key = session_keys(settings, address).applied
     return AppliedState.from_hash(await redis.hgetall(key))
 
 

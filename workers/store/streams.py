@@ -14,7 +14,6 @@ import logging
 from typing import Any
 
 import redis
-import redis.asyncio as aioredis
 
 from core.config import Settings
 from core.defaults import LAST_TURN_TTL_S
@@ -65,10 +64,3 @@ def publish_turn(redis_client: redis.Redis, settings: Settings, event: TurnEvent
     stream_id = text(pipe.execute()[0])
     log.debug("published turn %s of session %s as %s", event.event_id, event.session_id, stream_id)
     return stream_id
-
-
-async def apublish_turn(redis_client: aioredis.Redis, settings: Settings, event: TurnEvent) -> str:
-    """``publish_turn`` for an asyncio client."""
-    async with redis_client.pipeline(transaction=False) as pipe:
-        _queue_publish(pipe, settings, event)
-        return text((await pipe.execute())[0])

@@ -94,7 +94,7 @@ describe("tool schemas agree with workers/rpc/models.py", () => {
     const code = `
 import json, sys
 from pydantic import AliasChoices
-from workers import rpc_models as m
+from workers.rpc import models as m
 models = {
   "memory_recall": m.MemoryRecallParams, "memory_store": m.MemoryStoreParams,
   "memory_forget": m.MemoryForgetParams, "add_resource": m.AddResourceParams,
