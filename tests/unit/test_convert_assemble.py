@@ -1,0 +1,387 @@
+"""core.messages.convert, the assemble side: OV records to AgentMessages, and trimming to a budget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.messages.convert import (
+    INTERRUPTED_TEXT,
+    NO_OUTPUT_TEXT,
+    archive_summary_message,
+    merge_consecutive_assistants,
+    ov_to_agent_messages,
+    trim_to_budget,
+    turn_to_ov_messages,
+)
+from core.messages.model import (
+    AgentMessage,
+    AssistantMessage,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultMessage,
+    UserMessage,
+    dump_messages,
+)
+
+
+def text_msg(role: str, text: str, **extra: Any) -> dict[str, Any]:
+    return {"role": role, "parts": [{"type": "text", "text": text}], **extra}
+
+
+def tool_part(
+    output: str, *, tool_id: str | None = None, name: str = "bash", tool_input: Any = None, status: str = "completed"
+) -> dict[str, Any]:
+    part: dict[str, Any] = {"type": "tool"}
+    if tool_id:
+        part["tool_id"] = tool_id
+    part["tool_name"] = name
+    if tool_input is not None:
+        part["tool_input"] = tool_input
+    part.update(tool_output=output, tool_status=status)
+    return part
+
+
+# --- assemble -------------------------------------------------------------------------------
+
+ASSEMBLE_CASES: list[tuple[str, list[Any], list[dict[str, Any]]]] = [
+    (
+        "text, context abstract and a completed tool part",
+        [
+            {
+                "id": "msg_1",
+                "role": "assistant",
+                "created_at": "2026-03-24T00:00:00Z",
+                "parts": [
+                    {"type": "text", "text": "I checked the latest context."},
+                    {"type": "context", "abstract": "User prefers concise answers."},
+                    tool_part(
+                        "export const value = 1;",
+                        tool_id="tool_123",
+                        name="read_file",
+                        tool_input={"path": "src/app.ts"},
+                    ),
+                ],
+            }
+        ],
+        [
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "I checked the latest context."},
+                    {"type": "text", "text": "User prefers concise answers."},
+                    {"type": "toolCall", "id": "tool_123", "name": "read_file", "arguments": {"path": "src/app.ts"}},
+                ],
+            },
+            {
+                "role": "toolResult",
+                "toolCallId": "tool_123",
+                "toolName": "read_file",
+                "content": [{"type": "text", "text": "export const value = 1;"}],
+                "isError": False,
+            },
+        ],
+    ),
+    (
+        "a running tool gives a non-error interrupted result",
+        [
+            {
+                "role": "assistant",
+                "parts": [tool_part("", tool_id="tool_running", tool_input={"command": "npm test"}, status="running")],
+            }
+        ],
+        [
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "toolCall", "id": "tool_running", "name": "bash", "arguments": {"command": "npm test"}}
+                ],
+            },
+            {
+                "role": "toolResult",
+                "toolCallId": "tool_running",
+                "toolName": "bash",
+                "content": [{"type": "text", "text": INTERRUPTED_TEXT}],
+                "isError": False,
+            },
+        ],
+    ),
+    (
+        "a tool part without tool_id becomes text",
+        [
+            {
+                "role": "assistant",
+                "parts": [
+                    {"type": "text", "text": "Tool state snapshot:"},
+                    tool_part(
+                        "src/app.ts:17 TODO refine this", tool_id="", name="grep", tool_input={"pattern": "TODO"}
+                    ),
+                ],
+            }
+        ],
+        [
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Tool state snapshot:"},
+                    {
+                        "type": "text",
+                        "text": '[grep] (completed)\nInput: {"pattern":"TODO"}\nOutput: src/app.ts:17 TODO refine this',
+                    },
+                ],
+            }
+        ],
+    ),
+    (
+        "a tool-only user record gives no user message",
+        [{"role": "user", "parts": [tool_part("file.txt", tool_id="tool_abc", tool_input={"command": "ls"})]}],
+        [
+            {
+                "role": "assistant",
+                "content": [{"type": "toolCall", "id": "tool_abc", "name": "bash", "arguments": {"command": "ls"}}],
+            },
+            {
+                "role": "toolResult",
+                "toolCallId": "tool_abc",
+                "toolName": "bash",
+                "content": [{"type": "text", "text": "file.txt"}],
+                "isError": False,
+            },
+        ],
+    ),
+    (
+        "errored, empty-output and JSON-string-input tools; nameless tool is unknown",
+        [
+            {
+                "role": "assistant",
+                "parts": [
+                    tool_part("boom", tool_id="e", status="error"),
+                    {
+                        "type": "tool",
+                        "tool_id": "n",
+                        "tool_input": '{"a": 1}',
+                        "tool_output": "",
+                        "tool_status": "completed",
+                    },
+                ],
+            }
+        ],
+        [
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "toolCall", "id": "e", "name": "bash", "arguments": {}},
+                    {"type": "toolCall", "id": "n", "name": "unknown", "arguments": {"a": 1}},
+                ],
+            },
+            {
+                "role": "toolResult",
+                "toolCallId": "e",
+                "toolName": "bash",
+                "content": [{"type": "text", "text": "boom"}],
+                "isError": True,
+            },
+            {
+                "role": "toolResult",
+                "toolCallId": "n",
+                "toolName": "unknown",
+                "content": [{"type": "text", "text": NO_OUTPUT_TEXT}],
+                "isError": False,
+            },
+        ],
+    ),
+    (
+        "user texts join with a newline; empty records and odd parts give nothing",
+        [
+            {
+                "role": "user",
+                "parts": [
+                    {"type": "text", "text": "a"},
+                    {"type": "context", "abstract": ""},
+                    {"type": "context", "abstract": "b"},
+                    "junk",
+                    {"type": "weird"},
+                ],
+            },
+            {"role": "assistant", "parts": []},
+            {"role": "user", "parts": None},
+            "not a record",
+        ],
+        [{"role": "user", "content": "a\nb"}],
+    ),
+    (
+        "OV's split assistant text and tool messages merge back into one turn",
+        [
+            text_msg("user", "q"),
+            text_msg("assistant", "running tool"),
+            {"role": "assistant", "parts": [tool_part("out", tool_id="t")]},
+            text_msg("assistant", "done"),
+        ],
+        [
+            {"role": "user", "content": "q"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "running tool"},
+                    {"type": "toolCall", "id": "t", "name": "bash", "arguments": {}},
+                ],
+            },
+            {
+                "role": "toolResult",
+                "toolCallId": "t",
+                "toolName": "bash",
+                "content": [{"type": "text", "text": "out"}],
+                "isError": False,
+            },
+            {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
+        ],
+    ),
+    (
+        "an externalised output keeps its reference",
+        [
+            {
+                "role": "assistant",
+                "parts": [
+                    tool_part("head...", tool_id="t")
+                    | {"tool_output_ref": "viking://x", "tool_output_original_chars": 900}
+                ],
+            }
+        ],
+        [
+            {"role": "assistant", "content": [{"type": "toolCall", "id": "t", "name": "bash", "arguments": {}}]},
+            {
+                "role": "toolResult",
+                "toolCallId": "t",
+                "toolName": "bash",
+                "content": [{"type": "text", "text": "head...\n[tool-result-ref] viking://x original_chars=900"}],
+                "isError": False,
+            },
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("records", "expected"), [c[1:] for c in ASSEMBLE_CASES], ids=[c[0] for c in ASSEMBLE_CASES])
+def test_ov_to_agent_messages(records: list[Any], expected: list[dict[str, Any]]) -> None:
+    assert dump_messages(ov_to_agent_messages(records)) == expected
+
+
+def test_capture_then_assemble_round_trip_keeps_the_tool_pair() -> None:
+    turn = [
+        {"role": "user", "content": "list files"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "sure"},
+                {"type": "toolCall", "id": "t", "name": "ls", "arguments": {"d": "."}},
+            ],
+        },
+        {"role": "toolResult", "toolCallId": "t", "toolName": "ls", "content": "a b", "isError": False},
+        {"role": "assistant", "content": "two files"},
+    ]
+    back = ov_to_agent_messages(turn_to_ov_messages(turn, 0, "agent"))
+    assert back == [
+        UserMessage(content="list files"),
+        AssistantMessage(content=[TextBlock(text="sure"), ToolCallBlock(id="t", name="ls", arguments={"d": "."})]),
+        ToolResultMessage(toolCallId="t", toolName="ls", content=[TextBlock(text="a b")]),
+        AssistantMessage(content=[TextBlock(text="two files")]),
+    ]
+
+
+def test_archive_summary_message() -> None:
+    assert archive_summary_message("# Summary\nstuff") == UserMessage(
+        content="[Session History Summary]\n# Summary\nstuff"
+    )
+
+
+def test_merge_consecutive_assistants_keeps_first_fields() -> None:
+    first = AssistantMessage(content=[TextBlock(text="a")], stopReason="toolUse", timestamp=1)
+    merged = merge_consecutive_assistants([first, AssistantMessage(content=[TextBlock(text="b")], timestamp=2)])
+    assert merged == [
+        AssistantMessage(content=[TextBlock(text="a"), TextBlock(text="b")], stopReason="toolUse", timestamp=1)
+    ]
+
+
+# --- budget ---------------------------------------------------------------------------------
+
+
+def count(msgs: list[AgentMessage]) -> int:
+    """One token per message: budgets read as message counts."""
+    return len(msgs)
+
+
+def call(call_id: str) -> AssistantMessage:
+    return AssistantMessage(content=[ToolCallBlock(id=call_id, name="n")])
+
+
+def result(call_id: str) -> ToolResultMessage:
+    return ToolResultMessage(toolCallId=call_id, toolName="n")
+
+
+u1, u2, u3 = (UserMessage(content=f"u{i}") for i in (1, 2, 3))
+
+
+@pytest.mark.parametrize(
+    ("msgs", "budget", "expected"),
+    [
+        ([u1, u2, u3], 3, [u1, u2, u3]),
+        ([u1, u2, u3], 2, [u2, u3]),
+        ([u1, u2, u3], 0, []),
+        ([], 0, []),
+        ([], -1, []),
+        # The call and its two results go together, even if that undershoots the budget.
+        ([u1, call("a"), result("a"), result("a2"), u2], 3, [u2]),
+        ([u1, call("a"), result("a"), u2], 3, [call("a"), result("a"), u2]),
+        ([result("orphan"), u1], 1, [u1]),
+    ],
+    ids=[
+        "fits",
+        "drop-oldest",
+        "nothing-fits",
+        "empty",
+        "empty-negative-budget",
+        "unit-dropped-whole",
+        "unit-kept-whole",
+        "leading-orphan",
+    ],
+)
+def test_trim_to_budget(msgs: list[AgentMessage], budget: int, expected: list[AgentMessage]) -> None:
+    assert trim_to_budget(msgs, budget, count) == expected
+
+
+def test_trim_default_estimate_uses_the_dumped_json() -> None:
+    long = UserMessage(content="x" * 4000)  # ~1000 tokens
+    short = UserMessage(content="hi")
+    assert trim_to_budget([long, short], 100) == [short]
+    assert trim_to_budget([long, short], 5000) == [long, short]
+
+
+_units = st.lists(
+    st.sampled_from(["u", "a", "c"]).flatmap(
+        lambda kind: (
+            st.just([UserMessage(content="u")])
+            if kind == "u"
+            else st.just([AssistantMessage(content=[TextBlock(text="a")])])
+            if kind == "a"
+            else st.integers(1, 3).map(lambda k: [call("x")] + [result("x")] * k)
+        )
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_units, st.integers(0, 30))
+def test_trim_gives_the_longest_fitting_suffix_of_whole_units(units: list[list[AgentMessage]], budget: int) -> None:
+    msgs = [m for unit in units for m in unit]
+    weight = lambda ms: sum(1 + len(getattr(m, "content", [])) for m in ms)  # noqa: E731
+    out = trim_to_budget(msgs, budget, weight)
+    assert out == msgs[len(msgs) - len(out) :]
+    assert weight(out) <= budget or not out
+    cuts = [sum(len(u) for u in units[:i]) for i in range(len(units) + 1)]
+    assert len(msgs) - len(out) in cuts  # cut at a unit boundary: no call split from its results
+    shorter_cuts = [c for c in cuts if c < len(msgs) - len(out)]
+    assert all(weight(msgs[c:]) > budget for c in shorter_cuts)  # nothing longer would fit
