@@ -7,46 +7,13 @@ they must not depend on our own client's interpretation of it.
 from __future__ import annotations
 
 import math
-import uuid
 from typing import Any
 
 import httpx
 import pytest
 
 from core.messages.tokens import estimate_tokens
-
-BUDGET = {"token_budget": 128_000}
-
-
-def sid(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def ok(r: httpx.Response) -> Any:
-    assert r.status_code == 200, r.text
-    body = r.json()
-    assert body["status"] == "ok" and body.get("error") is None, body
-    return body["result"]
-
-
-def err(r: httpx.Response, status: int, code: str) -> dict:
-    assert r.status_code == status, r.text
-    body = r.json()
-    assert body["status"] == "error", body
-    assert body["error"]["code"] == code, body
-    assert body.get("result") is None
-    return body["error"]
-
-
-def text_msg(role: str, text: str, **extra: Any) -> dict:
-    return {"role": role, "parts": [{"type": "text", "text": text}], **extra}
-
-
-def commit_and_wait(http: httpx.Client, wait_task, session_id: str, **body: Any) -> tuple[dict, dict]:
-    accepted = ok(http.post(f"/api/v1/sessions/{session_id}/commit", json=body))
-    assert accepted["status"] == "accepted", accepted
-    return accepted, wait_task(http, accepted["task_id"])
-
+from tests.helpers.ov_http import BUDGET, err, ok, sid, text_msg
 
 # --- health, envelope, errors -----------------------------------------------------------
 

@@ -26,24 +26,7 @@ from core.messages.model import (
     UserMessage,
     dump_messages,
 )
-
-
-def text_msg(role: str, text: str, **extra: Any) -> dict[str, Any]:
-    return {"role": role, "parts": [{"type": "text", "text": text}], **extra}
-
-
-def tool_part(
-    output: str, *, tool_id: str | None = None, name: str = "bash", tool_input: Any = None, status: str = "completed"
-) -> dict[str, Any]:
-    part: dict[str, Any] = {"type": "tool"}
-    if tool_id:
-        part["tool_id"] = tool_id
-    part["tool_name"] = name
-    if tool_input is not None:
-        part["tool_input"] = tool_input
-    part.update(tool_output=output, tool_status=status)
-    return part
-
+from tests.helpers.transcripts import text_msg, tool_part
 
 # --- assemble -------------------------------------------------------------------------------
 

@@ -20,36 +20,13 @@ from core.messages.model import (
     dump_messages,
 )
 from core.messages.pipeline import (
-    MISSING_TOOL_RESULT_TEXT,
     NO_CONTENT_TEXT,
     ensure_alternation,
     merge_consecutive_users,
     run_pipeline,
     sanitize_tool_use_result_pairing,
 )
-
-
-def U(content: Any = "u") -> UserMessage:
-    return UserMessage(content=content)
-
-
-def A(
-    *calls: str, text: str | None = None, stop: str | None = None, names: dict[str, str] | None = None
-) -> AssistantMessage:
-    blocks: list[Any] = [TextBlock(text=text)] if text is not None else []
-    blocks += [ToolCallBlock(id=c, name=(names or {}).get(c, "bash")) for c in calls]
-    return AssistantMessage(content=blocks, stopReason=stop)
-
-
-def R(call_id: str, out: str = "ok", name: str = "bash") -> ToolResultMessage:
-    return ToolResultMessage(toolCallId=call_id, toolName=name, content=[TextBlock(text=out)])
-
-
-def synthetic(call_id: str, name: str = "bash") -> ToolResultMessage:
-    return ToolResultMessage(
-        toolCallId=call_id, toolName=name, content=[TextBlock(text=MISSING_TOOL_RESULT_TEXT)], isError=True
-    )
-
+from tests.helpers.transcripts import A, R, U, synthetic
 
 # --- 1 and 2: raw dicts ------------------------------------------------------------------
 

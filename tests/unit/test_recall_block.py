@@ -9,30 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.recall.hits import (
-    RecallHit,
     build_recall_block,
     format_recall_line,
     prepend_recall_block,
 )
 from core.recall.text import AUTO_RECALL_SOURCE_MARKER
-
-MEM = "viking://user/u1/memories"
-
-
-def hit(name: str, score: float, level: int | None = 2, abstract: str | None = None, **kw: object) -> dict:
-    return {
-        "uri": f"{MEM}/{name}",
-        "level": level,
-        "score": score,
-        "abstract": abstract if abstract is not None else f"abstract of {name}",
-        "context_type": "memory",
-        **kw,
-    }
-
-
-def names(hits: list[RecallHit]) -> list[str]:
-    return [h.uri.removeprefix(MEM + "/") for h in hits]
-
+from tests.helpers.recall import MEM, hit
 
 # --- the block -----------------------------------------------------------------------
 
