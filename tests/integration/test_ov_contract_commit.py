@@ -61,17 +61,18 @@ def test_commit_with_working_memory_extracts_preference(ov_http: httpx.Client, w
 
     expected_uri = "viking://user/default/memories/preferences/default/green_tea_jasmine.md"
     for target in ("viking://user/default/memories", "viking://~/memories"):
-        # OV indexes a new memory a moment after its task reports completed: wait for a leaf.
-        def with_leaves(target: str = target) -> tuple[dict, list[dict]] | None:
+        # OV indexes a new memory a moment after its task reports completed, and other
+        # modules' memories share this OV user: wait until ours is among the leaves.
+        def with_ours(target: str = target) -> tuple[dict, list[dict]] | None:
             found = ok(
                 ov_http.post(
                     "/api/v1/search/find", json={"query": "green tea jasmine", "target_uri": target, "limit": 10}
                 )
             )
             leaves = [h for h in found["memories"] if h["level"] == 2]
-            return (found, leaves) if leaves else None
+            return (found, leaves) if expected_uri in [h["uri"] for h in leaves] else None
 
-        found, leaves = wait_until(with_leaves, f"a memory leaf under {target}", timeout_s=30, interval_s=0.25)
+        found, leaves = wait_until(with_ours, f"{expected_uri} under {target}", timeout_s=30, interval_s=0.25)
         assert [h["uri"] for h in leaves][:1] == [expected_uri], found
         assert "green tea" in leaves[0]["abstract"] and leaves[0]["context_type"] == "memory"
     body = ok(ov_http.get("/api/v1/content/read", params={"uri": expected_uri}))

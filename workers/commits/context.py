@@ -15,6 +15,7 @@ already running a loop), one OV connection pool and one asyncio Redis client
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -27,6 +28,10 @@ from core.session import SessionAddress
 from workers.store.connection import connect_async
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+CLOSE_TIMEOUT_S = 5.0
+"""Longest wait for each part of a job context to close."""
 TransportFactory = Callable[[Settings], httpx.AsyncBaseTransport | None]
 
 
@@ -59,13 +64,19 @@ class JobContext:
         return asyncio.run_coroutine_threadsafe(call(), self._loop).result()
 
     def close(self) -> None:
-        """Close the OV pool and stop the loop."""
+        """Close the OV pool and the Redis client, then stop the loop (bounded: a stuck
+        job must not hold a shutdown up)."""
+        closing = [self.redis.aclose()]
         if self._ov is not None:
-            ov, self._ov = self._ov, None
-            asyncio.run_coroutine_threadsafe(ov.aclose(), self._loop).result()
-        asyncio.run_coroutine_threadsafe(self.redis.aclose(), self._loop).result()
+            closing.append(self._ov.aclose())
+            self._ov = None
+        for coro in closing:
+            try:
+                asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=CLOSE_TIMEOUT_S)
+            except Exception as exc:  # closing is best effort; the process may be going away
+                log.warning("job context of %s: close did not finish: %r", self.settings.key_prefix, exc)
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=CLOSE_TIMEOUT_S)
 
 
 _settings: dict[str, Settings] = {}

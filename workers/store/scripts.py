@@ -56,7 +56,7 @@ class Lua:
             return await self._async(keys=keys, args=args, client=client)
 
 
-# --- leases (workers.store.leases): a hash {id: owner, data: owner's note} with a TTL --------
+# --- leases (capture's shard leases, the commits' tenant lock): a hash {id: owner, data} with a TTL ---
 
 LEASE_ACQUIRE = Lua("""
 local cur = redis.call('HGET', KEYS[1], 'id')

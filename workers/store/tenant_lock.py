@@ -3,15 +3,16 @@
 OV 0.5.2 runs phase 2 of different sessions concurrently, and when two
 memory extractions of one user overlap neither writes its memories (both
 tasks complete with ``memories_extracted: {}``). So ``commit_session`` takes
-the tenant's lock (``Keys.commit_tenant_lock``, a lease of workers.store.scripts
-owned by the commit id, its data the holder's request) before calling OV's commit, and recording the final outcome
-releases it (``workers.store.commit_queue.record_outcome``). A commit finding the lock held by another
-commit schedules itself again after ``commit_tenant_wait_s`` instead of
+the tenant's lock (``Keys.commit_tenant_lock``: a lease of workers.store.scripts
+owned by the commit id, its data the holder's request) before calling OV's
+commit, and recording the final outcome releases it
+(``workers.store.commit_queue.record_outcome``). A commit finding the lock held
+by another commit schedules itself again after ``commit_tenant_wait_s`` instead of
 blocking a worker; its request stays in flight meanwhile, so the in-flight
 dedupe and compact's wait see it as usual.
 
-The tenant is who OV sees: the API key the job acts with (the request's
-``user`` label's key in ``user_api_keys``, else ``api_key``), or in dev mode
+The tenant is who OV sees: the API key the job acts with (the key of the
+request's tenant label, wire field ``user``, in ``user_api_keys``, else ``api_key``), or in dev mode
 the ``account``/``user`` headers. The lock expires after
 ``phase2_deadline_s + COMMIT_TENANT_LOCK_MARGIN_S`` (renewed when phase 2
 starts), so a poller that died cannot hold it for ever.
