@@ -130,6 +130,14 @@ class Settings(BaseSettings):
         return v
 
     @property
+    def commit_queue_name(self) -> str:
+        """The RQ queue of the commit jobs: ``commit_queue`` when set, else
+        ``<key_prefix>-commits``, so two deployments on one Redis never share a queue."""
+        if "commit_queue" in self.model_fields_set:
+            return self.commit_queue
+        return f"{self.key_prefix}{d.COMMIT_QUEUE_SUFFIX}"
+
+    @property
     def embedded_redis(self) -> bool:
         return self.redis_url.startswith("fakeredis://")
 

@@ -148,7 +148,11 @@ CAPTURE_EVENT_IDS_KEPT = 256
 # --- commits and phase 2 -----------------------------------------------------------
 
 COMMIT_QUEUE = "ovstream-commits"
-"""RQ queue for commit and poll jobs."""
+"""RQ queue for commit and poll jobs when ``commit_queue`` is set to nothing else; by default
+the queue is ``<key_prefix>`` + ``COMMIT_QUEUE_SUFFIX`` (the same name for the default prefix)."""
+
+COMMIT_QUEUE_SUFFIX = "-commits"
+"""Appended to ``key_prefix`` to name the commit queue unless ``commit_queue`` is set."""
 
 COMMIT_RETRY_INTERVALS_S: tuple[int, ...] = (1, 5, 15)
 """RQ's retries of a commit job whose OV call found OV down (the commit never got through):

@@ -232,3 +232,16 @@ def test_ovstream_commits_prints_the_table(redis_client, settings, fake_ov, monk
     assert out[2].split()[:3] == [failed.commit_id, "compact", "failed"]
     assert out[3].split()[:3] == [done.commit_id, "manual", "completed"]
     assert "archive_001" in out[2] and "archive_002" in out[3]
+
+
+def test_two_deployments_on_one_redis_both_commit_the_same_session_id(redis_client, settings, fake_ov):
+    other = settings.model_copy(update={"key_prefix": f"{settings.key_prefix}-b"})
+    assert settings.commit_queue_name != other.commit_queue_name
+    _seed(fake_ov, "shared")
+    first, second = _request(redis_client, settings, "shared"), _request(redis_client, other, "shared")
+    assert first.commit_id != second.commit_id  # RQ's job ids are global to the Redis
+    assert drain_jobs(redis_client, settings, until=_final(redis_client, settings, first))
+    assert CommitRecords(redis_client, settings).outcome(first).status == "completed"
+    _seed(fake_ov, "shared")  # new messages for the second deployment's commit to archive
+    assert drain_jobs(redis_client, other, until=_final(redis_client, other, second))
+    assert CommitRecords(redis_client, other).outcome(second).status == "completed"

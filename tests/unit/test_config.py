@@ -99,3 +99,9 @@ def test_settings_are_frozen_and_embedded_flag():
 def test_defaults_module_feeds_settings():
     assert Settings().claim_idle_ms == d.CLAIM_IDLE_MS
     assert Settings().commit_queue == d.COMMIT_QUEUE
+
+
+def test_commit_queue_is_named_after_the_key_prefix_unless_set():
+    assert Settings().commit_queue_name == "ovstream-commits"  # the default prefix keeps the old name
+    assert Settings(key_prefix="blue").commit_queue_name == "blue-commits"
+    assert Settings(key_prefix="blue", commit_queue="jobs").commit_queue_name == "jobs"

@@ -2,7 +2,7 @@
 ``drain_jobs`` for tests, and ``ovstream commits`` (the outcome table).
 
 ``ovstream worker`` is an RQ SimpleWorker with its scheduler on
-``settings.commit_queue``: jobs run in the worker process itself, which keeps
+``settings.commit_queue_name``: jobs run in the worker process itself, which keeps
 one job context (event loop, OV pool, Redis client) for all of them, the way
 arq does; RQ's death penalty still ends a job that overruns. Inside one process (``up``, tests) jobs run in an
 ``EmbeddedWorker``: a SimpleWorker that installs no signal handlers and times
@@ -89,7 +89,7 @@ def run_embedded_worker(
 ) -> None:
     """Work the commit queue in burst rounds until ``stop`` is set (``ovstream up``)."""
     worker = make_worker(redis, settings, embedded=True)
-    log.info("embedded RQ worker %s on queue %s", worker.name, settings.commit_queue)
+    log.info("embedded RQ worker %s on queue %s", worker.name, settings.commit_queue_name)
     while not stop.is_set():
         try:
             worker.work(burst=True, with_scheduler=True, logging_level="WARNING")
@@ -111,7 +111,7 @@ def cli_worker(settings: Settings, args: argparse.Namespace) -> int:
         return 2
     redis = connect(settings)
     worker = make_worker(redis, settings)
-    log.info("RQ worker %s on queue %s (scheduler on)", worker.name, settings.commit_queue)
+    log.info("RQ worker %s on queue %s (scheduler on)", worker.name, settings.commit_queue_name)
     worker.work(burst=bool(getattr(args, "burst", False)), with_scheduler=True)
     return 0
 

@@ -121,7 +121,7 @@ async def run_demo(
         rpc_url = f"http://127.0.0.1:{runtime.port}"
         say(
             f"ovstream up: RPC on {rpc_url}, capture worker {runtime.capture.consumer} on "
-            f"{settings.shards} shards, RQ worker on queue {settings.commit_queue}"
+            f"{settings.shards} shards, RQ worker on queue {settings.commit_queue_name}"
         )
         say()
         transport = runtime.fake_ov.transport() if runtime.fake_ov is not None else None
@@ -268,7 +268,7 @@ def cli_demo(settings: Settings, args: argparse.Namespace) -> int:
                 # queue are not the demo's to consume.
                 isolation = {
                     "key_prefix": f"{settings.key_prefix}{DEMO_SUFFIX}",
-                    "commit_queue": f"{settings.commit_queue}{DEMO_SUFFIX}",
+                    "commit_queue": f"{settings.commit_queue_name}{DEMO_SUFFIX}",
                 }
                 say(
                     f"Redis: the demo's keys go under {isolation['key_prefix']}:*, its jobs on queue "

@@ -124,7 +124,7 @@ async def run_up(
                 config.host,
                 runtime.port,
                 capture.consumer,
-                settings.commit_queue,
+                settings.commit_queue_name,
             )
             if started is not None:
                 started(runtime)

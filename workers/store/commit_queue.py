@@ -76,9 +76,10 @@ def now() -> float:
 # --- records ---------------------------------------------------------------------------
 
 
-def commit_job_id(scope: str, ov_session_id: str, generation: int) -> str:
-    """RQ job id of a session's commit (RQ allows only ``[A-Za-z0-9_-]``)."""
-    digest = hashlib.sha256(f"{scope}\x00{ov_session_id}".encode()).hexdigest()[:24]
+def commit_job_id(key_prefix: str, scope: str, ov_session_id: str, generation: int) -> str:
+    """RQ job id of a session's commit (RQ allows only ``[A-Za-z0-9_-]``). RQ's job keys are
+    global to the Redis, so the deployment's ``key_prefix`` is part of the id."""
+    digest = hashlib.sha256(f"{key_prefix}\x00{scope}\x00{ov_session_id}".encode()).hexdigest()[:24]
     return f"commit_{digest}_{generation}"
 
 
@@ -87,7 +88,7 @@ def _poll_job_id(request: CommitRequest, attempt: int) -> str:
 
 
 def commit_queue(redis: redis_lib.Redis, settings: Settings) -> Queue:
-    return Queue(settings.commit_queue, connection=redis)
+    return Queue(settings.commit_queue_name, connection=redis)
 
 
 def _inflight_key(settings: Settings, request: CommitRequest) -> str:
@@ -178,7 +179,7 @@ def request_commit(
                         continue
                 generation = int(pipe.get(ks.commit_generation) or 0) + 1
                 request = CommitRequest(
-                    commit_id=commit_job_id(ks.scope, address.ov_session_id, generation),
+                    commit_id=commit_job_id(settings.key_prefix, ks.scope, address.ov_session_id, generation),
                     ov_session_id=address.ov_session_id,
                     agent_id=address.agent_id,
                     user=address.tenant,
