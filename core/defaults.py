@@ -176,7 +176,16 @@ PHASE2_DEADLINE_S = 300.0
 """A phase-2 task not finished after this is recorded as a timeout."""
 
 PHASE2_READ_RETRIES = 5
-"""Consecutive failed task reads tolerated before the poller gives up."""
+"""Consecutive failed task reads over which the poll interval keeps doubling. A read that
+fails never fails the commit (OV restarts take longer than a few reads): only OV saying
+``failed`` does; reads go on until ``phase2_deadline_s``."""
+
+PHASE2_READ_BACKOFF_MAX_S = 15.0
+"""Longest wait between two phase-2 reads while reads fail."""
+
+PHASE2_RECHECK_DELAYS_S: tuple[float, ...] = (30.0, 120.0, 600.0, 3600.0)
+"""After a ``timeout`` outcome the task is read again after each of these delays; a final
+state OV reports then replaces the timeout (the record ends matching OV's task)."""
 
 COMPACT_WAIT_S = 150.0
 """How long compact waits for phase 2. OpenClaw bounds a compaction at 180 s

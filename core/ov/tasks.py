@@ -65,23 +65,29 @@ def judge_phase2_read(
     error: Exception | None,
     *,
     failed_reads: int,
-    read_retries: int,
     deadline_passed: bool,
     deadline_s: float,
 ) -> Phase2Read:
     """One read of the task (``task``, or the ``error`` reading it raised), judged the same
     way by the poller job and compact's inline commit: a final task state ends the commit;
-    more than ``read_retries`` failed reads in a row fail it; past the deadline it timed out."""
+    a failed read only counts (an OV restart outlasts a few reads); past the deadline it
+    timed out (the poller checks again later, ``PHASE2_RECHECK_DELAYS_S``)."""
     if error is not None:
         failed_reads += 1
-        if failed_reads > read_retries:
-            reason = f"phase-2 task unreadable after {failed_reads} reads: {error}"
-            return Phase2Read("failed", {"error": reason}, failed_reads)
     else:
         failed_reads = 0
         verdict = task_verdict(task)
         if verdict is not None:
             return Phase2Read(verdict[0], verdict[1], 0)
     if deadline_passed:
-        return Phase2Read("timeout", {"error": f"phase 2 not finished within {deadline_s:g}s"}, failed_reads)
+        why = f"phase 2 not finished within {deadline_s:g}s"
+        if error is not None:
+            why += f" (the last {failed_reads} task reads failed: {error})"
+        return Phase2Read("timeout", {"error": why}, failed_reads)
     return Phase2Read(None, {}, failed_reads)
+
+
+def next_read_delay(interval_s: float, failed_reads: int, doublings: int, longest_s: float) -> float:
+    """Wait before the next task read: the poll interval, doubled per failed read in a row
+    (at most ``doublings`` times), never more than ``longest_s``."""
+    return min(interval_s * 2.0 ** min(failed_reads, doublings), max(interval_s, longest_s))

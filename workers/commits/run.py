@@ -18,7 +18,7 @@ from rq import get_current_job
 
 from core.events import CommitOutcome, CommitRequest, decode
 from core.ov.client import OVClient, OVError, OVUnavailable
-from core.ov.tasks import judge_phase2_read
+from core.ov.tasks import judge_phase2_read, task_verdict
 from workers.commits.context import JobContext, context_for
 from workers.store import commit_queue as jobs
 from workers.store import tenant_lock as jobs_tenant
@@ -60,6 +60,13 @@ def poll_phase2(request_json: str, key_prefix: str, deadline_at: float, failed_r
         deadline_at=deadline_at,
         failed_reads=failed_reads,
         attempt=attempt,
+    ).status
+
+
+def recheck_phase2(request_json: str, key_prefix: str, round_: int) -> str:
+    """RQ job: read a timed-out commit's task once more; correct the record when OV says it ended."""
+    return run_recheck(
+        _current_redis(), context_for(key_prefix), decode(request_json, CommitRequest), round_=round_
     ).status
 
 
@@ -163,16 +170,42 @@ def run_poll(
         task,
         error,
         failed_reads=failed_reads,
-        read_retries=settings.phase2_read_retries,
         deadline_passed=jobs.now() >= deadline_at,
         deadline_s=settings.phase2_deadline_s,
     )
     if read.status is not None:
-        return finish_commit(redis, settings, request, read.status, outcome, **read.fields)
+        final = finish_commit(redis, settings, request, read.status, outcome, **read.fields)
+        if final.status == "timeout":  # OV may still finish it: look again later
+            jobs.schedule_recheck(redis, settings, request, round_=0)
+        return final
     failed_reads = read.failed_reads
     jobs.schedule_poll(
         redis, settings, request, deadline_at=deadline_at, failed_reads=failed_reads, attempt=attempt + 1
     )
+    return outcome
+
+
+def run_recheck(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest, *, round_: int) -> CommitOutcome:
+    """A timed-out commit's task read again: a final state OV reports replaces the timeout,
+    so the record ends matching OV; otherwise the next recheck is scheduled."""
+    records = CommitRecords(redis, ctx.settings)
+    outcome = records.outcome(request)
+    if outcome is None or outcome.status != "timeout" or not outcome.task_id:
+        return outcome or outcome_of(request, "pending")
+    task_id = outcome.task_id
+    try:
+        verdict = task_verdict(ctx.run(lambda: _read_task(ctx, request, task_id)))
+    except OVError as exc:
+        log.info("commit %s: recheck %d could not read the task: %s", request.commit_id, round_, exc)
+        verdict = None
+    if verdict is not None:
+        status, fields = verdict
+        carried = {"task_id": task_id, "archive_uri": outcome.archive_uri, "archived": outcome.archived}
+        corrected = outcome_of(request, status, finished_at=jobs.now(), **{**carried, **fields})
+        records.correct_timeout(request, corrected)
+        return records.outcome(request) or corrected
+    if not jobs.schedule_recheck(redis, ctx.settings, request, round_=round_ + 1):
+        log.warning("commit %s: phase 2 still unfinished after every recheck; it stays timeout", request.commit_id)
     return outcome
 
 

@@ -22,9 +22,10 @@ import msgspec
 import redis
 
 from core.assemble_plan import FullContext, build_full_context, snapshot_base
+from core.defaults import PHASE2_READ_BACKOFF_MAX_S
 from core.events import CommitOutcome, CommitRequest, ContextSnapshot
 from core.ov.client import OVError, OVUnavailable
-from core.ov.tasks import judge_phase2_read
+from core.ov.tasks import judge_phase2_read, next_read_delay
 from workers.rpc.context import Caller, RpcError, Services, rpc_error_for
 from workers.rpc.models import CompactRequest
 from workers.store.applied import AppliedState
@@ -107,7 +108,10 @@ async def _inline_commit(svc: Services, caller: Caller, ov_session_id: str, *, r
     deadline = time.monotonic() + settings.compact_wait_s
     failed_reads = 0
     while True:
-        await asyncio.sleep(min(settings.phase2_poll_interval_s, max(deadline - time.monotonic(), 0)))
+        wait_s = next_read_delay(
+            settings.phase2_poll_interval_s, failed_reads, settings.phase2_read_retries, PHASE2_READ_BACKOFF_MAX_S
+        )
+        await asyncio.sleep(min(wait_s, max(deadline - time.monotonic(), 0)))
         task, error = None, None
         try:
             task = await ov.get_task(accepted.task_id)
@@ -117,7 +121,6 @@ async def _inline_commit(svc: Services, caller: Caller, ov_session_id: str, *, r
             task,
             error,
             failed_reads=failed_reads,
-            read_retries=settings.phase2_read_retries,
             deadline_passed=time.monotonic() >= deadline,
             deadline_s=settings.compact_wait_s,
         )

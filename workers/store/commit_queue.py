@@ -12,11 +12,13 @@ session>_<generation>``, so a finished commit never blocks the next one.
 itself again after ``commit_tenant_wait_s`` while another commit holds it;
 then it calls OV's commit (phase 1, archiving) and schedules
 ``poll_phase2`` with ``queue.enqueue_in``; each poll reads the task once and
-schedules the next, tolerating ``phase2_read_retries`` consecutive failed
-reads, until a final status or ``phase2_deadline_s``. The outcome
-(completed / failed / timeout / skipped) is written to ``Keys.commits`` — the
-record of truth, the first final outcome wins — and appended to
-``Keys.commit_outcomes()``; recording it releases the tenant's lock.
+schedules the next (the wait doubling while reads fail: an OV restart must not
+fail a commit OV completes) until OV reports a final state or
+``phase2_deadline_s`` passes. The outcome (completed / failed / timeout /
+skipped) is written to ``Keys.commits`` — the record of truth, the first final
+outcome wins, except that a ``timeout`` is read again later
+(``PHASE2_RECHECK_DELAYS_S``) and replaced by the state OV reports then — and
+appended to ``Keys.commit_outcomes()``; recording it releases the tenant's lock.
 
 The jobs are named by their RQ function path (``COMMIT_JOB``, ``POLL_JOB``;
 bodies in ``workers.commits.run``), so capture and the RPC ask for commits
@@ -40,8 +42,9 @@ from rq.exceptions import DuplicateJobError, NoSuchJobError
 from rq.job import Job, JobStatus
 
 from core.config import Settings
-from core.defaults import COMMIT_RETRY_INTERVALS_S
+from core.defaults import COMMIT_RETRY_INTERVALS_S, PHASE2_READ_BACKOFF_MAX_S, PHASE2_RECHECK_DELAYS_S
 from core.events import CommitOutcome, CommitRequest, CommitStatus, decode, encode
+from core.ov.tasks import next_read_delay
 from core.session import SessionAddress
 from workers.store import tenant_lock
 from workers.store.commit_records import FINAL_STATUSES, CommitRecords, final_or_timeout, load_outcome, outcome_of
@@ -54,7 +57,8 @@ COMMIT_RETRY = Retry(max=len(COMMIT_RETRY_INTERVALS_S), interval=list(COMMIT_RET
 """RQ retries of a commit whose OV call found OV down (``core.defaults.COMMIT_RETRY_INTERVALS_S``)."""
 COMMIT_JOB = "workers.commits.run.commit_session"
 POLL_JOB = "workers.commits.run.poll_phase2"
-"""RQ function paths of the two jobs (by name, so this module needs not import them)."""
+RECHECK_JOB = "workers.commits.run.recheck_phase2"
+"""RQ function paths of the jobs (by name, so this module needs not import them)."""
 _LIVE_JOB_STATUSES = frozenset(
     {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED, JobStatus.CREATED}
 )
@@ -247,14 +251,18 @@ def _schedule(
     delay_s: float,
     func: str,
     *args: Any,
+    in_flight: bool = True,
     **options: Any,
 ) -> None:
-    """Enqueue ``func(request, key_prefix, *args)`` after ``delay_s`` as the session's next job.
+    """Enqueue ``func(request, key_prefix, *args)`` after ``delay_s``.
 
-    The in-flight slot names the job before it exists, so a reader never sees a
-    finished job there while the chain is alive; a missing one is re-created.
+    For a commit in flight the slot names the job before it exists, so a reader
+    never sees a finished job there while the chain is alive; a missing one is
+    re-created. A recheck of a finished commit (``in_flight=False``) leaves the
+    slot alone: it may belong to the session's next commit by then.
     """
-    redis.hset(_inflight_key(settings, request), "job", job_id)
+    if in_flight:
+        redis.hset(_inflight_key(settings, request), "job", job_id)
     try:
         commit_queue(redis, settings).enqueue_in(
             timedelta(seconds=delay_s),
@@ -279,13 +287,15 @@ def schedule_poll(
     failed_reads: int,
     attempt: int,
 ) -> None:
-    """Read the phase-2 task again after ``phase2_poll_interval_s``."""
+    """Read the phase-2 task again: after ``phase2_poll_interval_s``, doubled per failed read."""
     _schedule(
         redis,
         settings,
         request,
         _poll_job_id(request, attempt),
-        settings.phase2_poll_interval_s,
+        next_read_delay(
+            settings.phase2_poll_interval_s, failed_reads, settings.phase2_read_retries, PHASE2_READ_BACKOFF_MAX_S
+        ),
         POLL_JOB,
         deadline_at,
         failed_reads,
@@ -318,3 +328,22 @@ def _job_error(job: Job | None) -> str:
     except Exception:  # an unreadable result must not hide the failure itself
         text = ""
     return text.splitlines()[-1] if text else "unknown"
+
+
+def schedule_recheck(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, round_: int) -> bool:
+    """Read a timed-out commit's task again after ``PHASE2_RECHECK_DELAYS_S[round_]``;
+    False when every recheck was spent."""
+    if round_ >= len(PHASE2_RECHECK_DELAYS_S):
+        return False
+    _schedule(
+        redis,
+        settings,
+        request,
+        f"{request.commit_id}_recheck{round_}",
+        PHASE2_RECHECK_DELAYS_S[round_],
+        RECHECK_JOB,
+        round_,
+        in_flight=False,
+        description=f"recheck phase 2 of {request.commit_id} (timed out)",
+    )
+    return True

@@ -127,6 +127,35 @@ class CommitRecords:
             )
         return True
 
+    def correct_timeout(self, request: CommitRequest, outcome: CommitOutcome) -> bool:
+        """Replace a recorded ``timeout`` by the final state OV reported later (a recheck);
+        any other stored outcome stands. True when corrected."""
+        key = self.session_keys(request.address).commits
+        with self.redis.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key)
+                    current = load_outcome(pipe, key, request.commit_id)
+                    if current is None or current.status != "timeout":
+                        pipe.reset()
+                        return False
+                    pipe.multi()
+                    pipe.hset(key, request.commit_id, encode(outcome))
+                    pipe.execute()
+                    break
+                except redis_lib.WatchError:
+                    continue
+        self.redis.xadd(
+            self.keys.commit_outcomes(),
+            {OUTCOME_FIELD: encode(outcome)},
+            maxlen=self.settings.commit_outcome_stream_maxlen,
+            approximate=True,
+        )
+        log.info(
+            "commit %s of session %s: timeout corrected to %s", request.commit_id, request.ov_session_id, outcome.status
+        )
+        return True
+
     def list(self, address: SessionAddress) -> list[CommitOutcome]:
         """Every recorded commit of the session, oldest first."""
         raw = self.redis.hgetall(self.session_keys(address).commits)
