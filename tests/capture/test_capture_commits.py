@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -17,6 +19,7 @@ from workers.cli import main
 from workers.commits import context as jobs
 from workers.commits.context import context_of
 from workers.commits.run import run_commit, run_poll, run_recheck
+from workers.commits.scheduler import move_due_jobs
 from workers.commits.worker import drain_jobs, jobs_waiting
 from workers.store import commit_queue
 from workers.store.commit_queue import request_commit, wait_commit_outcome
@@ -268,3 +271,21 @@ def test_two_deployments_on_one_redis_both_commit_the_same_session_id(redis_clie
     _seed(fake_ov, "shared")  # new messages for the second deployment's commit to archive
     assert drain_jobs(redis_client, other, until=_final(redis_client, other, second))
     assert CommitRecords(redis_client, other).outcome(second).status == "completed"
+
+
+def test_due_jobs_move_with_an_orphaned_rq_scheduler_lock_and_exactly_once(redis_client, settings):
+    """A SIGKILLed worker leaves RQ's scheduler lock behind; the polls must move anyway,
+    each once however many workers move at the same moment."""
+    queue = commit_queue.commit_queue(redis_client, settings)
+    redis_client.set(f"rq:scheduler-lock:{queue.name}", "dead-worker", ex=60)
+    for i in range(40):
+        queue.enqueue_in(timedelta(seconds=0), "builtins.print", i, job_id=f"{settings.key_prefix}-due-{i}")
+    moved: list[int] = []
+    threads = [threading.Thread(target=lambda: moved.append(move_due_jobs(redis_client, settings))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(moved) == 40 and queue.count == 40
+    assert sorted(queue.job_ids) == sorted(f"{settings.key_prefix}-due-{i}" for i in range(40))
+    assert queue.scheduled_job_registry.count == 0

@@ -1,14 +1,15 @@
 """Running the commit jobs: ``ovstream worker``, the embedded worker of ``ovstream up``,
 ``drain_jobs`` for tests, and ``ovstream commits`` (the outcome table).
 
-``ovstream worker`` is an RQ SimpleWorker with its scheduler on
-``settings.commit_queue_name``: jobs run in the worker process itself, which keeps
-one job context (event loop, OV pool, Redis client) for all of them, the way
-arq does; RQ's death penalty still ends a job that overruns. Inside one process (``up``, tests) jobs run in an
-``EmbeddedWorker``: a SimpleWorker that installs no signal handlers and times
-jobs out with a timer, so it can run off the main thread; it works in burst
-rounds, each of which first moves due scheduled jobs (the phase-2 polls) onto
-the queue.
+``ovstream worker`` is an RQ SimpleWorker on ``settings.commit_queue_name``:
+jobs run in the worker process itself, which keeps one job context (event
+loop, OV pool, Redis client) for all of them, the way arq does; RQ's death
+penalty still ends a job that overruns. Due scheduled jobs (phase-2 polls,
+tenant waits, rechecks) are moved by every worker (workers.commits.scheduler),
+not by RQ's single locked scheduler. Inside one process (``up``, tests) jobs
+run in an ``EmbeddedWorker``: a SimpleWorker that installs no signal handlers
+and times jobs out with a timer, so it can run off the main thread; it works
+in burst rounds, each of which first moves the due jobs onto the queue.
 """
 
 from __future__ import annotations
@@ -29,11 +30,15 @@ from core.config import Settings
 from core.events import CommitOutcome
 from core.session import SessionAddress
 from workers.commits.context import register
+from workers.commits.scheduler import DueJobMover, move_due_jobs
 from workers.store.commit_queue import commit_queue
 from workers.store.commit_records import CommitRecords
 from workers.store.connection import connect
 
 log = logging.getLogger(__name__)
+
+MAINTENANCE_INTERVAL_S = 30
+"""RQ's maintenance (registry cleaning) interval; RQ's default is 600 s."""
 
 
 class EmbeddedWorker(SimpleWorker):
@@ -51,7 +56,8 @@ def make_worker(redis: redis_lib.Redis, settings: Settings, *, embedded: bool = 
     # Jobs run in this process (no fork per job, as arq does): its JobContext
     # (workers.commits.context) keeps one event loop, OV pool and Redis client for all.
     cls: type[BaseWorker] = EmbeddedWorker if embedded else SimpleWorker
-    return cls([commit_queue(redis, settings)], connection=redis)
+    # Registries (abandoned jobs of a killed worker among them) are cleaned this often.
+    return cls([commit_queue(redis, settings)], connection=redis, maintenance_interval=MAINTENANCE_INTERVAL_S)
 
 
 def jobs_waiting(redis: redis_lib.Redis, settings: Settings) -> int:
@@ -75,7 +81,8 @@ def drain_jobs(
     worker = make_worker(redis, settings, embedded=True)
     deadline = time.monotonic() + timeout_s
     while True:
-        worker.work(burst=True, with_scheduler=True, logging_level="WARNING")
+        move_due_jobs(redis, settings)
+        worker.work(burst=True, logging_level="WARNING")
         done = until() if until is not None else jobs_waiting(redis, settings) == 0
         if done:
             return True
@@ -92,7 +99,8 @@ def run_embedded_worker(
     log.info("embedded RQ worker %s on queue %s", worker.name, settings.commit_queue_name)
     while not stop.is_set():
         try:
-            worker.work(burst=True, with_scheduler=True, logging_level="WARNING")
+            move_due_jobs(redis, settings)
+            worker.work(burst=True, logging_level="WARNING")
         except Exception:  # one bad round must not end the embedded worker
             log.exception("embedded RQ worker round failed")
         stop.wait(pause_s)
@@ -111,8 +119,18 @@ def cli_worker(settings: Settings, args: argparse.Namespace) -> int:
         return 2
     redis = connect(settings)
     worker = make_worker(redis, settings)
-    log.info("RQ worker %s on queue %s (scheduler on)", worker.name, settings.commit_queue_name)
-    worker.work(burst=bool(getattr(args, "burst", False)), with_scheduler=True)
+    burst = bool(getattr(args, "burst", False))
+    log.info("RQ worker %s on queue %s (moving due jobs itself)", worker.name, settings.commit_queue_name)
+    if burst:
+        move_due_jobs(redis, settings)
+        worker.work(burst=True)
+        return 0
+    mover = DueJobMover(connect(settings), settings)  # workers.commits.scheduler: why not RQ's
+    mover.start()
+    try:
+        worker.work()
+    finally:
+        mover.stop()
     return 0
 
 

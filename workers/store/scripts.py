@@ -126,3 +126,16 @@ return {v[1] or false, v[2] or false, redis.call('HSTRLEN', KEYS[1], 'data'), re
 """KEYS[1] snapshot hash, KEYS[2] the session's last-turn key. {stream id, fetched_ms, data
 size, newest published turn}: what assemble needs to know whether its cached copy is current,
 in one command."""
+
+# --- the commit queue (workers.commits.scheduler) ---------------------------------------------
+
+CLAIM_DUE_JOBS = Lua("""
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+local claimed = {}
+for _, id in ipairs(ids) do
+  if redis.call('ZREM', KEYS[1], id) == 1 then claimed[#claimed + 1] = id end
+end
+return claimed
+""")
+"""KEYS[1] an RQ ScheduledJobRegistry. ARGV: now (unix seconds), most. The due job ids, each
+removed from the registry by exactly one caller, however many workers ask at once."""

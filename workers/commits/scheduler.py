@@ -1,0 +1,73 @@
+"""Due commit-chain jobs onto the queue, moved by every worker: no lock to orphan.
+
+Phase-2 polls, tenant waits and timeout rechecks are ``enqueue_in`` jobs: they sit in
+RQ's ScheduledJobRegistry until something enqueues them. RQ's own scheduler does it in one
+worker at a time behind a lock that outlives a SIGKILLed worker by up to 61 s, and the
+restarted worker tries for the lock again only in its maintenance run (600 s by default);
+a Redis restart kills the scheduler thread outright. Commits stalled for minutes either
+way. Here every worker moves due jobs itself, twice a second, and a Lua script hands each
+due job to exactly one of them (``workers.store.scripts.CLAIM_DUE_JOBS``), so there is
+nothing to take over: a restarted worker, or any other one, moves them on its next tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import redis as redis_lib
+from rq.job import Job
+
+from core.config import Settings
+from workers.store.commit_queue import commit_queue
+from workers.store.connection import text
+from workers.store.scripts import CLAIM_DUE_JOBS
+
+log = logging.getLogger(__name__)
+
+DUE_JOBS_TICK_S = 0.5
+"""How often a worker moves due jobs (the polls are 0.8 s apart by default)."""
+DUE_JOBS_PER_TICK = 500
+"""Most jobs one tick moves (the rest go on the next)."""
+
+
+def move_due_jobs(redis: redis_lib.Redis, settings: Settings) -> int:
+    """Enqueue the commit queue's scheduled jobs that are due; returns how many."""
+    queue = commit_queue(redis, settings)
+    due = CLAIM_DUE_JOBS(redis, [queue.scheduled_job_registry.key], [int(time.time()), DUE_JOBS_PER_TICK])
+    ids = [text(i) for i in due]
+    if not ids:
+        return 0
+    jobs = [job for job in Job.fetch_many(ids, connection=redis) if job is not None]
+    with redis.pipeline() as pipe:
+        for job in jobs:
+            # RQ's scheduler enqueues due jobs the same way (Queue._enqueue_job).
+            queue._enqueue_job(job, pipeline=pipe, at_front=job.should_enqueue_at_front())
+        pipe.execute()
+    return len(jobs)
+
+
+class DueJobMover(threading.Thread):
+    """``move_due_jobs`` every ``DUE_JOBS_TICK_S`` until ``stop``; Redis trouble waits for the next tick."""
+
+    def __init__(self, redis: redis_lib.Redis, settings: Settings) -> None:
+        super().__init__(name="ovstream-due-jobs", daemon=True)
+        self._redis, self._settings = redis, settings
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        failing = False
+        while not self._stop_event.wait(DUE_JOBS_TICK_S):
+            try:
+                move_due_jobs(self._redis, self._settings)
+                if failing:
+                    log.info("due commit jobs move again")
+                failing = False
+            except redis_lib.RedisError as exc:
+                if not failing:
+                    log.warning("due commit jobs not moved (Redis: %s); trying every %.1fs", exc, DUE_JOBS_TICK_S)
+                failing = True
+
+    def stop(self) -> None:
+        self._stop_event.set()
