@@ -234,3 +234,24 @@ def test_estimate_helper_is_the_weighted_ceiling() -> None:
     assert estimate_tokens("abcd") == 1 and estimate_tokens("abcde") == 2
     assert estimate_tokens("你") == 2 and estimate_tokens("😀") == 2
     assert estimate_tokens("😀😀a") == math.ceil(4.25)
+
+
+def test_a_user_message_of_only_tool_parts_is_stored_as_one_message_per_part(ov_http: httpx.Client) -> None:
+    """The premise of capture's exactly-once count (``added`` and ``total_message_count``
+    move by what OV stored, not by what was sent), and of the fake's split."""
+    s = sid("toolonly")
+    parts = [
+        {"type": "tool", "tool_id": f"c{i}", "tool_name": "read", "tool_output": f"out {i}", "tool_status": "completed"}
+        for i in range(3)
+    ]
+    added = ok(
+        ov_http.post(f"/api/v1/sessions/{s}/messages/batch", json={"messages": [{"role": "user", "parts": parts}]})
+    )
+    state = ok(ov_http.get(f"/api/v1/sessions/{s}"))
+    ctx = ok(ov_http.get(f"/api/v1/sessions/{s}/context", params=BUDGET))
+    assert added["added"] == 3 and state["message_count"] == 3 and state["total_message_count"] == 3
+    assert [(m["role"], [p.get("tool_id") for p in m["parts"]]) for m in ctx["messages"]] == [
+        ("user", ["c0"]),
+        ("user", ["c1"]),
+        ("user", ["c2"]),
+    ]
