@@ -60,10 +60,13 @@ def final_or_timeout(request: CommitRequest, outcome: CommitOutcome | None, wait
     )
 
 
+def _parsed(raw: bytes | str | None) -> CommitOutcome | None:
+    return decode(raw, CommitOutcome) if raw is not None else None
+
+
 def load_outcome(redis: Any, commits_key: str, commit_id: str) -> CommitOutcome | None:
     """One stored outcome; ``redis`` may be a pipeline in WATCH mode."""
-    raw = redis.hget(commits_key, commit_id)
-    return decode(raw, CommitOutcome) if raw is not None else None
+    return _parsed(redis.hget(commits_key, commit_id))
 
 
 class CommitRecords:
@@ -83,8 +86,7 @@ class CommitRecords:
 
     async def outcome_async(self, aredis: aioredis.Redis, request: CommitRequest) -> CommitOutcome | None:
         """``outcome`` read through an asyncio client (the RPC's wait on its event loop)."""
-        raw = await aredis.hget(self.session_keys(request.address).commits, request.commit_id)
-        return decode(raw, CommitOutcome) if raw is not None else None
+        return _parsed(await aredis.hget(self.session_keys(request.address).commits, request.commit_id))
 
     def record(self, request: CommitRequest, outcome: CommitOutcome) -> bool:
         """Store ``outcome`` unless a final one is stored; a final one also ends the in-flight slot."""
@@ -112,12 +114,7 @@ class CommitRecords:
                 except redis_lib.WatchError:
                     continue
         if outcome.status in FINAL_STATUSES:
-            self.redis.xadd(
-                self.keys.commit_outcomes(),
-                {OUTCOME_FIELD: encode(outcome)},
-                maxlen=self.settings.commit_outcome_stream_maxlen,
-                approximate=True,
-            )
+            self._append_to_outcome_stream(outcome)
             log.info(
                 "commit %s of session %s: %s%s",
                 request.commit_id,
@@ -145,16 +142,19 @@ class CommitRecords:
                     break
                 except redis_lib.WatchError:
                     continue
+        self._append_to_outcome_stream(outcome)
+        log.info(
+            "commit %s of session %s: timeout corrected to %s", request.commit_id, request.ov_session_id, outcome.status
+        )
+        return True
+
+    def _append_to_outcome_stream(self, outcome: CommitOutcome) -> None:
         self.redis.xadd(
             self.keys.commit_outcomes(),
             {OUTCOME_FIELD: encode(outcome)},
             maxlen=self.settings.commit_outcome_stream_maxlen,
             approximate=True,
         )
-        log.info(
-            "commit %s of session %s: timeout corrected to %s", request.commit_id, request.ov_session_id, outcome.status
-        )
-        return True
 
     def list(self, address: SessionAddress) -> list[CommitOutcome]:
         """Every recorded commit of the session, oldest first."""
