@@ -7,6 +7,7 @@ the defaults in ``core.defaults``. Bad values fail at start with the key named.
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
 from pathlib import Path
@@ -19,7 +20,11 @@ from pydantic_settings.exceptions import SettingsError
 from core import defaults as d
 
 DEFAULT_CONFIG_PATH = Path("config/ovstream.toml")
+RETIRED_KEYS = {"claim_idle_ms": "a shard's new owner claims its pending entries as soon as it wins the lease"}
+"""Keys earlier versions read, accepted (with a warning) so old config files still load."""
 CONFIG_PATH_ENV = "OVSTREAM_CONFIG"
+
+log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -70,7 +75,6 @@ class Settings(BaseSettings):
     consumer_group: str = Field(d.CONSUMER_GROUP, min_length=1)
     capture_batch: int = Field(d.CAPTURE_BATCH, ge=50, le=10_000)
     capture_block_ms: int = Field(d.CAPTURE_BLOCK_MS, ge=1)
-    claim_idle_ms: int = Field(d.CLAIM_IDLE_MS, ge=1)
     max_deliveries: int = Field(d.MAX_DELIVERIES, ge=1)
     ov_batch_max: int = Field(d.OV_BATCH_MAX, ge=1, le=100)
     stream_maxlen: int = Field(d.STREAM_MAXLEN, ge=1)
@@ -172,6 +176,9 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
     env_set = {k[len("OVSTREAM_") :].lower() for k in os.environ if k.startswith("OVSTREAM_")}
     merged = {k: v for k, v in file_values.items() if _snake(k) not in env_set}
     merged.update(overrides)
+    for key in [k for k in merged if _snake(k) in RETIRED_KEYS]:
+        log.warning("config key %r is no longer used (%s); ignoring it", key, RETIRED_KEYS[_snake(key)])
+        del merged[key]
     try:
         return Settings(**merged)
     except ValidationError as exc:

@@ -97,9 +97,6 @@ CAPTURE_BATCH = 100
 CAPTURE_BLOCK_MS = 1000
 """XREADGROUP block time; kept below the socket timeout."""
 
-CLAIM_IDLE_MS = 60_000
-"""A pending entry idle this long belongs to a dead consumer and is reclaimed."""
-
 MAX_DELIVERIES = 5
 """An entry failing more often than this goes to the dead-letter stream."""
 

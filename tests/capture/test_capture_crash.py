@@ -48,7 +48,7 @@ async def test_a_kill_at_any_step_loses_and_repeats_nothing(redis_client, settin
     await run_until([heir], all_in(fake_ov, turns), timeout_s=30)
     for s in SESSIONS:
         assert ov_texts(fake_ov, s) == expected_texts(s, turns), s
-    assert heir.stats.claimed > 0  # the victim's entries came back through XAUTOCLAIM
+    assert heir.stats.claimed > 0  # the victim's entries were claimed by the heir
     assert pending_count(redis_client, settings) == 0
     assert list_dead_letters(redis_client, settings) == []
 

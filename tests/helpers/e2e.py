@@ -178,7 +178,6 @@ class Service:
             "phase2_poll_interval_s": 0.3,
             "phase2_deadline_s": 120.0,
             "compact_wait_s": DEADLINE_S,
-            "claim_idle_ms": 10_000,
             "capture_block_ms": 200,
             "shards": 2,
             # named, not defaulted: the test's Settings must not pick up a developer's OVSTREAM_*

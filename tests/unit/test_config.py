@@ -97,7 +97,7 @@ def test_settings_are_frozen_and_embedded_flag():
 
 
 def test_defaults_module_feeds_settings():
-    assert Settings().claim_idle_ms == d.CLAIM_IDLE_MS
+    assert Settings().capture_lease_ms == d.CAPTURE_LEASE_MS
     assert Settings().commit_queue == d.COMMIT_QUEUE
 
 
@@ -105,3 +105,12 @@ def test_commit_queue_is_named_after_the_key_prefix_unless_set():
     assert Settings().commit_queue_name == "ovstream-commits"  # the default prefix keeps the old name
     assert Settings(key_prefix="blue").commit_queue_name == "blue-commits"
     assert Settings(key_prefix="blue", commit_queue="jobs").commit_queue_name == "jobs"
+
+
+def test_a_retired_key_still_loads_with_a_warning(tmp_path, caplog):
+    path = tmp_path / "ovstream.toml"
+    path.write_text("[ovstream]\nclaimIdleMs = 60000\nshards = 3\n")
+    with caplog.at_level("WARNING", logger="core.config"):
+        settings = load_settings(path)
+    assert settings.shards == 3
+    assert "claimIdleMs" in caplog.text and "no longer used" in caplog.text

@@ -8,9 +8,11 @@ session's entries strictly in stream order, merged into one OV batch write):
    with OV's ``total_message_count``; learn the base total when not cached;
 3. record each write's intent (one pipeline);
 4. write to OV (fault hook ``before_write`` / ``after_write`` around each);
-5. fault hook ``before_ack``; one MULTI moving ``last_id``, clearing the
-   intents and XACKing every finished entry (all of a shard's keys share its
-   hash tag, so this is one slot);
+5. fault hook ``before_ack``; one script moving ``last_id``, clearing the
+   intents and XACKing every finished entry.
+
+Steps 3 and 5 are fenced by the shard's lease (workers.capture.fence): a
+consumer that lost it writes neither an intent nor an ack.
 6. per written session: request a commit when its pending tokens reach the
    threshold; refresh its snapshot (OV reads concurrently, one pipeline of writes).
 
@@ -32,6 +34,7 @@ import redis.asyncio as aioredis
 from core.config import Settings
 from core.events import ContextSnapshot
 from core.ov.client import OVClient, OVError, OVUnavailable
+from workers.capture.fence import HashWrite, ShardFence
 from workers.capture.plan import (
     Entry,
     LeaseLost,
@@ -56,6 +59,7 @@ class RoundHost(Protocol):
     worker: CaptureServices
     stream: str
     group: str
+    fence: ShardFence
     isolate: set[str]
 
     def check_lease(self) -> None:
@@ -179,12 +183,12 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
     _raise_kill(results)
     writing = [r for r in runs if r.ok and r.plan.messages]
     if writing:
-        async with redis.pipeline(transaction=False) as pipe:
-            for r in writing:
-                fields = r.plan.state.settled_fields() if r.plan.settled else {}
-                fields[INTENT] = r.plan.make_intent().encode()
-                pipe.hset(r.plan.session.applied_key, mapping=fields)
-            await pipe.execute()
+        intents = []
+        for r in writing:
+            fields = r.plan.state.settled_fields() if r.plan.settled else {}
+            fields[INTENT] = r.plan.make_intent().encode()
+            intents.append(HashWrite(r.plan.session.applied_key, fields))
+        await c.fence.apply(intents)
         results = await asyncio.gather(
             *(_guard(r, partial(_write, c, r), slots) for r in writing), return_exceptions=True
         )
@@ -193,15 +197,21 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
     if finished:
         c.check_lease()
         worker.fault("before_ack")
-        async with redis.pipeline(transaction=True) as pipe:
-            for r in finished:
-                state = finish_state(r.plan)
-                fields = state.applied_fields()
-                fields[PARTIAL_ID], fields[PARTIAL_SKIP] = state.partial_id or "", str(state.partial_skip)
-                pipe.hset(r.plan.session.applied_key, mapping=fields)
-                pipe.hdel(r.plan.session.applied_key, INTENT)
-            pipe.xack(c.stream, c.group, *[e.id for r in finished for e in r.plan.entries])
-            await pipe.execute()
+        applied = []
+        for r in finished:
+            state = finish_state(r.plan)
+            fields = state.applied_fields()
+            fields[PARTIAL_ID], fields[PARTIAL_SKIP] = state.partial_id or "", str(state.partial_skip)
+            applied.append(HashWrite(r.plan.session.applied_key, fields, (INTENT,)))
+        try:
+            await c.fence.apply(applied, [e.id for r in finished for e in r.plan.entries])
+        except LeaseLost:
+            if writing:  # the intents stay: the next owner learns from OV's count what got in
+                log.warning(
+                    "shard lease lost after writing %d sessions to OV; not acked, the next owner settles them",
+                    len([r for r in writing if r.ok]),
+                )
+            raise
         for r in finished:
             outcome.acked.extend(r.plan.entries)
             worker.stats.count_applied(r.plan)

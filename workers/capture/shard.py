@@ -2,11 +2,14 @@
 
 The consumer holds the shard's lease (see workers.capture.worker). Before reading
 new entries it *drains*: it takes over every entry still pending for other
-consumers of the group (XAUTOCLAIM once idle for ``claim_idle_ms``) and its
-own left from a previous life, and handles them first, so a session's
-entries are never applied out of order across a takeover. New entries are
-read by a Lua script that checks the lease and runs XREADGROUP atomically:
-a consumer that lost its lease cannot take new entries.
+consumers of the group and its own left from a previous life, and handles them
+first, so a session's entries are never applied out of order across a
+takeover. Holding the lease means owning every pending entry of the shard, so
+the takeover claims them at once (no idle time to wait for: a dead owner's
+shard moves as soon as its lease expires). New entries are read by a Lua
+script that checks the lease and runs XREADGROUP atomically, and every write
+is fenced the same way (workers.capture.fence): a consumer that lost its
+lease can neither take new entries nor write.
 
 Entries read but not acked stay in ``backlog`` (at most
 ``capture_reads_per_round x capture_batch``). Each round groups them by session and applies sessions
@@ -24,6 +27,7 @@ from typing import Any
 import redis as redis_lib
 
 from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
+from workers.capture.fence import ShardFence
 from workers.capture.plan import Entry, LeaseLost, session_of
 from workers.capture.round import RoundOutcome, run_round
 from workers.capture.services import CaptureServices
@@ -60,6 +64,7 @@ class ShardConsumer:
         self.lease_key = keys.capture_lease(shard)
         self.group = self.settings.consumer_group
         self.consumer = worker.consumer
+        self.fence = ShardFence(self.redis, shard, self.stream, self.lease_key, self.group, self.consumer)
         self.backlog: list[Entry] = []
         self.isolate: set[str] = set()
         """Sessions (OV ids) applied one writing entry per round after a merged write failed."""
@@ -189,20 +194,14 @@ class ShardConsumer:
 
     async def _drain(self) -> None:
         """Take over what earlier owners left pending, before reading anything new."""
-        own_loaded = False
+        summary = await self.redis.xpending(self.stream, self.group)
+        consumers = {text(c["name"]): int(c["pending"]) for c in summary.get("consumers") or []}
+        if consumers.pop(self.consumer, 0):
+            await self._load_own()
         claimed = 0
-        while not self.lost and not self.worker.stopping:
-            summary = await self.redis.xpending(self.stream, self.group)
-            consumers = {text(c["name"]): int(c["pending"]) for c in summary.get("consumers") or []}
-            if consumers.get(self.consumer) and not own_loaded:
-                await self._load_own()
-            own_loaded = True
-            if not any(n for name, n in consumers.items() if name != self.consumer):
-                break
-            got = await self._autoclaim()
-            claimed += got
-            if not got:
-                await asyncio.sleep(min(self.settings.claim_idle_ms / 4000, 0.5))
+        for name, pending in consumers.items():
+            if pending and not self.worker.stopping:
+                claimed += await self._take_over(name)
         self.backlog.sort(key=lambda e: e.order)
         await self._set_deliveries()
         self.worker.stats.claimed += claimed
@@ -223,29 +222,29 @@ class ShardConsumer:
                 if fields:
                     self.backlog.append(self._entry(entry_id, fields))
                 else:  # deleted from the stream while pending: nothing to apply
-                    await self.redis.xack(self.stream, self.group, entry_id)
+                    await self.fence.apply([], [text(entry_id)])
             last = text(entries[-1][0])
 
-    async def _autoclaim(self) -> int:
-        got, start = 0, "0-0"
+    async def _take_over(self, previous: str) -> int:
+        """Claim every entry pending for the consumer ``previous`` (fenced: LeaseLost if the
+        shard is not ours). Entries deleted from the stream meanwhile are acked: nothing to apply."""
+        got = 0
         while True:
-            reply = await self.redis.xautoclaim(
-                self.stream,
-                self.group,
-                self.consumer,
-                min_idle_time=self.settings.claim_idle_ms,
-                start_id=start,
-                count=self.settings.capture_batch,
+            rows = await self.redis.xpending_range(
+                self.stream, self.group, "-", "+", self.settings.capture_batch, consumername=previous
             )
-            start, entries = text(reply[0]), reply[1]
-            for entry_id, fields in entries:
+            ids = [text(r["message_id"]) for r in rows]
+            if not ids:
+                return got
+            entries = await self.fence.claim(ids)
+            present = {text(entry_id): fields for entry_id, fields in (e for e in entries if e)}
+            for entry_id, fields in present.items():
                 if fields:
                     self.backlog.append(self._entry(entry_id, fields))
                     got += 1
-                else:
-                    await self.redis.xack(self.stream, self.group, entry_id)
-            if start == "0-0":
-                return got
+            gone = [i for i in ids if not present.get(i)]
+            if gone:
+                await self.fence.apply([], gone)
 
     async def _set_deliveries(self) -> None:
         if not self.backlog:
@@ -331,7 +330,7 @@ class ShardConsumer:
             await self.dead_letter([(entry, REASON_FAILED, f"{type(error).__name__}: {error}")])
             return
         # XCLAIM to ourselves bumps the PEL delivery count: the failure survives a restart.
-        await self.redis.xclaim(self.stream, self.group, self.consumer, 0, [entry.id], justid=False)
+        await self.fence.claim([entry.id])
         entry.deliveries += 1
         delay = min(
             self.settings.capture_retry_backoff_max_s,
@@ -349,7 +348,8 @@ class ShardConsumer:
         )
 
     async def dead_letter(self, items: list[tuple[Entry, str, str]]) -> None:
-        """Copy entries to the dead-letter stream, then ack them here."""
+        """Copy entries to the dead-letter stream, then ack them here (fenced: a copy made just
+        before the lease was lost is made again by the next owner, never lost)."""
         dlq = Keys(self.settings.key_prefix).dead_letters()
         async with self.redis.pipeline(transaction=False) as pipe:
             for entry, reason, error in items:
@@ -367,8 +367,8 @@ class ShardConsumer:
                     maxlen=self.settings.dead_letter_maxlen,
                     approximate=True,
                 )
-            pipe.xack(self.stream, self.group, *[e.id for e, _, _ in items])
             await pipe.execute()
+        await self.fence.apply([], [e.id for e, _, _ in items])
         gone = {e.id for e, _, _ in items}
         self.backlog = [e for e in self.backlog if e.id not in gone]
         self.worker.stats.dead_lettered += len(items)

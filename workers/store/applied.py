@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.defaults import CAPTURE_ADVANCEMENTS_KEPT, CAPTURE_EVENT_IDS_KEPT
-from workers.store.connection import Fields, text
+from workers.store.connection import text
 
 ADVANCEMENTS_KEPT = CAPTURE_ADVANCEMENTS_KEPT
 EVENT_IDS_KEPT = CAPTURE_EVENT_IDS_KEPT
@@ -157,18 +157,18 @@ class AppliedState:
         self.total = ov_total
         self.intent = None
 
-    def settled_fields(self) -> Fields:
+    def settled_fields(self) -> dict[str, str]:
         """The hash fields after ``settle_intent`` (the intent field is deleted separately)."""
-        out: Fields = {PARTIAL_ID: self.partial_id or "", PARTIAL_SKIP: str(self.partial_skip)}
+        out: dict[str, str] = {PARTIAL_ID: self.partial_id or "", PARTIAL_SKIP: str(self.partial_skip)}
         if self.last_id is not None:
             out[LAST_ID] = self.last_id
         if self.total is not None:
             out[TOTAL] = str(self.total)
         return out
 
-    def applied_fields(self) -> Fields:
+    def applied_fields(self) -> dict[str, str]:
         """The hash fields written with the XACK after a write."""
-        out: Fields = {
+        out: dict[str, str] = {
             TOTAL: str(self.total if self.total is not None else 0),
             CAPTURED_THROUGH: str(self.captured),
             ADVANCEMENTS: json.dumps(self.advancements, separators=(",", ":")),

@@ -98,6 +98,39 @@ return {0, '0-0'}
 not ours. {1, entries}: new entries. {0, last id}: nothing new; the stream's last id, to
 wait on with XREAD for anything newer."""
 
+FENCED_CLAIM = Lua("""
+if redis.call('HGET', KEYS[2], 'id') ~= ARGV[1] then return -1 end
+local out = {}
+for i = 3, #ARGV, 500 do
+  local r = redis.call('XCLAIM', KEYS[1], ARGV[2], ARGV[1], 0, unpack(ARGV, i, math.min(i + 499, #ARGV)))
+  for _, e in ipairs(r) do out[#out + 1] = e end
+end
+return out
+""")
+"""KEYS[1] stream, KEYS[2] the shard's lease. ARGV: consumer, group, entry ids. -1: the lease
+is not ours. Otherwise the entries, now pending for ``consumer`` with their delivery count
+raised (an id missing from the answer was deleted from the stream). Whoever holds the lease
+owns every pending entry of the shard, so no idle time is waited for: a takeover starts as
+soon as the lease is won."""
+
+FENCED_APPLY = Lua("""
+if redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return -1 end
+local plan = cjson.decode(ARGV[3])
+for i, w in ipairs(plan.hashes) do
+  if #w.set > 0 then redis.call('HSET', KEYS[i + 2], unpack(w.set)) end
+  if #w.del > 0 then redis.call('HDEL', KEYS[i + 2], unpack(w.del)) end
+end
+for i = 1, #plan.ack, 500 do
+  redis.call('XACK', KEYS[2], ARGV[2], unpack(plan.ack, i, math.min(i + 499, #plan.ack)))
+end
+return 1
+""")
+"""KEYS[1] the shard's lease, KEYS[2] its stream, KEYS[3..] hashes of its sessions. ARGV:
+consumer, group, JSON ``{"hashes": [{"set": [field, value, ...], "del": [field, ...]}, ...],
+"ack": [entry id, ...]}`` (``hashes[i]`` for ``KEYS[i + 2]``). 1 when every write was made;
+-1, writing nothing, when the lease is not ours: a consumer stalled past its lease (a GC
+pause, SIGSTOP) cannot record an intent or ack after another took the shard over."""
+
 # --- snapshots (workers.store.snapshots) --------------------------------------------------------
 
 SNAPSHOT_WRITE_IF_NEWER = Lua("""

@@ -1,0 +1,156 @@
+"""Shard takeover: the lease's new holder owns every pending entry at once, and a consumer
+that lost the lease (stalled past it: a GC pause, SIGSTOP) can no longer write."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from core.session import SessionAddress
+from tests.helpers.capture import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
+from workers.capture.fence import HashWrite, ShardFence
+from workers.capture.plan import LeaseLost
+from workers.capture.worker import WorkerKilled
+from workers.store.applied import INTENT, LAST_ID
+from workers.store.connection import connect_async
+from workers.store.keys import Keys, session_keys, shard_of
+from workers.store.scripts import LEASE_ACQUIRE
+
+SID = "fenced"
+
+
+def _shard(settings) -> int:
+    return shard_of(SID, settings.shards)
+
+
+def _lease(settings) -> str:
+    return Keys(settings.key_prefix).capture_lease(_shard(settings))
+
+
+def _applied(redis_client, settings) -> dict[str, str]:
+    key = session_keys(settings, SessionAddress(SID, "main", None)).applied
+    return {k.decode(): v.decode() for k, v in redis_client.hgetall(key).items()}
+
+
+def _steal(redis_client, settings) -> None:
+    """Another consumer takes the shard, as after this one's lease expired."""
+    redis_client.hset(_lease(settings), mapping={"id": "usurper", "data": ""})
+
+
+async def test_the_new_owner_claims_pending_entries_as_soon_as_it_wins_the_lease(redis_client, settings, fake_ov):
+    publish(redis_client, settings, [turn(SID, t) for t in range(3)])
+
+    def die(step: str) -> None:
+        if step == "before_write":
+            raise WorkerKilled(step)
+
+    victim = make_worker(settings, fake_ov, consumer="victim", fault_hook=die, lease_ms=600_000)
+    [ended] = await run_until([victim], lambda: False, timeout_s=20)
+    assert isinstance(ended, WorkerKilled) and pending_count(redis_client, settings) == 3
+    redis_client.delete(_lease(settings))  # the lease ran out: the entries are idle for milliseconds only
+    heir = make_worker(settings, fake_ov, consumer="heir", burst=True)
+    await asyncio.wait_for(heir.run(), 20)  # an idle-time rule (the old XAUTOCLAIM) would wait a minute here
+    assert heir.stats.claimed == 3
+    assert ov_texts(fake_ov, SID) == expected_texts(SID, 3)
+    assert pending_count(redis_client, settings) == 0
+
+
+async def test_a_consumer_that_lost_its_lease_after_writing_cannot_ack(redis_client, settings, fake_ov):
+    publish(redis_client, settings, [turn(SID, t) for t in range(2)])
+    stolen = asyncio.Event()
+
+    def stall_past_the_lease(step: str) -> None:
+        if step == "after_write" and not stolen.is_set():
+            _steal(redis_client, settings)
+            stolen.set()
+
+    victim = make_worker(settings, fake_ov, consumer="victim", fault_hook=stall_past_the_lease)
+    await run_until([victim], lambda: stolen.is_set() and _shard(settings) not in victim.consumers, timeout_s=20)
+    assert ov_texts(fake_ov, SID) == expected_texts(SID, 2)  # OV took the write (no way to fence it)
+    applied = _applied(redis_client, settings)
+    assert INTENT in applied and LAST_ID not in applied  # the ack was refused: the intent stays
+    assert pending_count(redis_client, settings) == 2
+
+    redis_client.delete(_lease(settings))
+    heir = make_worker(settings, fake_ov, consumer="heir", burst=True)
+    await asyncio.wait_for(heir.run(), 20)
+    assert ov_texts(fake_ov, SID) == expected_texts(SID, 2)  # settled from OV's count: nothing twice
+    assert heir.stats.ov_writes == 0 and pending_count(redis_client, settings) == 0
+    assert INTENT not in _applied(redis_client, settings)
+
+
+class _StealOnRead(httpx.AsyncBaseTransport):
+    """Hands the shard to another consumer while the round reads OV's message count."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, steal) -> None:
+        self.inner, self.steal, self.stolen = inner, steal, False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "GET" and request.url.path.endswith(f"/sessions/{SID}") and not self.stolen:
+            self.steal()
+            self.stolen = True
+        return await self.inner.handle_async_request(request)
+
+
+async def test_a_consumer_that_lost_its_lease_records_no_intent_and_writes_nothing(redis_client, settings, fake_ov):
+    from workers.capture.worker import CaptureWorker
+
+    publish(redis_client, settings, [turn(SID, 0)])
+    transport = _StealOnRead(fake_ov.transport(), lambda: _steal(redis_client, settings))
+    victim = CaptureWorker(settings, ov_transport=transport, consumer="victim", lease_ms=600)
+    await run_until([victim], lambda: transport.stolen and _shard(settings) not in victim.consumers, timeout_s=20)
+    assert ov_texts(fake_ov, SID) == []
+    assert INTENT not in _applied(redis_client, settings)
+    assert pending_count(redis_client, settings) == 1
+
+
+def _one_pending_entry(redis_client, settings) -> tuple[int, str, str, str]:
+    """A shard with one entry pending for the consumer "before": (shard, stream, lease, entry id)."""
+    shard = shard_of(SID, settings.shards)
+    keys = Keys(settings.key_prefix)
+    stream = keys.stream(shard)
+    redis_client.xgroup_create(stream, settings.consumer_group, id="0", mkstream=True)
+    entry = redis_client.xadd(stream, {"e": "1"}).decode()
+    redis_client.xreadgroup(settings.consumer_group, "before", {stream: ">"})
+    return shard, stream, keys.capture_lease(shard), entry
+
+
+@pytest.mark.parametrize("holder", ["usurper", None])
+async def test_fenced_writes_are_refused_whole_unless_the_lease_is_ours(redis_client, settings, holder):
+    shard, stream, lease, entry = _one_pending_entry(redis_client, settings)
+    if holder is not None:
+        redis_client.hset(lease, mapping={"id": holder, "data": ""})
+    target = Keys(settings.key_prefix).applied(shard, "main", SID)
+    redis = connect_async(settings)
+    try:
+        fence = ShardFence(redis, shard, stream, lease, settings.consumer_group, "me")
+        with pytest.raises(LeaseLost):
+            await fence.claim([entry])
+        with pytest.raises(LeaseLost):
+            await fence.apply([HashWrite(target, {LAST_ID: entry})], [entry])
+    finally:
+        await redis.aclose()
+    assert redis_client.hgetall(target) == {}
+    [row] = redis_client.xpending_range(stream, settings.consumer_group, "-", "+", 10)
+    assert row["consumer"] == b"before"
+
+
+async def test_fenced_writes_go_through_while_the_lease_is_ours(redis_client, settings):
+    shard, stream, lease, entry = _one_pending_entry(redis_client, settings)
+    target = Keys(settings.key_prefix).applied(shard, "main", SID)
+    redis_client.hset(target, INTENT, "{}")
+    redis = connect_async(settings)
+    try:
+        await LEASE_ACQUIRE.run(redis, [lease], ["me", 60_000, ""])
+        fence = ShardFence(redis, shard, stream, lease, settings.consumer_group, "me")
+        [[claimed_id, fields]] = await fence.claim([entry])
+        assert claimed_id.decode() == entry and fields == [b"e", b"1"]
+        [row] = redis_client.xpending_range(stream, settings.consumer_group, "-", "+", 10)
+        assert row["consumer"] == b"me" and row["times_delivered"] == 2
+        await fence.apply([HashWrite(target, {LAST_ID: entry}, (INTENT,))], [entry])
+    finally:
+        await redis.aclose()
+    assert {k.decode(): v.decode() for k, v in redis_client.hgetall(target).items()} == {LAST_ID: entry}
+    assert redis_client.xpending(stream, settings.consumer_group)["pending"] == 0

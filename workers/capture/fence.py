@@ -1,0 +1,68 @@
+"""A shard's writes, each made only while its consumer holds the shard's lease.
+
+Every change capture makes to a shard's Redis state goes through here, and each
+is one script that checks the lease first (workers.store.scripts): taking
+entries over (``claim``), recording a write intent and acking (``apply``). The
+lease, the stream and the sessions' applied hashes share the shard's hash tag,
+so each script touches one slot.
+
+What no script can fence is the OV write itself (OV has no conditional append).
+A consumer that stalls past its lease *between* recording its intent and
+sending the write (microseconds, unless the process is frozen right there)
+could still add messages after the next owner settled that intent; its ack is
+then refused and logged. Everything else a stale consumer tries is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from workers.capture.plan import LeaseLost
+from workers.store.scripts import FENCED_APPLY, FENCED_CLAIM
+
+
+@dataclass(frozen=True, slots=True)
+class HashWrite:
+    """Fields to set and fields to delete in one of the shard's hashes."""
+
+    key: str
+    set: dict[str, str]
+    delete: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ShardFence:
+    """The fenced writes of one shard consumer (``consumer`` in ``group``, holding ``lease``)."""
+
+    redis: aioredis.Redis
+    shard: int
+    stream: str
+    lease: str
+    group: str
+    consumer: str
+
+    async def claim(self, ids: Sequence[str]) -> list[Any]:
+        """Make ``ids`` pending for this consumer (their delivery count raised): the entries
+        that still exist, as ``[id, fields]``. LeaseLost when the shard is not ours."""
+        if not ids:
+            return []
+        reply = await FENCED_CLAIM.run(self.redis, [self.stream, self.lease], [self.consumer, self.group, *ids])
+        if reply == -1:
+            raise LeaseLost(self.shard)
+        return list(reply)
+
+    async def apply(self, hashes: Sequence[HashWrite], ack: Sequence[str] = ()) -> None:
+        """Write ``hashes`` and XACK ``ack``, all or nothing; LeaseLost when the shard is not ours."""
+        plan = {
+            "hashes": [{"set": [x for kv in h.set.items() for x in kv], "del": list(h.delete)} for h in hashes],
+            "ack": list(ack),
+        }
+        keys = [self.lease, self.stream, *(h.key for h in hashes)]
+        args = [self.consumer, self.group, json.dumps(plan, separators=(",", ":"))]
+        if await FENCED_APPLY.run(self.redis, keys, args) == -1:
+            raise LeaseLost(self.shard)
