@@ -85,6 +85,7 @@ class Settings(BaseSettings):
     capture_ov_concurrency: int = Field(d.CAPTURE_OV_CONCURRENCY, ge=1)
     capture_reads_per_round: int = Field(d.CAPTURE_READS_PER_ROUND, ge=1, le=100)
     capture_retry_backoff_max_s: float = Field(d.CAPTURE_RETRY_BACKOFF_MAX_S, gt=0)
+    capture_settle_recheck_s: float = Field(d.CAPTURE_SETTLE_RECHECK_S, ge=0)
     capture_ov_down_backoff_max_s: float = Field(d.CAPTURE_OV_DOWN_BACKOFF_MAX_S, gt=0)
 
     # commits and phase 2
@@ -98,6 +99,7 @@ class Settings(BaseSettings):
 
     # OV client
     ov_timeout_s: float = Field(d.OV_TIMEOUT_S, gt=0)
+    ov_write_timeout_s: float = Field(d.OV_WRITE_TIMEOUT_S, gt=0)
     ov_retries: int = Field(d.OV_RETRIES, ge=0, le=10)
     ov_backoff_s: float = Field(d.OV_BACKOFF_S, ge=0)
     recall_timeout_s: float = Field(d.RECALL_TIMEOUT_S, gt=0)

@@ -130,6 +130,11 @@ CAPTURE_RETRY_BACKOFF_MAX_S = 5.0
 CAPTURE_OV_DOWN_BACKOFF_MAX_S = 30.0
 """Longest pause of a shard while OV is unavailable (the first is ``ov_backoff_s``, doubling)."""
 
+CAPTURE_SETTLE_RECHECK_S = 1.0
+"""An interrupted write is settled from OV's message count only when two reads this far apart
+agree: a write whose answer never came may still reach OV (a frozen OV applies the requests
+it holds when it wakes), and a count read before that would make capture write it again."""
+
 CAPTURE_RESTART_BACKOFF_S = 0.5
 """Wait before a crashed shard consumer is started again; doubles with each crash in a row."""
 
@@ -194,7 +199,12 @@ goes on and records the commit's outcome."""
 # --- OV client -----------------------------------------------------------------------
 
 OV_TIMEOUT_S = 30.0
-"""Per-request timeout for OV calls."""
+"""Per-request timeout for OV calls (connecting, and every call but a message write)."""
+
+OV_WRITE_TIMEOUT_S = 300.0
+"""How long capture waits for OV to answer a message write. Long on purpose: a write given up
+on may still be applied when a frozen or overloaded OV gets to it, and then only the
+settle's second read (``CAPTURE_SETTLE_RECHECK_S``) can tell; a write that waits knows."""
 
 OV_RETRIES = 3
 """Retries for idempotent OV calls on 5xx and connection errors."""

@@ -93,6 +93,9 @@ class CommitOutcome(msgspec.Struct, kw_only=True):
     error: str | None = None
     requested_at: float = 0.0
     finished_at: float | None = None
+    ov_commits_before: int | None = None
+    """OV's commit count of the session just before this commit was sent to OV: a job run
+    again after a crash tells from it whether OV took the commit (never commits twice)."""
 
 
 class ContextSnapshot(msgspec.Struct, kw_only=True):

@@ -35,6 +35,7 @@ from core.ov.models import (
     SessionContext,
     SessionState,
     TaskState,
+    to_struct,
 )
 
 __all__ = ["OVClient", "OVError", "OVUnavailable"]
@@ -60,6 +61,7 @@ class OVClient:
         account: str = defaults.OV_ACCOUNT,
         user: str = defaults.OV_USER,
         timeout: float = defaults.OV_TIMEOUT_S,
+        write_timeout: float = defaults.OV_WRITE_TIMEOUT_S,
         retries: int = defaults.OV_RETRIES,
         backoff: float = defaults.OV_BACKOFF_S,
         transport: httpx.AsyncBaseTransport | None = None,
@@ -73,6 +75,7 @@ class OVClient:
         self.user = user
         self.peer = peer
         self.timeout = timeout
+        self.write_timeout = write_timeout
         self.retries = retries
         self.backoff = backoff
         self.batch_max = batch_max
@@ -94,6 +97,7 @@ class OVClient:
             account=settings.account,
             user=settings.user,
             timeout=settings.ov_timeout_s,
+            write_timeout=settings.ov_write_timeout_s,
             retries=settings.ov_retries,
             backoff=settings.ov_backoff_s,
             batch_max=settings.ov_batch_max,
@@ -108,6 +112,7 @@ class OVClient:
             account=self.account,
             user=self.user,
             timeout=self.timeout,
+            write_timeout=self.write_timeout,
             retries=self.retries,
             backoff=self.backoff,
             peer=peer or self.peer,
@@ -200,7 +205,10 @@ class OVClient:
         """Batch add in chunks of at most ``batch_max``; the last answer with ``added`` summed.
 
         Not retried. If a chunk fails, the error's ``added`` counts what earlier chunks stored.
+        Each chunk waits ``write_timeout`` for its answer (connecting: ``timeout``): a write
+        given up on may still be applied later, so a slow OV is waited for, not raced.
         """
+        timeout = httpx.Timeout(self.write_timeout, connect=self.timeout)
         path = f"/api/v1/sessions/{_seg(session_id)}/messages/batch"
         size = max(1, min(self.batch_max, defaults.OV_BATCH_MAX))
         chunks = [messages[i : i + size] for i in range(0, len(messages), size)] or [[]]
@@ -208,7 +216,7 @@ class OVClient:
         last = AddMessagesResult(session_id=session_id)
         for chunk in chunks:
             try:
-                last = decode_result(await self._post(path, {"messages": chunk}), AddMessagesResult)
+                last = decode_result(await self._post(path, {"messages": chunk}, timeout=timeout), AddMessagesResult)
             except OVError as err:
                 err.added = added
                 raise
@@ -229,6 +237,13 @@ class OVClient:
 
     async def get_task(self, task_id: str) -> TaskState:
         return decode_result(await self._get(f"/api/v1/tasks/{_seg(task_id)}"), TaskState)
+
+    async def session_commit_tasks(self, session_id: str, *, limit: int = 20) -> list[TaskState]:
+        """The session's commit tasks OV still knows (``GET /api/v1/tasks``), newest first."""
+        params = {"task_type": "session_commit", "resource_id": session_id, "limit": str(limit)}
+        result = await self._get("/api/v1/tasks", params=params)
+        tasks = [to_struct(item, TaskState) for item in result or [] if isinstance(item, dict)]
+        return sorted(tasks, key=lambda t: t.created_at or 0.0, reverse=True)
 
     async def get_context(self, session_id: str, *, token_budget: int) -> SessionContext:
         result = await self._get(

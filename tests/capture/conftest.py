@@ -37,6 +37,7 @@ def settings(redis_url: str) -> Settings:
         key_prefix=f"t{next(_prefixes)}",
         shards=4,
         capture_block_ms=50,
+        capture_settle_recheck_s=0.05,
         max_deliveries=2,
         ov_backoff_s=0.01,
         commit_token_threshold=100_000,

@@ -154,3 +154,40 @@ async def test_fenced_writes_go_through_while_the_lease_is_ours(redis_client, se
         await redis.aclose()
     assert {k.decode(): v.decode() for k, v in redis_client.hgetall(target).items()} == {LAST_ID: entry}
     assert redis_client.xpending(stream, settings.consumer_group)["pending"] == 0
+
+
+class _LateWrite(httpx.AsyncBaseTransport):
+    """The first message write times out for the client, and OV applies it ``late_s`` later
+    (a frozen OV working off the requests it holds once it wakes)."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, late_s: float) -> None:
+        self.inner, self.late_s, self.fired = inner, late_s, False
+        self.applied = asyncio.Event()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/messages/batch") and not self.fired:
+            self.fired = True
+            await request.aread()
+
+            async def later() -> None:
+                await asyncio.sleep(self.late_s)
+                await self.inner.handle_async_request(request)
+                self.applied.set()
+
+            asyncio.get_running_loop().create_task(later())
+            raise httpx.ReadTimeout("OV did not answer", request=request)
+        return await self.inner.handle_async_request(request)
+
+
+@pytest.mark.parametrize(("recheck_s", "copies"), [(0.0, 2), (0.5, 1)])
+async def test_a_write_applied_after_its_timeout_is_settled_once(redis_client, settings, fake_ov, recheck_s, copies):
+    """With the settle's second read (recheck 0.5 s) the late write is seen and not repeated;
+    without it (0) the same sequence stores the turn twice: the hazard the recheck is for."""
+    from workers.capture.worker import CaptureWorker
+
+    patient = settings.model_copy(update={"capture_settle_recheck_s": recheck_s})
+    publish(redis_client, patient, [turn(SID, 0)])
+    transport = _LateWrite(fake_ov.transport(), late_s=0.2)
+    worker = CaptureWorker(patient, ov_transport=transport, consumer="w", lease_ms=600)
+    await run_until([worker], lambda: transport.applied.is_set() and pending_count(redis_client, patient) == 0)
+    assert ov_texts(fake_ov, SID) == expected_texts(SID, 1) * copies

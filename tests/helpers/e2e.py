@@ -148,9 +148,22 @@ def first_text(message: dict[str, Any]) -> str:
 # --- the service ----------------------------------------------------------------------------
 
 
-def _ovstream_command() -> list[str]:
+def ovstream_command() -> list[str]:
+    """How to run the ``ovstream`` CLI of this checkout."""
     script = Path(sys.executable).with_name("ovstream")
     return [str(script)] if script.exists() else [sys.executable, "-m", "workers.cli"]
+
+
+def settings_env(values: dict[str, Any]) -> dict[str, str]:
+    """This process's environment without any ``OVSTREAM_*`` of its own, plus ``values`` as
+    ``OVSTREAM_*`` variables (so a started process is configured by them alone)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")}
+    for key, value in values.items():
+        if isinstance(value, (list, tuple)):
+            value = ",".join(value)
+        env[f"OVSTREAM_{key.upper()}"] = json.dumps(value) if isinstance(value, dict) else str(value)
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    return env
 
 
 class Service:
@@ -188,12 +201,7 @@ class Service:
             **settings,
         }
         self.settings = Settings(**self.values)
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")}
-        for key, value in self.values.items():
-            if isinstance(value, (list, tuple)):
-                value = ",".join(value)
-            self.env[f"OVSTREAM_{key.upper()}"] = json.dumps(value) if isinstance(value, dict) else str(value)
-        self.env["NO_PROXY"] = self.env["no_proxy"] = "127.0.0.1,localhost"
+        self.env = settings_env(self.values)
         self.redis = redis.Redis.from_url(redis_url)
         self.http = httpx.Client(base_url=self.url, timeout=DEADLINE_S + 30, trust_env=False)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -204,7 +212,7 @@ class Service:
         # cwd: a directory without config/ovstream.toml, so only the env configures it.
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [*_ovstream_command(), "up"],
+                [*ovstream_command(), "up"],
                 cwd=self.workdir,
                 env=self.env,
                 stdout=log,
@@ -331,7 +339,7 @@ class Service:
 
     def commits_cli(self, conv: Conversation) -> str:
         """``ovstream commits <sessionId> --session-key K [--user U]`` as an operator runs it."""
-        args = [*_ovstream_command(), "commits", conv.session_id, "--session-key", conv.session_key]
+        args = [*ovstream_command(), "commits", conv.session_id, "--session-key", conv.session_key]
         if conv.user:
             args += ["--user", conv.user]
         done = subprocess.run(

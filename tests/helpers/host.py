@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from tests.helpers.e2e import Service, _ovstream_command, wait_for
+from tests.helpers.e2e import Service, ovstream_command, wait_for
 from tests.helpers.host_chat_model import MODEL_ID, content_text, serve
 from workers.dev.local_redis import free_port
 
@@ -154,7 +154,7 @@ class HostStack:
     def start_service(self, name: str) -> None:
         log = open(self.workdir / f"ovstream-{name}.log", "ab")  # noqa: SIM115
         self.procs[name] = subprocess.Popen(
-            [*_ovstream_command(), name],
+            [*ovstream_command(), name],
             cwd=self.workdir,
             env=self.service.env,
             stdout=log,

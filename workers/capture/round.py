@@ -105,6 +105,20 @@ async def ov_total(ov: OVClient, ov_session_id: str) -> int:
     return state.total_message_count
 
 
+async def settled_total(ov: OVClient, ov_session_id: str, recheck_s: float) -> int:
+    """OV's total once two reads ``recheck_s`` apart agree (core.defaults.CAPTURE_SETTLE_RECHECK_S:
+    the interrupted write may still be on its way to OV)."""
+    total = await ov_total(ov, ov_session_id)
+    while recheck_s > 0:
+        await asyncio.sleep(recheck_s)
+        again = await ov_total(ov, ov_session_id)
+        if again == total:
+            break
+        log.warning("session %s: OV's count moved %d -> %d while settling; reading again", ov_session_id, total, again)
+        total = again
+    return total
+
+
 def _raise_kill(results: Sequence[object]) -> None:
     """Re-raise what must stop the worker (a simulated kill, cancellation) or the round (lost lease)."""
     for result in results:
@@ -134,7 +148,8 @@ async def _guard(run: _Run, step: Callable[[], Awaitable[None]], slots: asyncio.
 async def _prepare(run: _Run) -> None:
     plan, state = run.plan, run.plan.state
     if state.intent is not None:
-        state.settle_intent(await ov_total(run.ov, plan.session.ov_session_id))
+        recheck_s = run.settings.capture_settle_recheck_s
+        state.settle_intent(await settled_total(run.ov, plan.session.ov_session_id, recheck_s))
         plan.settled = True
         log.info(
             "session %s: settled an interrupted write (last %s, %d already in part)",

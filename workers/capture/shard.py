@@ -97,6 +97,12 @@ class ShardConsumer:
                 await self._process()
         except LeaseLost:
             self.lost = True
+        except (redis_lib.ConnectionError, redis_lib.TimeoutError) as exc:
+            # Redis away (a restart, a failover): not this consumer's fault, so no crash and no
+            # backoff; the worker takes the shard again (its own lease, if it survived) once
+            # Redis answers, and the new consumer starts by draining what this one held.
+            log.warning("shard %d: Redis unreachable (%s); %d held entries wait", self.shard, exc, len(self.backlog))
+            return
         if self.lost:
             log.warning("shard %d: lease lost; %d held entries left for the next owner", self.shard, len(self.backlog))
             return

@@ -11,6 +11,8 @@ the ``key_prefix`` it carries.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 import redis as redis_lib
@@ -18,6 +20,7 @@ from rq import get_current_job
 
 from core.events import CommitOutcome, CommitRequest, decode
 from core.ov.client import OVClient, OVError, OVUnavailable
+from core.ov.models import CommitAccepted
 from core.ov.tasks import judge_phase2_read, task_verdict
 from workers.commits.context import JobContext, context_for
 from workers.store import commit_queue as jobs
@@ -27,6 +30,9 @@ from workers.store.commit_records import FINAL_STATUSES, CommitRecords, outcome_
 from workers.store.snapshots import refresh_snapshot
 
 log = logging.getLogger(__name__)
+
+REDIS_PATIENCE_S = 120.0
+"""How long a commit OV accepted waits for Redis to record it before its job gives up."""
 
 
 def _current_redis() -> redis_lib.Redis:
@@ -99,9 +105,16 @@ def run_commit(
         )
         jobs.schedule_commit_retry(redis, settings, request, attempt=attempt + 1)
         return outcome or outcome_of(request, "pending")
-    record_outcome(redis, settings, request, outcome_of(request, "running"))
+    ov = ctx.ov(request.address)
     try:
-        accepted = ctx.run(lambda: _commit_and_refresh(ctx, request))
+        before = ctx.run(lambda: _commit_count(ov, request))
+        sent_at = outcome.ov_commits_before if outcome is not None else None
+        if sent_at is not None and before > sent_at:
+            # run again after a crash between OV's answer and its record: OV took it, adopt it
+            accepted = ctx.run(lambda: _adopt(ov, request, sent_at))
+        else:
+            record_outcome(redis, settings, request, outcome_of(request, "running", ov_commits_before=before))
+            accepted = ctx.run(lambda: _commit(ov, request))
     except OVUnavailable as exc:
         if may_retry:
             log.warning("commit %s: OV unavailable (%s); RQ retries it", request.commit_id, exc)
@@ -113,6 +126,46 @@ def run_commit(
     except Exception:
         jobs_tenant.release(redis, settings, request)  # the job fails; its tenant must not wait on it
         raise
+    # OV took the commit. Nothing may make RQ run this job again now: a second OV commit would
+    # archive the next messages too. So Redis trouble is waited out here, not raised.
+    outcome = _patiently(request, lambda: _accepted(redis, settings, request, accepted))
+    if accepted.status != "skipped":  # phase 1 moved messages into an archive
+        ctx.run(lambda: _refresh_quietly(ctx, ov, request))
+    return outcome
+
+
+async def _commit_count(ov: OVClient, request: CommitRequest) -> int:
+    try:
+        return (await ov.get_session(request.ov_session_id)).commit_count
+    except OVError as exc:
+        if exc.status == 404:  # not in OV yet: its commit will say so
+            return 0
+        raise
+
+
+async def _adopt(ov: OVClient, request: CommitRequest, before: int) -> CommitAccepted:
+    """What OV's answer to this commit was: its archive is the one after ``before``, its
+    phase 2 the session's newest commit task (one commit per session is in flight)."""
+    state = await ov.get_session(request.ov_session_id)
+    tasks = await ov.session_commit_tasks(request.ov_session_id, limit=5)
+    log.warning(
+        "commit %s: OV took it before the crash (%d -> %d commits); adopting task %s",
+        request.commit_id,
+        before,
+        state.commit_count,
+        tasks[0].task_id if tasks else None,
+    )
+    archive = f"{state.uri}/history/archive_{before + 1:03d}" if state.uri else None
+    return CommitAccepted(task_id=tasks[0].task_id if tasks else None, archive_uri=archive, archived=True)
+
+
+async def _commit(ov: OVClient, request: CommitRequest) -> Any:
+    keep = request.keep_recent_count
+    return await ov.commit(request.ov_session_id, keep_recent_count=keep, enable_working_memory=True)
+
+
+def _accepted(redis: redis_lib.Redis, settings: Any, request: CommitRequest, accepted: Any) -> CommitOutcome:
+    """Record what OV's commit answer says; schedule the first poll when phase 2 runs."""
     if accepted.status == "skipped":
         return finish_commit(
             redis, settings, request, "skipped", error=f"skipped: {accepted.reason or 'no reason given'}"
@@ -129,20 +182,25 @@ def run_commit(
     return running
 
 
-async def _commit_and_refresh(ctx: JobContext, request: CommitRequest) -> Any:
-    ov = ctx.ov(request.address)
-    accepted = await ov.commit(
-        request.ov_session_id, keep_recent_count=request.keep_recent_count, enable_working_memory=True
-    )
-    if accepted.status != "skipped":  # phase 1 moved messages into an archive
-        await _refresh_quietly(ctx, ov, request)
-    return accepted
+def _patiently(request: CommitRequest, step: Callable[[], CommitOutcome]) -> CommitOutcome:
+    """``step()`` again while Redis is unreachable (each part of it is idempotent), for up to
+    ``REDIS_PATIENCE_S``; a Redis restart takes seconds."""
+    deadline, delay = time.monotonic() + REDIS_PATIENCE_S, 0.2
+    while True:
+        try:
+            return step()
+        except (redis_lib.ConnectionError, redis_lib.TimeoutError) as exc:
+            if time.monotonic() > deadline:
+                raise
+            log.warning("commit %s taken by OV; Redis away (%s): recording it in %.1fs", request.commit_id, exc, delay)
+            time.sleep(delay)
+            delay = min(5.0, delay * 2)
 
 
 async def _refresh_quietly(ctx: JobContext, ov: OVClient, request: CommitRequest) -> None:
     try:
         await refresh_snapshot(ctx.redis, ov, ctx.settings, request.address)
-    except OVError as exc:  # the commit stands; the next batch or commit refreshes again
+    except (OVError, redis_lib.RedisError) as exc:  # the commit stands; the next batch or commit refreshes
         log.warning("snapshot of %s not refreshed after commit: %s", request.ov_session_id, exc)
 
 

@@ -20,6 +20,7 @@ import redis as redis_lib
 from rq.job import Job
 
 from core.config import Settings
+from workers.store import commit_sweep
 from workers.store.commit_queue import commit_queue
 from workers.store.connection import text
 from workers.store.scripts import CLAIM_DUE_JOBS
@@ -49,18 +50,27 @@ def move_due_jobs(redis: redis_lib.Redis, settings: Settings) -> int:
 
 
 class DueJobMover(threading.Thread):
-    """``move_due_jobs`` every ``DUE_JOBS_TICK_S`` until ``stop``; Redis trouble waits for the next tick."""
+    """Every ``DUE_JOBS_TICK_S`` until ``stop``: the worker's heartbeat, ``move_due_jobs`` and,
+    when due, a sweep of the in-flight commits (workers.store.commit_sweep). A thread of its
+    own, so the heartbeat goes on while a job runs. Redis trouble waits for the next tick."""
 
-    def __init__(self, redis: redis_lib.Redis, settings: Settings) -> None:
+    def __init__(self, redis: redis_lib.Redis, settings: Settings, worker_name: str) -> None:
         super().__init__(name="ovstream-due-jobs", daemon=True)
         self._redis, self._settings = redis, settings
+        self.worker_name = worker_name
+        """The RQ worker this thread beats for (replaced when the process starts a new one)."""
         self._stop_event = threading.Event()
 
     def run(self) -> None:
         failing = False
+        next_sweep = 0.0
         while not self._stop_event.wait(DUE_JOBS_TICK_S):
             try:
+                commit_sweep.beat(self._redis, self._settings, self.worker_name)
                 move_due_jobs(self._redis, self._settings)
+                if time.monotonic() >= next_sweep:
+                    commit_sweep.sweep(self._redis, self._settings)
+                    next_sweep = time.monotonic() + commit_sweep.SWEEP_INTERVAL_S / 2
                 if failing:
                     log.info("due commit jobs move again")
                 failing = False

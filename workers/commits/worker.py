@@ -31,6 +31,7 @@ from core.events import CommitOutcome
 from core.session import SessionAddress
 from workers.commits.context import register
 from workers.commits.scheduler import DueJobMover, move_due_jobs
+from workers.store import commit_sweep
 from workers.store.commit_queue import commit_queue
 from workers.store.commit_records import CommitRecords
 from workers.store.connection import connect
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 
 MAINTENANCE_INTERVAL_S = 30
 """RQ's maintenance (registry cleaning) interval; RQ's default is 600 s."""
+REDIS_RETRY_S = 0.5
+REDIS_RETRY_MAX_S = 5.0
+"""First and longest wait before ``ovstream worker`` starts a new RQ worker after losing Redis."""
 
 
 class EmbeddedWorker(SimpleWorker):
@@ -81,6 +85,7 @@ def drain_jobs(
     worker = make_worker(redis, settings, embedded=True)
     deadline = time.monotonic() + timeout_s
     while True:
+        commit_sweep.beat(redis, settings, worker.name)  # its jobs are not taken for orphans
         move_due_jobs(redis, settings)
         worker.work(burst=True, logging_level="WARNING")
         done = until() if until is not None else jobs_waiting(redis, settings) == 0
@@ -97,13 +102,17 @@ def run_embedded_worker(
     """Work the commit queue in burst rounds until ``stop`` is set (``ovstream up``)."""
     worker = make_worker(redis, settings, embedded=True)
     log.info("embedded RQ worker %s on queue %s", worker.name, settings.commit_queue_name)
-    while not stop.is_set():
-        try:
-            move_due_jobs(redis, settings)
-            worker.work(burst=True, logging_level="WARNING")
-        except Exception:  # one bad round must not end the embedded worker
-            log.exception("embedded RQ worker round failed")
-        stop.wait(pause_s)
+    mover = DueJobMover(connect(settings), settings, worker.name)  # heartbeat, due jobs, sweeps
+    mover.start()
+    try:
+        while not stop.is_set():
+            try:
+                worker.work(burst=True, logging_level="WARNING")
+            except Exception:  # one bad round must not end the embedded worker
+                log.exception("embedded RQ worker round failed")
+            stop.wait(pause_s)
+    finally:
+        mover.stop()
 
 
 # --- CLI ------------------------------------------------------------------------------------
@@ -125,13 +134,39 @@ def cli_worker(settings: Settings, args: argparse.Namespace) -> int:
         move_due_jobs(redis, settings)
         worker.work(burst=True)
         return 0
-    mover = DueJobMover(connect(settings), settings)  # workers.commits.scheduler: why not RQ's
+    mover = DueJobMover(connect(settings), settings, worker.name)  # workers.commits.scheduler: why not RQ's
     mover.start()
     try:
-        worker.work()
+        work_through_outages(redis, settings, worker, mover)
     finally:
         mover.stop()
     return 0
+
+
+def work_through_outages(redis: redis_lib.Redis, settings: Settings, worker: BaseWorker, mover: DueJobMover) -> None:
+    """``worker.work()`` until it stops as asked (SIGTERM); when Redis goes away, a new worker
+    once it answers again. RQ's loop quits on a Redis error outside its dequeue wait, and a
+    worker process that exits on a Redis restart would leave every commit waiting for an
+    operator: jobs, schedules and records are all in Redis, so there is nothing to lose by
+    waiting it out."""
+    delay = REDIS_RETRY_S
+    while True:
+        try:
+            worker.work()
+            return
+        except (redis_lib.ConnectionError, redis_lib.TimeoutError) as exc:
+            if getattr(worker, "_stop_requested", False):
+                return
+            log.warning("RQ worker %s lost Redis (%s); a new worker in %.1fs", worker.name, exc, delay)
+        time.sleep(delay)
+        delay = min(REDIS_RETRY_MAX_S, delay * 2)
+        try:
+            worker = make_worker(redis, settings)
+        except redis_lib.RedisError:
+            continue
+        mover.worker_name = worker.name
+        delay = REDIS_RETRY_S
+        log.info("RQ worker %s on queue %s (Redis back)", worker.name, settings.commit_queue_name)
 
 
 def add_commits_arguments(parser: argparse.ArgumentParser) -> None:

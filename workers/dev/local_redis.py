@@ -1,7 +1,9 @@
 """A ``redis-server`` of our own on a free loopback port: for the tests, the demo and bench/.
 
 One implementation so that every place that needs a throw-away Redis starts it the same way
-(no persistence, own process group, temp dir removed on stop, never left running on Ctrl-C).
+(own process group, temp dir removed on stop, never left running on Ctrl-C). No persistence,
+unless ``durable``: then every write is in the append-only file before Redis answers, so
+the chaos tier can SIGKILL it and start it again (``restart``) with nothing lost.
 """
 
 from __future__ import annotations
@@ -59,6 +61,24 @@ class RedisServer:
     proc: subprocess.Popen[bytes]
     url: str
     workdir: str
+    exe: str = "redis-server"
+    durable: bool = False
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1].split("/", 1)[0])
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash does (the data directory stays)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def restart(self) -> None:
+        """Start it again on the same port and directory (after ``kill``); waits for PING."""
+        self.kill()
+        self.proc = _spawn(self.exe, self.port, self.workdir, self.durable)
+        _wait_answering(self)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -71,27 +91,37 @@ class RedisServer:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def start_redis_server(exe: str | None = None) -> RedisServer:
-    """``redis-server`` on a free loopback port, no persistence; waits for PING."""
-    exe = exe or shutil.which("redis-server")
-    if exe is None:
-        raise LocalRedisError("redis-server is not on PATH")
-    port, workdir = free_port(), tempfile.mkdtemp(prefix="ovstream-redis-")
-    proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
+def _spawn(exe: str, port: int, workdir: str, durable: bool) -> subprocess.Popen[bytes]:
+    persistence = ["--appendonly", "yes", "--appendfsync", "always"] if durable else ["--appendonly", "no"]
+    return subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", *persistence, "--dir", workdir],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         stdin=subprocess.DEVNULL,
         start_new_session=True,
     )
-    server = RedisServer(proc, f"redis://127.0.0.1:{port}/0", workdir)
+
+
+def _wait_answering(server: RedisServer) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     try:
         while not redis_answers(server.url, 0.5):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise LocalRedisError(f"redis-server on port {port} did not answer PING (exit code {proc.poll()})")
+            code = server.proc.poll()
+            if code is not None or time.monotonic() > deadline:
+                raise LocalRedisError(f"redis-server on port {server.port} did not answer PING (exit code {code})")
             time.sleep(0.05)
     except BaseException:  # Ctrl-C included: never leave it running
         server.stop()
         raise
+
+
+def start_redis_server(exe: str | None = None, *, durable: bool = False) -> RedisServer:
+    """``redis-server`` on a free loopback port; waits for PING. ``durable``: append-only
+    file, fsync'd on every write (survives ``kill`` + ``restart``)."""
+    exe = exe or shutil.which("redis-server")
+    if exe is None:
+        raise LocalRedisError("redis-server is not on PATH")
+    port, workdir = free_port(), tempfile.mkdtemp(prefix="ovstream-redis-")
+    server = RedisServer(_spawn(exe, port, workdir, durable), f"redis://127.0.0.1:{port}/0", workdir, exe, durable)
+    _wait_answering(server)
     return server

@@ -49,7 +49,7 @@ from core.session import SessionAddress
 from workers.store import tenant_lock
 from workers.store.commit_records import FINAL_STATUSES, CommitRecords, final_or_timeout, load_outcome, outcome_of
 from workers.store.connection import optional_text
-from workers.store.keys import session_keys
+from workers.store.keys import Keys, session_keys
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +126,12 @@ def finish_commit(
 # --- the public API -----------------------------------------------------------------------
 
 
-def _job_state(redis: redis_lib.Redis, job_id: str | None) -> tuple[str, Job | None]:
-    """ "live", "crashed" (the job raised) or "lost" (gone, or ended without an outcome)."""
+def job_state(redis: redis_lib.Redis, settings: Settings, job_id: str | None) -> tuple[str, Job | None]:
+    """ "live", "crashed" (the job raised), "lost" (gone, ended without an outcome, or started
+    by a worker that is dead: ``Keys.commit_worker``) or "stranded": queued but on no queue
+    (dequeued by a worker that died before starting it) or scheduled but in no schedule. A
+    job is stranded for a moment on its way too, so only a second look (workers.store.
+    commit_sweep) takes a stranded job for lost."""
     if not job_id:
         return "lost", None
     try:
@@ -135,13 +139,22 @@ def _job_state(redis: redis_lib.Redis, job_id: str | None) -> tuple[str, Job | N
     except NoSuchJobError:
         return "lost", None
     status = job.get_status(refresh=False)
-    if status in _LIVE_JOB_STATUSES:
-        return "live", job
-    return ("crashed" if status == JobStatus.FAILED else "lost"), job
+    if status not in _LIVE_JOB_STATUSES:
+        return ("crashed" if status == JobStatus.FAILED else "lost"), job
+    queue = commit_queue(redis, settings)
+    if status == JobStatus.QUEUED and redis.lpos(queue.key, job_id) is None:
+        return "stranded", job
+    if status == JobStatus.SCHEDULED and redis.zscore(queue.scheduled_job_registry.key, job_id) is None:
+        return "stranded", job
+    beat_key = Keys(settings.key_prefix).commit_worker(job.worker_name or "")
+    if status == JobStatus.STARTED and job.worker_name and not redis.exists(beat_key):
+        return "lost", job
+    return "live", job
 
 
-def _resume(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, outcome: CommitOutcome | None) -> None:
-    """Put a lost in-flight commit back on the queue at the step it had reached."""
+def resume(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, outcome: CommitOutcome | None) -> None:
+    """Put a lost in-flight commit back on the queue at the step it had reached (under a new
+    job id: the lost job's may still exist)."""
     if outcome is not None and outcome.task_id:
         log.warning("commit %s lost its poll job; scheduling a new poll", request.commit_id)
         schedule_poll(
@@ -154,7 +167,9 @@ def _resume(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, 
         )
     else:
         log.warning("commit %s lost its job; enqueueing it again", request.commit_id)
-        _enqueue_commit(redis, settings, request)
+        job_id = f"{request.commit_id}_again{int(now() * 1000)}"
+        redis.hset(_inflight_key(settings, request), "job", job_id)
+        _enqueue_commit(redis, settings, request, job_id=job_id)
 
 
 def request_commit(
@@ -172,13 +187,13 @@ def request_commit(
                     outcome = load_outcome(pipe, ks.commits, current.commit_id)
                     if outcome is None or outcome.status not in FINAL_STATUSES:
                         pipe.reset()
-                        state, job = _job_state(redis, optional_text(job_id))
-                        if state == "live":
+                        state, job = job_state(redis, settings, optional_text(job_id))
+                        if state in ("live", "stranded"):  # a stranded one is the sweep's
                             return current
                         if state == "lost":
-                            _resume(redis, settings, current, outcome)
+                            resume(redis, settings, current, outcome)
                             return current
-                        error = f"job crashed: {_job_error(job)}"
+                        error = f"job crashed: {job_error(job)}"
                         finish_commit(redis, settings, current, "failed", outcome, error=error)
                         continue
                 generation = int(pipe.get(ks.commit_generation) or 0) + 1
@@ -192,6 +207,8 @@ def request_commit(
                     generation=generation,
                     requested_at=now(),
                 )
+                # indexed first (another slot, so not in this MULTI): a sweep finds it if its job dies
+                redis.zadd(Keys(settings.key_prefix).commits_in_flight(), {ks.commit_inflight: now()})
                 pipe.multi()
                 pipe.set(ks.commit_generation, generation)
                 pipe.hset(ks.commit_inflight, mapping={"req": encode(request), "job": request.commit_id})
@@ -228,13 +245,15 @@ def wait_commit_outcome(
 # --- enqueueing ---------------------------------------------------------------------------------
 
 
-def _enqueue_commit(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) -> None:
+def _enqueue_commit(
+    redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, job_id: str | None = None
+) -> None:
     try:
         commit_queue(redis, settings).enqueue(
             COMMIT_JOB,
             encode(request).decode(),
             settings.key_prefix,
-            job_id=request.commit_id,
+            job_id=job_id or request.commit_id,
             unique=True,
             retry=COMMIT_RETRY,
             description=f"commit {request.ov_session_id} ({request.reason})",
@@ -319,7 +338,8 @@ def schedule_commit_retry(redis: redis_lib.Redis, settings: Settings, request: C
     )
 
 
-def _job_error(job: Job | None) -> str:
+def job_error(job: Job | None) -> str:
+    """The last line of the exception a failed job raised ("unknown" when none is kept)."""
     if job is None:
         return "unknown"
     try:

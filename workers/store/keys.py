@@ -112,6 +112,16 @@ class Keys:
         now, one at a time (workers.store.tenant_lock); its data is the holder's request."""
         return f"{self.prefix}:lease:commit-tenant:{tenant}"
 
+    def commits_in_flight(self) -> str:
+        """Sorted set: every session's in-flight key (``commit_inflight``) -> when it is next
+        looked at by a worker's sweep (workers.store.commit_sweep)."""
+        return f"{self.prefix}:commits-in-flight"
+
+    def commit_worker(self, name: str) -> str:
+        """String with a short TTL: the commit worker ``name`` (RQ's worker name) is alive;
+        beaten by its due-job thread, so a job it was running when it died is seen orphaned."""
+        return f"{self.prefix}:commit-worker:{name}"
+
     def capture_lease(self, shard: int) -> str:
         """Lease (workers.store.scripts.LEASE_*): the capture consumer owning a shard right now,
         renewed while it is alive."""

@@ -172,3 +172,11 @@ return claimed
 """)
 """KEYS[1] an RQ ScheduledJobRegistry. ARGV: now (unix seconds), most. The due job ids, each
 removed from the registry by exactly one caller, however many workers ask at once."""
+
+CLAIM_STALE = Lua("""
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[3])
+for _, id in ipairs(ids) do redis.call('ZADD', KEYS[1], ARGV[2], id) end
+return ids
+""")
+"""KEYS[1] a sorted set of things to look at. ARGV: due (score), next score, most. The due
+members, each moved to the next score: handed to exactly one of the workers asking at once."""

@@ -67,6 +67,7 @@ ROUTES = [
     _route("GET", "/api/v1/sessions/{sid}/context", "get_context"),
     _route("GET", "/api/v1/sessions/{sid}/archives/{aid}", "get_archive"),
     _route("GET", "/api/v1/tasks/{tid}", "get_task"),
+    _route("GET", "/api/v1/tasks", "list_tasks"),
     _route("POST", "/api/v1/search/find", "find"),
     _route("POST", "/api/v1/search/grep", "grep"),
     _route("GET", "/api/v1/content/read", "read"),

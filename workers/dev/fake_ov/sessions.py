@@ -173,6 +173,19 @@ class SessionRoutes(UploadRoutes):
                 self._finish(task, task.mode)
         return task.to_dict()
 
+    def _r_list_tasks(self, r: Req) -> list[dict[str, Any]]:
+        """``GET /api/v1/tasks``: the caller's commit tasks, newest first (0.5.2's filters)."""
+        q = r.query
+        tasks = [
+            t
+            for t in self.tenant(r.ctx.account, r.ctx.user).tasks.values()
+            if q.get("task_type") in (None, "session_commit")
+            and q.get("resource_id") in (None, t.session_id)
+            and q.get("status") in (None, t.status)
+        ]
+        tasks.sort(key=lambda t: t.created_at, reverse=True)
+        return [t.to_dict() for t in tasks[: int(q.get("limit") or 50)]]
+
     def run_phase2(self) -> int:
         """Finish every open task now, each as its commit's mode ("hang" completes). Returns how many."""
         open_tasks = [t for ten in self.tenants.values() for t in ten.tasks.values() if t.status not in TERMINAL]

@@ -1,0 +1,261 @@
+"""The chaos tier's parts: a deployment of real OS processes, a load, faults and the checks.
+
+``Deployment`` runs ``ovstream capture`` (several) and ``ovstream worker`` as separate
+processes configured only by ``OVSTREAM_*`` (as ``Procfile`` runs them), against a durable
+redis-server and a real openviking-server; each can be SIGKILLed and started again.
+``Load`` publishes every session's turns in order from a thread, as the plugin does:
+a publish that fails (Redis away) is sent again with the same event id. ``Ledger`` reads
+back what OV holds and what the commit records say.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+from core.config import Settings
+from core.events import CommitOutcome, TurnEvent
+from core.session import SessionAddress, shard_of
+from tests.helpers.e2e import ovstream_command, settings_env
+from workers.store.commit_records import CommitRecords
+from workers.store.keys import Keys
+from workers.store.streams import publish_turn
+
+FILLER = " ".join(f"word{i}" for i in range(36))
+"""Padding that gives each message some 50 tokens, so sessions cross the commit threshold."""
+
+
+def chaos_turn(session: str, index: int) -> TurnEvent:
+    """Turn ``index`` of ``session`` as afterTurn sends it: the whole transcript so far. Each
+    message starts with ``<session>:q<i>`` / ``<session>:a<i>``, its identity in OV."""
+    messages: list[dict[str, Any]] = []
+    for i in range(index + 1):
+        messages.append({"role": "user", "content": f"{session}:q{i} {FILLER}"})
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": f"{session}:a{i} {FILLER}"}]})
+    return TurnEvent(
+        event_id=uuid.uuid4().hex,
+        session_id=session,
+        messages=messages,
+        pre_prompt_message_count=2 * index,
+        published_at=time.time(),
+    )
+
+
+def expected_ids(session: str, turns: int) -> list[str]:
+    return [f"{session}:{kind}{i}" for i in range(turns) for kind in ("q", "a")]
+
+
+@dataclass
+class Deployment:
+    """ovstream's processes, by name ("capture-a", "worker", ...), each in its own process group."""
+
+    values: dict[str, Any]
+    workdir: Path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.settings = Settings(**self.values)
+        self.env = settings_env(self.values)
+
+    def start(self, name: str) -> None:
+        role = name.split("-", 1)[0]
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 (the child keeps it)
+        self.procs[name] = subprocess.Popen(
+            [*ovstream_command(), role],
+            cwd=self.workdir,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the process and its group: no cleanup of any kind."""
+        proc = self.procs[name]
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def restart(self, name: str) -> None:
+        self.kill(name)
+        self.start(name)
+
+    def exited(self) -> dict[str, int]:
+        """Processes that ended on their own, with their exit codes."""
+        return {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for name, proc in self.procs.items():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+                raise AssertionError(f"{name} ignored SIGTERM") from None
+
+    def log(self, name: str, lines: int = 40) -> str:
+        path = self.workdir / f"{name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+
+class Load:
+    """Publishes turns of each session, round robin, ``rate`` turns a second, until ``finish``
+    (then to the end of the round: every session has as many turns)."""
+
+    def __init__(self, redis_url: str, settings: Settings, sessions: list[str], rate: float) -> None:
+        self.client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+        self.settings, self.sessions, self.rate = settings, sessions, rate
+        self.finishing = threading.Event()
+        self.published: dict[str, int] = dict.fromkeys(sessions, 0)
+        self.last_ids: dict[int, str] = {}
+        """Shard -> stream id of the newest entry published there."""
+        self.resends = 0
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, name="chaos-load", daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> Load:
+        self.thread.start()
+        return self
+
+    def _publish(self, event: TurnEvent) -> str:
+        while True:
+            try:
+                return publish_turn(self.client, self.settings, event)
+            except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
+                self.resends += 1  # the same event again: capture drops a copy by its event id
+                time.sleep(0.2)
+
+    def _run(self) -> None:
+        try:
+            index = 0
+            while not self.finishing.is_set():
+                for session in self.sessions:
+                    started = time.monotonic()
+                    stream_id = self._publish(chaos_turn(session, index))
+                    shard = shard_of(session, self.settings.shards)
+                    with self.lock:
+                        self.published[session] = index + 1
+                        self.last_ids[shard] = stream_id
+                    time.sleep(max(0.0, 1 / self.rate - (time.monotonic() - started)))
+                index += 1
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def marks(self) -> dict[int, str]:
+        with self.lock:
+            return dict(self.last_ids)
+
+    def running(self) -> bool:
+        return self.thread.is_alive() and not self.finishing.is_set()
+
+    def finish(self, timeout_s: float) -> int:
+        """Stop after the current round; the number of turns every session got."""
+        self.finishing.set()
+        self.thread.join(timeout_s)
+        if self.thread.is_alive():
+            raise AssertionError("the load did not finish")
+        if self.error is not None:
+            raise self.error
+        self.client.close()
+        turns = set(self.published.values())
+        assert len(turns) == 1, self.published
+        return turns.pop()
+
+
+class Ledger:
+    """What Redis and OV say about the deployment's sessions (read-only)."""
+
+    def __init__(self, redis_url: str, settings: Settings, ov_url: str, sessions: list[str]) -> None:
+        self.redis = redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=2)
+        self.settings, self.sessions = settings, sessions
+        self.ov = httpx.Client(base_url=ov_url, timeout=30, trust_env=False)
+
+    def close(self) -> None:
+        self.redis.close()
+        self.ov.close()
+
+    def caught_up(self, marks: dict[int, str]) -> bool:
+        """Every entry up to ``marks`` (shard -> stream id) read and acked by capture."""
+        try:
+            for shard, mark in marks.items():
+                stream = Keys(self.settings.key_prefix).stream(shard)
+                groups = {g["name"].decode(): g for g in self.redis.xinfo_groups(stream)}
+                group = groups.get(self.settings.consumer_group)
+                if group is None or _id(group["last-delivered-id"]) < _id(mark):
+                    return False
+                if self.redis.xpending_range(stream, self.settings.consumer_group, "-", mark, 1):
+                    return False
+        except redis.RedisError:
+            return False
+        return True
+
+    def commits(self, session: str) -> list[CommitOutcome]:
+        return CommitRecords(self.redis, self.settings).list(SessionAddress(session, "main", None))
+
+    def unsettled(self) -> set[str]:
+        """Commit ids with no final outcome yet (Redis away: unknown, so reported unsettled)."""
+        try:
+            return {
+                o.commit_id
+                for s in self.sessions
+                for o in self.commits(s)
+                if o.status not in ("completed", "failed", "skipped", "timeout")
+            }
+        except redis.RedisError:
+            return {"?"}
+
+    def ov_ids(self, session: str) -> list[str]:
+        """The first word of every message OV holds for the session: archives, then active."""
+        ids: list[str] = []
+        archives = sorted(
+            o.archive_uri.rsplit("/", 1)[-1] for o in self.commits(session) if o.status == "completed" and o.archive_uri
+        )
+        for archive in archives:
+            body = self.ov.get(f"/api/v1/sessions/{session}/archives/{archive}").raise_for_status().json()
+            ids += [_first_word(m) for m in body["result"]["messages"]]
+        context = self.ov.get(f"/api/v1/sessions/{session}/context", params={"token_budget": "1000000"})
+        ids += [_first_word(m) for m in context.raise_for_status().json()["result"]["messages"]]
+        return ids
+
+    def task_status(self, task_id: str) -> str:
+        return str(self.ov.get(f"/api/v1/tasks/{task_id}").raise_for_status().json()["result"]["status"])
+
+
+def _id(stream_id: bytes | str) -> tuple[int, int]:
+    text = stream_id.decode() if isinstance(stream_id, bytes) else stream_id
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _first_word(message: dict[str, Any]) -> str:
+    for part in message.get("parts") or []:
+        if part.get("type") == "text":
+            return str(part.get("text", "")).split(" ", 1)[0]
+    return ""
+
+
+def measure(until: Callable[[], bool], *, timeout_s: float, what: str) -> float:
+    """Seconds until ``until()`` holds (checked every 0.1 s); AssertionError past ``timeout_s``."""
+    started = time.monotonic()
+    while not until():
+        if time.monotonic() - started > timeout_s:
+            raise AssertionError(f"{what}: not within {timeout_s:.0f}s")
+        time.sleep(0.1)
+    return time.monotonic() - started

@@ -1,0 +1,80 @@
+"""In-flight commits whose job died are put back on the queue by any worker, within seconds.
+
+A commit's chain of jobs (commit, polls, tenant waits) lives in RQ, and RQ recovers a job
+lost with its worker only slowly, and as a failure: a job a SIGKILLed worker was running
+stays "started" until RQ's maintenance notices (minutes), a job it had just dequeued sits in
+RQ's intermediate list for a minute, and both then count as *failed* jobs, which would
+record a commit as failed that OV may well have completed. Nobody asks for that session's
+commit again unless the session crosses the threshold again.
+
+So every commit in flight is indexed (``Keys.commits_in_flight``) and every worker's
+due-job thread sweeps the index every ``SWEEP_INTERVAL_S``: a commit whose job is gone, or
+started by a worker whose heartbeat (``Keys.commit_worker``) lapsed, is resumed at the step
+it had reached (``commit_queue.resume``); one whose job is stranded on its way (queued on
+no queue, scheduled in no schedule) is resumed when it is still stranded at the next look.
+A script hands each entry to one sweeping worker at a time (``CLAIM_STALE``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import redis as redis_lib
+
+from core.config import Settings
+from core.events import CommitRequest, decode
+from workers.store.commit_queue import finish_commit, job_error, job_state, resume
+from workers.store.commit_records import FINAL_STATUSES, load_outcome
+from workers.store.connection import optional_text, text
+from workers.store.keys import Keys, session_keys
+from workers.store.scripts import CLAIM_STALE
+
+log = logging.getLogger(__name__)
+
+SWEEP_INTERVAL_S = 3.0
+"""How long an in-flight commit goes unlooked-at (each look hands it on for this long)."""
+SWEEP_BATCH = 200
+"""Most in-flight commits one sweep looks at (the rest on the next)."""
+WORKER_BEAT_TTL_S = 5
+"""A commit worker not heard of for this long is dead: the job it ran is resumed."""
+STRANDED = "stranded"
+"""In-flight hash field: the job id a sweep found stranded (resumed if it still is next time)."""
+
+
+def beat(redis: redis_lib.Redis, settings: Settings, worker_name: str) -> None:
+    """Say that the commit worker ``worker_name`` is alive (its due-job thread, every tick)."""
+    redis.set(Keys(settings.key_prefix).commit_worker(worker_name), "1", ex=WORKER_BEAT_TTL_S)
+
+
+def sweep(redis: redis_lib.Redis, settings: Settings) -> int:
+    """Look at the in-flight commits due for a look; returns how many were resumed."""
+    index = Keys(settings.key_prefix).commits_in_flight()
+    now = time.time()
+    due = CLAIM_STALE(redis, [index], [now - SWEEP_INTERVAL_S, now, SWEEP_BATCH])
+    return sum(_look(redis, settings, index, text(key)) for key in due)
+
+
+def _look(redis: redis_lib.Redis, settings: Settings, index: str, inflight_key: str) -> bool:
+    raw_request, job_id, stranded = redis.hmget(inflight_key, "req", "job", STRANDED)
+    if raw_request is None:  # finished (the record cleared it), or never written
+        redis.zrem(index, inflight_key)
+        return False
+    request = decode(raw_request, CommitRequest)
+    outcome = load_outcome(redis, session_keys(settings, request.address).commits, request.commit_id)
+    if outcome is not None and outcome.status in FINAL_STATUSES:
+        redis.zrem(index, inflight_key)
+        return False
+    job = optional_text(job_id)
+    state, found = job_state(redis, settings, job)
+    if state == "stranded" and optional_text(stranded) != job:
+        redis.hset(inflight_key, STRANDED, job or "")  # maybe on its way: look again next time
+        return False
+    if state == "crashed":  # the job raised: the commit failed (as request_commit would record)
+        finish_commit(redis, settings, request, "failed", outcome, error=f"job crashed: {job_error(found)}")
+        return False
+    if state == "live":
+        return False
+    log.warning("commit %s: its job %s is %s; resuming it", request.commit_id, job, state)
+    resume(redis, settings, request, outcome)
+    return True
