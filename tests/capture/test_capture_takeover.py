@@ -12,7 +12,7 @@ from core.session import SessionAddress
 from tests.helpers.capture import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
 from workers.capture.fence import HashWrite, ShardFence
 from workers.capture.plan import LeaseLost
-from workers.capture.worker import WorkerKilled
+from workers.capture.worker import CaptureWorker, WorkerKilled
 from workers.store.applied import INTENT, LAST_ID
 from workers.store.connection import connect_async
 from workers.store.keys import Keys, session_keys, shard_of
@@ -95,8 +95,6 @@ class _StealOnRead(httpx.AsyncBaseTransport):
 
 
 async def test_a_consumer_that_lost_its_lease_records_no_intent_and_writes_nothing(redis_client, settings, fake_ov):
-    from workers.capture.worker import CaptureWorker
-
     publish(redis_client, settings, [turn(SID, 0)])
     transport = _StealOnRead(fake_ov.transport(), lambda: _steal(redis_client, settings))
     victim = CaptureWorker(settings, ov_transport=transport, consumer="victim", lease_ms=600)
@@ -183,8 +181,6 @@ class _LateWrite(httpx.AsyncBaseTransport):
 async def test_a_write_applied_after_its_timeout_is_settled_once(redis_client, settings, fake_ov, recheck_s, copies):
     """With the settle's second read (recheck 0.5 s) the late write is seen and not repeated;
     without it (0) the same sequence stores the turn twice: the hazard the recheck is for."""
-    from workers.capture.worker import CaptureWorker
-
     patient = settings.model_copy(update={"capture_settle_recheck_s": recheck_s})
     publish(redis_client, patient, [turn(SID, 0)])
     transport = _LateWrite(fake_ov.transport(), late_s=0.2)

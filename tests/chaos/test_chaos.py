@@ -1,12 +1,12 @@
 """Faults under load, with real processes: nothing lost, repeated or reordered; every commit
 final and as OV reports it; each fault's recovery measured (docs/FAILURE-MODES.md).
 
-The load publishes SESSIONS x TURNS turns while, one after another: a capture process is
+The load publishes turns of SESSIONS at RATE while, one after another: a capture process is
 SIGKILLed, the worker is SIGKILLed, OV is frozen (SIGSTOP) for OV_FREEZE_S, Redis is
 SIGKILLed and started again, and a capture process and the worker die together. After each
-fault the test measures how long until capture has applied everything published before
-the fault ended, and until every commit asked for by then is final. A final check kills the
-worker in the middle of a commit and measures until that commit is final.
+fault the test measures how long until capture has applied everything published up to a
+second after the fault ended, and until every commit unsettled then is final. A final check
+kills the worker in the middle of a commit and measures until that commit is final.
 """
 
 from __future__ import annotations

@@ -28,7 +28,10 @@ from core.config import Settings
 from core.events import CommitOutcome, TurnEvent
 from core.session import SessionAddress, shard_of
 from tests.helpers.e2e import ovstream_command, settings_env
+from tests.helpers.waiting import wait_until
+from workers.store.applied import parse_id
 from workers.store.commit_records import CommitRecords
+from workers.store.connection import text
 from workers.store.keys import Keys
 from workers.store.streams import publish_turn
 
@@ -198,7 +201,7 @@ class Ledger:
                 stream = Keys(self.settings.key_prefix).stream(shard)
                 groups = {g["name"].decode(): g for g in self.redis.xinfo_groups(stream)}
                 group = groups.get(self.settings.consumer_group)
-                if group is None or _id(group["last-delivered-id"]) < _id(mark):
+                if group is None or parse_id(text(group["last-delivered-id"])) < parse_id(mark):
                     return False
                 if self.redis.xpending_range(stream, self.settings.consumer_group, "-", mark, 1):
                     return False
@@ -238,12 +241,6 @@ class Ledger:
         return str(self.ov.get(f"/api/v1/tasks/{task_id}").raise_for_status().json()["result"]["status"])
 
 
-def _id(stream_id: bytes | str) -> tuple[int, int]:
-    text = stream_id.decode() if isinstance(stream_id, bytes) else stream_id
-    ms, _, seq = text.partition("-")
-    return int(ms), int(seq or 0)
-
-
 def _first_word(message: dict[str, Any]) -> str:
     for part in message.get("parts") or []:
         if part.get("type") == "text":
@@ -252,10 +249,7 @@ def _first_word(message: dict[str, Any]) -> str:
 
 
 def measure(until: Callable[[], bool], *, timeout_s: float, what: str) -> float:
-    """Seconds until ``until()`` holds (checked every 0.1 s); AssertionError past ``timeout_s``."""
+    """Seconds until ``until()`` holds (``wait_until``, checked every 0.1 s)."""
     started = time.monotonic()
-    while not until():
-        if time.monotonic() - started > timeout_s:
-            raise AssertionError(f"{what}: not within {timeout_s:.0f}s")
-        time.sleep(0.1)
+    wait_until(until, what, timeout_s=timeout_s, interval_s=0.1)
     return time.monotonic() - started

@@ -5,16 +5,17 @@ session's entries strictly in stream order, merged into one OV batch write):
 
 1. read the sessions' applied hashes (one pipeline);
 2. plan the units (workers.capture.plan); settle an intent left by a crash
-   with OV's ``total_message_count``; learn the base total when not cached;
-3. record each write's intent (one pipeline);
+   with OV's ``total_message_count`` (two reads that agree: ``settled_total``);
+   learn the base total when not cached;
+3. record each write's intent (one script);
 4. write to OV (fault hook ``before_write`` / ``after_write`` around each);
 5. fault hook ``before_ack``; one script moving ``last_id``, clearing the
-   intents and XACKing every finished entry.
+   intents and XACKing every finished entry;
+6. per written session: request a commit when its pending tokens reach the
+   threshold; refresh its snapshot (OV reads concurrently, one pipeline of writes).
 
 Steps 3 and 5 are fenced by the shard's lease (workers.capture.fence): a
 consumer that lost it writes neither an intent nor an ack.
-6. per written session: request a commit when its pending tokens reach the
-   threshold; refresh its snapshot (OV reads concurrently, one pipeline of writes).
 
 A crash anywhere leaves either nothing written (intent or not), or a write
 whose intent says exactly how much to skip on redelivery.

@@ -224,16 +224,12 @@ class ShardConsumer:
             entries = reply[0][1] if reply else []
             if not entries:
                 return
-            for entry_id, fields in entries:
-                if fields:
-                    self.backlog.append(self._entry(entry_id, fields))
-                else:  # deleted from the stream while pending: nothing to apply
-                    await self.fence.apply([], [text(entry_id)])
+            await self._hold([text(entry_id) for entry_id, _ in entries], entries)
             last = text(entries[-1][0])
 
     async def _take_over(self, previous: str) -> int:
         """Claim every entry pending for the consumer ``previous`` (fenced: LeaseLost if the
-        shard is not ours). Entries deleted from the stream meanwhile are acked: nothing to apply."""
+        shard is not ours); how many were taken."""
         got = 0
         while True:
             rows = await self.redis.xpending_range(
@@ -242,15 +238,19 @@ class ShardConsumer:
             ids = [text(r["message_id"]) for r in rows]
             if not ids:
                 return got
-            entries = await self.fence.claim(ids)
-            present = {text(entry_id): fields for entry_id, fields in (e for e in entries if e)}
-            for entry_id, fields in present.items():
-                if fields:
-                    self.backlog.append(self._entry(entry_id, fields))
-                    got += 1
-            gone = [i for i in ids if not present.get(i)]
-            if gone:
-                await self.fence.apply([], gone)
+            got += await self._hold(ids, await self.fence.claim(ids))
+
+    async def _hold(self, ids: list[str], entries: list[Any]) -> int:
+        """Put ``entries`` (``[id, fields]``, now pending for this consumer) in the backlog; ack
+        the ``ids`` that came back without fields, or not at all: deleted from the stream while
+        pending, nothing to apply. How many went into the backlog."""
+        present = {text(e[0]): e[1] for e in entries if e and e[1]}
+        for entry_id, fields in present.items():
+            self.backlog.append(self._entry(entry_id, fields))
+        gone = [i for i in ids if i not in present]
+        if gone:
+            await self.fence.apply([], gone)
+        return len(present)
 
     async def _set_deliveries(self) -> None:
         if not self.backlog:

@@ -18,6 +18,7 @@ from typing import Any
 import redis as redis_lib
 from rq import get_current_job
 
+from core.config import Settings
 from core.events import CommitOutcome, CommitRequest, decode
 from core.ov.client import OVClient, OVError, OVUnavailable
 from core.ov.models import CommitAccepted
@@ -159,18 +160,24 @@ async def _adopt(ov: OVClient, request: CommitRequest, before: int) -> CommitAcc
     return CommitAccepted(task_id=tasks[0].task_id if tasks else None, archive_uri=archive, archived=True)
 
 
-async def _commit(ov: OVClient, request: CommitRequest) -> Any:
+async def _commit(ov: OVClient, request: CommitRequest) -> CommitAccepted:
     keep = request.keep_recent_count
     return await ov.commit(request.ov_session_id, keep_recent_count=keep, enable_working_memory=True)
 
 
-def _accepted(redis: redis_lib.Redis, settings: Any, request: CommitRequest, accepted: Any) -> CommitOutcome:
+def _accepted(
+    redis: redis_lib.Redis, settings: Settings, request: CommitRequest, accepted: CommitAccepted
+) -> CommitOutcome:
     """Record what OV's commit answer says; schedule the first poll when phase 2 runs."""
     if accepted.status == "skipped":
         return finish_commit(
             redis, settings, request, "skipped", error=f"skipped: {accepted.reason or 'no reason given'}"
         )
-    fields = {"task_id": accepted.task_id, "archive_uri": accepted.archive_uri, "archived": accepted.archived}
+    fields: dict[str, Any] = {
+        "task_id": accepted.task_id,
+        "archive_uri": accepted.archive_uri,
+        "archived": accepted.archived,
+    }
     if not accepted.task_id:  # nothing runs in phase 2
         return finish_commit(redis, settings, request, "completed", **fields)
     running = outcome_of(request, "running", **fields)

@@ -70,6 +70,7 @@ class DueJobMover(threading.Thread):
                 move_due_jobs(self._redis, self._settings)
                 if time.monotonic() >= next_sweep:
                     commit_sweep.sweep(self._redis, self._settings)
+                    # twice per interval: an entry falls due at most half an interval before it is seen
                     next_sweep = time.monotonic() + commit_sweep.SWEEP_INTERVAL_S / 2
                 if failing:
                     log.info("due commit jobs move again")

@@ -107,6 +107,7 @@ def run_embedded_worker(
     try:
         while not stop.is_set():
             try:
+                move_due_jobs(redis, settings)  # at once each round, not only on the mover's tick
                 worker.work(burst=True, logging_level="WARNING")
             except Exception:  # one bad round must not end the embedded worker
                 log.exception("embedded RQ worker round failed")

@@ -146,10 +146,20 @@ def job_state(redis: redis_lib.Redis, settings: Settings, job_id: str | None) ->
         return "stranded", job
     if status == JobStatus.SCHEDULED and redis.zscore(queue.scheduled_job_registry.key, job_id) is None:
         return "stranded", job
-    beat_key = Keys(settings.key_prefix).commit_worker(job.worker_name or "")
-    if status == JobStatus.STARTED and job.worker_name and not redis.exists(beat_key):
+    if status == JobStatus.STARTED and job.worker_name and not _beating(redis, settings, job.worker_name):
         return "lost", job
     return "live", job
+
+
+def _beating(redis: redis_lib.Redis, settings: Settings, worker_name: str) -> bool:
+    return bool(redis.exists(Keys(settings.key_prefix).commit_worker(worker_name)))
+
+
+def fail_crashed(
+    redis: redis_lib.Redis, settings: Settings, request: CommitRequest, outcome: CommitOutcome | None, job: Job | None
+) -> CommitOutcome:
+    """Record the commit whose job raised (``job_state`` "crashed") as failed, with the error."""
+    return finish_commit(redis, settings, request, "failed", outcome, error=f"job crashed: {_job_error(job)}")
 
 
 def resume(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, outcome: CommitOutcome | None) -> None:
@@ -193,8 +203,7 @@ def request_commit(
                         if state == "lost":
                             resume(redis, settings, current, outcome)
                             return current
-                        error = f"job crashed: {job_error(job)}"
-                        finish_commit(redis, settings, current, "failed", outcome, error=error)
+                        fail_crashed(redis, settings, current, outcome, job)
                         continue
                 generation = int(pipe.get(ks.commit_generation) or 0) + 1
                 request = CommitRequest(
@@ -338,7 +347,7 @@ def schedule_commit_retry(redis: redis_lib.Redis, settings: Settings, request: C
     )
 
 
-def job_error(job: Job | None) -> str:
+def _job_error(job: Job | None) -> str:
     """The last line of the exception a failed job raised ("unknown" when none is kept)."""
     if job is None:
         return "unknown"

@@ -24,7 +24,7 @@ import redis as redis_lib
 
 from core.config import Settings
 from core.events import CommitRequest, decode
-from workers.store.commit_queue import finish_commit, job_error, job_state, resume
+from workers.store.commit_queue import fail_crashed, job_state, resume
 from workers.store.commit_records import FINAL_STATUSES, load_outcome
 from workers.store.connection import optional_text, text
 from workers.store.keys import Keys, session_keys
@@ -70,8 +70,8 @@ def _look(redis: redis_lib.Redis, settings: Settings, index: str, inflight_key: 
     if state == "stranded" and optional_text(stranded) != job:
         redis.hset(inflight_key, STRANDED, job or "")  # maybe on its way: look again next time
         return False
-    if state == "crashed":  # the job raised: the commit failed (as request_commit would record)
-        finish_commit(redis, settings, request, "failed", outcome, error=f"job crashed: {job_error(found)}")
+    if state == "crashed":  # the job raised: the commit failed (as request_commit records it)
+        fail_crashed(redis, settings, request, outcome, found)
         return False
     if state == "live":
         return False
