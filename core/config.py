@@ -103,6 +103,8 @@ class Settings(BaseSettings):
     ov_retries: int = Field(d.OV_RETRIES, ge=0, le=10)
     ov_backoff_s: float = Field(d.OV_BACKOFF_S, ge=0)
     recall_timeout_s: float = Field(d.RECALL_TIMEOUT_S, gt=0)
+    assemble_timeout_s: float = Field(d.ASSEMBLE_TIMEOUT_S, gt=0)
+    missing_session_ttl_s: float = Field(d.MISSING_SESSION_TTL_S, ge=0)
     recall_turn_ttl_s: int = Field(d.RECALL_TURN_TTL_S, ge=1)
     overlay_stream_scan: int = Field(d.OVERLAY_STREAM_SCAN, ge=0, le=10_000)
 
@@ -113,6 +115,7 @@ class Settings(BaseSettings):
     # rpc
     rpc_host: str = Field(d.RPC_HOST)
     rpc_port: int = Field(d.RPC_PORT, ge=1, le=65535)
+    max_body_bytes: int = Field(d.MAX_BODY_BYTES, ge=1024)
 
     @field_validator("base_url")
     @classmethod

@@ -212,8 +212,18 @@ OV_RETRIES = 3
 OV_BACKOFF_S = 0.2
 """First retry delay; doubles each retry."""
 
-RECALL_TIMEOUT_S = 5.0
-"""A recall search slower than this makes assemble pass through."""
+RECALL_TIMEOUT_S = 3.0
+"""A recall search slower than this makes assemble pass through (within ``ASSEMBLE_TIMEOUT_S``)."""
+
+ASSEMBLE_TIMEOUT_S = 4.0
+"""The most an assemble takes on any path: when OV (or Redis) is slower, the caller's own
+messages come back (passthrough) and a snapshot read in flight still finishes for the
+next call. Well under the plugin's 8 s (``rpcTimeoutMs``), so the plugin always gets an
+answer of ours instead of giving up."""
+
+MISSING_SESSION_TTL_S = 3.0
+"""How long assemble remembers that OV has no such session (a new conversation): calls
+in that time pass through without asking OV again. Capture's first snapshot ends it."""
 
 RECALL_TURN_TTL_S = 900
 """How long the recall block of one user turn is kept: every model request of the
@@ -248,3 +258,8 @@ RPC_HOST = "127.0.0.1"
 
 RPC_PORT = 8787
 """Port of ``ovstream rpc``."""
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+"""Largest RPC request body (answered 413 before it is read) and largest turn event
+capture decodes (dead-lettered). A long real transcript (a 1M-token context, tool
+output and all) is a few MB of JSON; 32 MiB leaves room for inline images."""

@@ -21,7 +21,8 @@ STREAM_FIELD = "e"
 
 
 class EventDecodeError(ValueError):
-    """Bytes that are not a valid event: garbage, wrong version, missing fields."""
+    """Bytes that are not a valid event: garbage, wrong version, missing fields,
+    nesting too deep to decode."""
 
 
 class TurnEvent(msgspec.Struct, kw_only=True):
@@ -142,6 +143,8 @@ def decode(data: bytes | str, kind: type[_T]) -> _T:
         obj: _T = dec.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
         raise EventDecodeError(f"invalid {kind.__name__}: {exc}") from exc
+    except RecursionError:  # absurdly nested JSON: msgspec gives up at Python's recursion limit
+        raise EventDecodeError(f"invalid {kind.__name__}: nested too deeply") from None
     version = getattr(obj, "v", None)
     if version != EVENT_VERSION:
         raise EventDecodeError(f"invalid {kind.__name__}: unknown version {version!r}")

@@ -31,6 +31,9 @@ def _sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+_DOT_SEGMENTS = frozenset({".", ".."})
+
+
 def ov_session_id(session_id: str, session_key: str | None) -> str:
     """The OV session id of an OpenClaw session.
 
@@ -38,16 +41,24 @@ def ov_session_id(session_id: str, session_key: str | None) -> str:
     sessionKey; else, when the id holds a character a Windows file name cannot,
     sha256 of ``"openclaw-session:" + id``; else the id itself. Both inputs are
     trimmed first. Raises ``ValueError`` when neither gives anything.
+
+    ovstream's extension of the seed's rule: an id that is a dot segment (``.``,
+    ``..``: a URL path would collapse it, so the session's routes would miss) is
+    hashed like a Windows-illegal one; so is an id that is all whitespace, untrimmed
+    (the seed would have no id left; hashing the raw text keeps two such ids apart).
     """
-    sid = (session_id or "").strip()
+    raw = session_id or ""
+    sid = raw.strip()
     key = (session_key or "").strip()
     if sid and _UUID.fullmatch(sid):
         return sid.lower()
     if key:
         return _sha256_hex(key)
-    if not sid:
+    if not raw:
         raise ValueError("an OpenClaw session needs a non-empty sessionId or sessionKey")
-    if _WINDOWS_ILLEGAL.search(sid):
+    if not sid:
+        return _sha256_hex(_SESSION_HASH_SALT + raw)
+    if _WINDOWS_ILLEGAL.search(sid) or sid in _DOT_SEGMENTS:
         return _sha256_hex(_SESSION_HASH_SALT + sid)
     return sid
 

@@ -71,6 +71,8 @@ def unwrap(resp: httpx.Response, *, raw: bool = False) -> Any:
     status = resp.status_code
     try:
         body = resp.json()
+    except RecursionError:
+        raise error_for("BAD_RESPONSE", "answer nested too deeply to decode", status=status) from None
     except ValueError:  # a proxy's 502/503/504 page still means "OV down"
         code = "UNAVAILABLE" if status in _UNAVAILABLE_STATUSES else "BAD_RESPONSE"
         raise error_for(code, f"non-JSON answer: {resp.text[:200]!r}", status=status) from None

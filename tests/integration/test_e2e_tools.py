@@ -63,8 +63,20 @@ def test_memory_forget_by_uri_deletes_it(e2e_service: Service, stored: dict) -> 
     [uri] = [u for u in _recalled_uris(e2e_service) if u.endswith(TOPIC_FILE)]
     refused = e2e_service.tool("memory_forget", {"uri": "viking://resources/not-a-memory"})
     assert refused["details"]["action"] == "rejected"
-    forgotten = e2e_service.tool("memory_forget", {"uri": uri})
-    assert forgotten["details"] == {"action": "deleted", "uri": uri}
+    # A way out of the memories spelled with escapes: refused, nothing sent to OV.
+    escaped = e2e_service.http.post(
+        "/v1/tools/memory_forget",
+        json={"params": {"uri": "viking://~/memories/%2e%2e/%2e%2e/%2e%2e/resources/x"}},
+    )
+    assert escaped.status_code == 422 and escaped.json()["error"]["field"] == "params.uri"
+    # The memory spelled with a detour and escapes: OV deletes the canonical URI and says so.
+    folder, name = uri.rsplit("/", 1)
+    forgotten = e2e_service.tool("memory_forget", {"uri": f"{folder}/x/%2e%2e/./{name}"})
+    details = forgotten["details"]
+    assert details["action"] == "deleted" and details["uri"] == uri and details["deleted"] >= 1, forgotten
     wait_for(lambda: uri not in _recalled_uris(e2e_service), "the forgotten memory leaving recall")
     result = e2e_service.tool("memory_recall", {"query": QUERY})
     assert STATED not in result["content"][0]["text"]
+    # Forgotten twice: OV removed nothing, and the answer says so.
+    again = e2e_service.tool("memory_forget", {"uri": uri})
+    assert again["details"]["action"] == "not_found" and again["details"]["deleted"] == 0, again

@@ -167,8 +167,51 @@ async def test_memory_store_failed_extraction_is_reported(rpc: Any, commit_worke
 async def test_forget_by_uri(rpc: Any) -> None:
     uri = rpc.fake.seed_memory("User likes jazz.")
     r = await rpc.tool("memory_forget", call({"uri": uri}))
-    assert r.json()["details"] == {"action": "deleted", "uri": uri}
+    assert r.json()["details"] == {"action": "deleted", "uri": uri, "deleted": 1}
     assert rpc.fake.memories() == []
+
+
+async def test_forget_reports_what_ov_removed_not_a_guess(rpc: Any) -> None:
+    r = await rpc.tool("memory_forget", call({"uri": "viking://~/memories/never-stored.md"}))
+    details = r.json()["details"]
+    assert details["action"] == "not_found" and details["deleted"] == 0
+    assert "Forgotten" not in text_of(r)
+
+
+async def test_forget_sends_the_canonical_uri(rpc: Any) -> None:
+    uri = rpc.fake.seed_memory("User likes jazz.")
+    folder, name = uri.rsplit("/", 1)
+    spelled = f"{folder}/x/%2e%2E/.//{name.replace('.', '%2e')}"
+    r = await rpc.tool("memory_forget", call({"uri": spelled}))
+    assert r.json()["details"]["action"] == "deleted"
+    assert r.json()["details"]["uri"] == uri
+    assert rpc.fake.memories() == []
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "viking://~/memories/../../resources/x",
+        "viking://~/memories/../resources.md",
+        "viking://agent/memories/../..",
+        "viking://~/memories/%2e%2e/%2e%2e/%2e%2e/resources/doc.md",
+        "viking://~/memories/%252e%252e/%252e%252e/resources/doc.md",
+        "viking://~/memories/%252525252e%252525252e/x",
+        "viking://~/memories/..%2f..%2fresources%2fdoc.md",
+        "viking://~/memories/..\\..\\resources",
+        "viking://~/memories/%ff",
+        "viking://user/someone-else/memories/mem_1.md",
+        "viking://~/memories%2f..%2f..%2fresources",
+    ],
+)
+async def test_forget_refuses_what_is_not_the_callers_memory(rpc: Any, uri: str) -> None:
+    rpc.fake.seed_resource("doc", uri="viking://resources/doc.md")
+    r = await rpc.tool("memory_forget", call({"uri": uri}))
+    if r.status_code == 422:
+        assert r.json()["error"]["field"] == "params.uri" and r.json()["error"]["message"]
+    else:
+        assert r.status_code == 200 and r.json()["details"]["action"] == "rejected", r.text
+    assert not any(m == "DELETE" for m, _ in rpc.fake.calls)
 
 
 async def test_forget_refuses_a_non_memory_uri(rpc: Any) -> None:
@@ -219,6 +262,30 @@ async def test_add_resource_from_content(rpc: Any) -> None:
     details = r.json()["details"]
     assert details["action"] == "resource_imported" and details["root_uri"] == "viking://resources/notes"
     assert any(path.endswith("/temp_upload") for _, path in rpc.fake.calls)
+
+
+SKILL_MD = "---\nname: indenter\ndescription: keeps indentation\n---\n\n    indented code\n\tand a tab\n\n"
+YAML = "  key:\n    - nested: value\n  other: 1\n\n"
+
+
+async def test_tool_parameters_reach_ov_byte_for_byte(rpc: Any) -> None:
+    skill = await rpc.tool("add_skill", call({"content": SKILL_MD}))
+    assert rpc.fake.entries["default"][skill.json()["details"]["uri"]].content == SKILL_MD
+    resource = await rpc.tool("add_resource", call({"content": YAML, "filename": "conf.yaml"}))
+    assert rpc.fake.entries["default"][resource.json()["details"]["root_uri"]].content == YAML
+
+
+@pytest.mark.parametrize(
+    ("tool", "params", "field"),
+    [
+        ("memory_recall", {"query": "   "}, "params.query"),
+        ("memory_store", {"text": "\n\t "}, "params.text"),
+        ("add_skill", {"content": "  \n"}, "params.content"),
+    ],
+)
+async def test_blank_text_is_refused_without_being_changed(rpc: Any, tool: str, params: dict, field: str) -> None:
+    r = await rpc.tool(tool, call(params))
+    assert r.status_code == 422 and r.json()["error"]["field"] == field
 
 
 async def test_add_resource_from_a_local_file(rpc: Any, tmp_path: Path) -> None:

@@ -61,6 +61,8 @@ def test_round_trip_and_version_on_the_wire(obj):
         (b'{"v": 1, "session_id": "s", "published_at": 1}', "event_id"),
         (b'{"v": 1, "event_id": "e", "session_id": 5, "published_at": 1}', "session_id"),
         (b'{"v": 1, "event_id": "e", "session_id": "s", "published_at": 1, "messages": "x"}', "messages"),
+        (b'{"v": 1, "messages": [{"content": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]}", "nested too deeply"),
+        (b'{"a": ' * 5_000 + b"1" + b"}" * 5_000, "nested too deeply"),
     ],
 )
 def test_decoding_garbage_raises_one_typed_error(data, reason):

@@ -59,13 +59,19 @@ UUID_UPPER = "A1B2C3D4-E5F6-7890-ABCD-EF1234567890"
         ("a\tb", None, sha("openclaw-session:a\tb")),
         # U+007F is not in the illegal set
         ("a\x7fb", None, "a\x7fb"),
+        # ovstream's extension: dot segments, and all-whitespace ids (hashed untrimmed)
+        (".", None, sha("openclaw-session:.")),
+        (" .. ", None, sha("openclaw-session:..")),
+        ("...", None, "..."),
+        ("   ", None, sha("openclaw-session:   ")),
+        ("\t", "  ", sha("openclaw-session:\t")),
     ],
 )
 def test_ov_session_id(session_id: str, session_key: str | None, expected: str) -> None:
     assert ov_session_id(session_id, session_key) == expected
 
 
-@pytest.mark.parametrize(("session_id", "session_key"), [("", None), ("   ", None), ("", ""), ("\t", "  ")])
+@pytest.mark.parametrize(("session_id", "session_key"), [("", None), ("", ""), ("", "  ")])
 def test_ov_session_id_needs_something(session_id: str, session_key: str | None) -> None:
     with pytest.raises(ValueError, match="sessionId or sessionKey"):
         ov_session_id(session_id, session_key)
@@ -83,10 +89,8 @@ def test_ov_session_id_known_digest() -> None:
 
 @given(st.text(min_size=1), st.one_of(st.none(), st.text()))
 def test_ov_session_id_is_a_safe_path_segment(session_id: str, session_key: str | None) -> None:
-    if not session_id.strip() and not (session_key or "").strip():
-        return
     result = ov_session_id(session_id, session_key)
-    assert result
+    assert result and result == result.strip() and result not in (".", "..")
     assert not any(ch in result for ch in ':<>"\\/|?*') and all(ord(ch) >= 0x20 for ch in result)
 
 

@@ -54,7 +54,9 @@ async def test_framework_error_without_envelope():
         httpx.Response(500, text="Internal Server Error"),
         httpx.Response(200, json=[1, 2]),
         httpx.Response(200, json={"result": {}}),
+        httpx.Response(200, content=b'{"status": "ok", "result": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
     ],
+    ids=["html", "text-500", "array", "no-envelope", "too-deep"],
 )
 async def test_bad_responses(response):
     with pytest.raises(OVError) as info:

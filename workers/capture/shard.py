@@ -123,6 +123,9 @@ class ShardConsumer:
         if payload is None:
             entry.bad = f"no {STREAM_FIELD!r} field"
             return entry
+        if len(payload) > self.settings.max_body_bytes:
+            entry.bad = f"event of {len(payload)} bytes is larger than maxBodyBytes={self.settings.max_body_bytes}"
+            return entry
         try:
             entry.event = decode(payload, TurnEvent)
             entry.session = session_of(self.settings, entry.event)

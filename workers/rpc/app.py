@@ -1,9 +1,10 @@
 """The RPC service (``ovstream rpc``): assemble, compact and the agent tools over HTTP.
 
 FastAPI, served by uvicorn. The OpenAPI spec is at ``/openapi.json``. Every
-error answer is ``{"error": {"code", "message", "field"?}}`` with a 4xx (bad
-input, unknown tool or session), 502 (OV failed) or 503 (OV or Redis
-unreachable); a 500 means a bug and never carries a stack trace.
+error answer is ``{"error": {"code", "message", "field"?}}`` (workers.rpc.responses)
+with a 4xx (bad input, unknown tool or session, a body over ``maxBodyBytes``),
+502 (OV failed) or 503 (OV or Redis unreachable); a 500 means a bug and never
+carries a stack trace.
 
 Responses are encoded with msgspec and returned as raw bytes: assemble's
 answers hold whole transcripts, and FastAPI's own response validation and
@@ -14,29 +15,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import httpx
-import msgspec
 import redis as redis_lib
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.config import Settings
 from core.ov.client import OVClient
 from workers.rpc.assemble import assemble
 from workers.rpc.compact import compact
-from workers.rpc.context import RpcError, Services, api_key_from_headers, resolve_caller
+from workers.rpc.context import Services, api_key_from_headers, resolve_caller
 from workers.rpc.metrics import CONTENT_TYPE, RpcMetrics
 from workers.rpc.models import (
     AssembleResponse,
@@ -49,6 +46,7 @@ from workers.rpc.models import (
     assemble_request_schema,
     decode_assemble_request,
 )
+from workers.rpc.responses import ERROR_ANSWERS, BodyLimit, install_error_handlers, json_response
 from workers.rpc.tools.registry import run_tool, tools
 from workers.store.connection import connect, connect_async
 
@@ -58,68 +56,6 @@ RedisT = TypeVar("RedisT", redis_lib.Redis, aioredis.Redis)
 
 HEALTH_TIMEOUT_S = 2.0
 """How long /healthz waits for Redis and for OV before calling either unreachable."""
-
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"model": ErrorResponse, "description": "Malformed request"},
-    422: {"model": ErrorResponse, "description": "A field is invalid; error.field names it"},
-    502: {"model": ErrorResponse, "description": "OpenViking answered with an error"},
-    503: {"model": ErrorResponse, "description": "OpenViking or Redis is unreachable"},
-}
-_encoder = msgspec.json.Encoder()
-
-
-def json_response(body: Any, status: int = 200) -> Response:
-    try:
-        content = _encoder.encode(body)
-    except (OverflowError, TypeError, msgspec.EncodeError):
-        # Integers beyond 64 bits, which a caller's messages may carry: json copes.
-        content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), default=str).encode()
-    return Response(content=content, status_code=status, media_type="application/json")
-
-
-def error_response(status: int, code: str, message: str, field: str | None = None) -> Response:
-    error: dict[str, Any] = {"code": code, "message": message}
-    if field:
-        error["field"] = field
-    return json_response({"error": error}, status)
-
-
-def _field_of(loc: Sequence[Any]) -> str:
-    parts = [str(p) for p in loc]
-    if parts and parts[0] in ("body", "query", "path", "header"):
-        parts = parts[1:]
-    return ".".join(parts) or "body"
-
-
-def _install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> Response:
-        errors = exc.errors()
-        first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
-        if first.get("type") == "json_invalid":
-            return error_response(400, "invalid_json", f"the body is not valid JSON: {first.get('msg')}")
-        field = _field_of(first.get("loc", ()))
-        if field == "body":
-            return error_response(400, "invalid_body", "the body must be a JSON object")
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        return error_response(422, "invalid_request", f"{field}: {first.get('msg')}{more}", field)
-
-    @app.exception_handler(RpcError)
-    async def _rpc_error(_: Request, exc: RpcError) -> Response:
-        return error_response(exc.status, exc.code, exc.message, exc.field)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, code, str(exc.detail))
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> Response:
-        if isinstance(exc, RecursionError):  # absurdly nested JSON from the caller
-            return error_response(400, "too_deep", "the body is nested too deeply")
-        log.error("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(500, "internal", "internal error; the server log has the details")
-
 
 REDIS_CONNECT_TIMEOUT_S = 1.0
 REDIS_SOCKET_TIMEOUT_S = 2.0
@@ -197,7 +133,8 @@ def create_app(
         description="OpenViking context engine for OpenClaw: assemble, compact and tools.",
     )
     app.state.services = svc
-    _install_error_handlers(app)
+    app.add_middleware(BodyLimit, settings=settings)
+    install_error_handlers(app, settings)
 
     def caller_of(request: Request, body: Any, *, session_required: bool = True) -> Any:
         return resolve_caller(
@@ -213,7 +150,7 @@ def create_app(
         "/v1/assemble",
         response_model=None,
         tags=["context"],
-        responses={200: {"model": AssembleResponse}, **_ERRORS},
+        responses={200: {"model": AssembleResponse}, **ERROR_ANSWERS},
         openapi_extra={
             "requestBody": {"required": True, "content": {"application/json": {"schema": assemble_request_schema()}}}
         },
@@ -225,7 +162,10 @@ def create_app(
         return json_response(await assemble(svc, body, caller_of(request, body)))
 
     @app.post(
-        "/v1/compact", response_model=None, tags=["context"], responses={200: {"model": CompactResponse}, **_ERRORS}
+        "/v1/compact",
+        response_model=None,
+        tags=["context"],
+        responses={200: {"model": CompactResponse}, **ERROR_ANSWERS},
     )
     async def compact_route(body: CompactRequest, request: Request) -> Response:
         """Commit the session now (archive + memory extraction) and wait for it."""
@@ -248,7 +188,7 @@ def create_app(
         responses={
             200: {"model": ToolResponse},
             404: {"model": ErrorResponse, "description": "No such tool"},
-            **_ERRORS,
+            **ERROR_ANSWERS,
         },
     )
     async def tool_route(name: str, body: ToolRequest, request: Request) -> Response:
@@ -271,7 +211,7 @@ def create_app(
             status, code = ("ok" if ov_state == "ok" else "degraded"), 200
         return json_response({"status": status, "redis": redis_state, "ov": ov_state}, code)
 
-    @app.get("/metrics", response_model=None, tags=["ops"])
+    @app.get("/metrics", response_model=None, response_class=PlainTextResponse, tags=["ops"])
     async def metrics() -> Response:
         """Prometheus text format."""
         return Response(await asyncio.to_thread(svc.metrics.render), media_type=CONTENT_TYPE)

@@ -5,12 +5,13 @@ Main call, snapshot hit: one Redis round trip reads the snapshot's version
 answer are cached in process per version, so a hit that is not behind the
 caller costs a dictionary lookup plus encoding. Only a version we have not
 seen reads and decodes the snapshot itself. A miss reads OV /context once and
-stores it (workers.store.snapshots), later calls hit.
+stores it (workers.rpc.assemble_snapshot), later calls hit.
 
-Assemble never fails the caller over OV or Redis. Redis away: the main call
-reads OV directly. OV away (or failing): the caller's own messages come back
-(passthrough), logged and counted, and for a few seconds after OV was found
-unreachable assemble does not try it at all (Services.ov_breaker).
+Assemble never fails the caller over OV or Redis, and never takes longer than
+``assembleTimeoutS``. Redis away: the main call reads OV directly. OV away,
+failing or slow: the caller's own messages come back (passthrough), logged and
+counted, and for a few seconds after OV was found unreachable assemble does not
+try it at all (Services.ov_breaker).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
@@ -27,29 +27,25 @@ from core.assemble_plan import (
     FullContext,
     Overlay,
     Passthrough,
-    SessionBase,
     build_full_context,
     build_session_base,
     passthrough_with,
     plan_overlay,
     recall_query,
-    snapshot_base,
 )
 from core.defaults import DEFAULT_TOKEN_BUDGET, RECALL_QUERY_MIN_CHARS
-from core.events import ContextSnapshot
 from core.messages.model import MessageFormatError, parse_messages
 from core.messages.tokens import estimate_message_tokens
 from core.ov.client import OVError, OVUnavailable
 from core.recall.hits import prepend_recall_block
 from core.recall.text import prepare_recall_query
 from core.turns import PendingTurn
+from workers.rpc.assemble_snapshot import NO_SNAPSHOT, Snap, cached_snap, ov_unavailable, refresh, remember
 from workers.rpc.assemble_turn import cached_recall, keep_recall, pending_turns, recall_key
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest
 from workers.rpc.recall import recall_block
-from workers.store.connection import optional_text
-from workers.store.scripts import SNAPSHOT_VERSION
-from workers.store.snapshots import ZERO_ID, read_snapshot, refresh_snapshot
+from workers.store.snapshots import ZERO_ID
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +58,21 @@ async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[
     """The answer body ``{messages, estimatedTokens, systemPromptAddition?}``."""
     started = time.perf_counter()
     outcome: Passthrough | FullContext | dict[str, Any]
+    path = "bypass" if caller.bypassed else "full" if req.is_main_call() else "recall"
     if caller.bypassed:
-        path, outcome = "bypass", Passthrough("session_bypassed")
-    elif not req.is_main_call():
-        path, outcome = "recall", await _recall_path(svc, req, caller)
+        outcome = Passthrough("session_bypassed")
     else:
-        path, outcome = "full", await _full_path(svc, req, caller)
+        work = _full_path(svc, req, caller) if path == "full" else _recall_path(svc, req, caller)
+        try:
+            outcome = await asyncio.wait_for(work, svc.settings.assemble_timeout_s)
+        except TimeoutError:  # OV (or Redis) too slow: the caller's turn goes on without us
+            log.warning(
+                "assemble %s session=%s: no answer within assembleTimeoutS=%.1fs, passing through",
+                path,
+                caller.ov_session_id,
+                svc.settings.assemble_timeout_s,
+            )
+            outcome = Passthrough("assemble_timeout")
 
     if isinstance(outcome, Passthrough):
         body, reason = _passthrough(req.messages), outcome.reason
@@ -126,7 +131,7 @@ async def _search(svc: Services, caller: Caller, query: str) -> str | Passthroug
     """The recall block for ``query``, or why there is none (timeout, OV away, no hits)."""
     settings = svc.settings
     if not svc.ov_breaker.allows():
-        return _ov_unavailable(svc, "recall", caller, None)
+        return ov_unavailable(svc, "recall", caller, None)
     try:
         block = await asyncio.wait_for(
             recall_block(svc.ov_for(caller), settings, query, caller.agent_id),
@@ -137,7 +142,7 @@ async def _search(svc: Services, caller: Caller, query: str) -> str | Passthroug
         log.warning("auto-recall for session=%s gave up after %.1fs", caller.ov_session_id, settings.recall_timeout_s)
         return Passthrough("recall_timeout")
     except OVUnavailable as exc:
-        return _ov_unavailable(svc, "recall", caller, exc)
+        return ov_unavailable(svc, "recall", caller, exc)
     except OVError as exc:
         log.warning("auto-recall failed: %s", exc)
         return Passthrough("recall_failed")
@@ -172,48 +177,9 @@ async def _turn_recall(
     return await keep_recall(svc, key, block)  # a failed search too: the turn's requests stay alike
 
 
-def _ov_unavailable(svc: Services, op: str, caller: Caller, exc: OVUnavailable | None) -> Passthrough:
-    """Count and log an unreachable OV; a fresh failure keeps assemble off OV for a while."""
-    svc.metrics.ov_unavailable.labels(op).inc()
-    if exc is not None:
-        svc.ov_breaker.trip()
-        log.warning(
-            "assemble (%s): OV unavailable for session=%s, passing through for the next %.0fs: %s",
-            op,
-            caller.ov_session_id,
-            svc.ov_breaker.cooldown_s,
-            exc,
-        )
-    return Passthrough("ov_unavailable")
-
-
 # --- main call: full context ----------------------------------------------------------------
 
 
-def _int(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
-
-
-@dataclass(frozen=True, slots=True)
-class Snap:
-    """A session's converted snapshot and the tags the overlay needs (cached per version)."""
-
-    version: Any
-    base: SessionBase
-    captured_through: int
-    applied_id: str
-    event_ids: list[str]
-    advancements: list[str]
-
-    @property
-    def capture_known(self) -> bool:
-        return self.applied_id != ZERO_ID
-
-
-_NO_SNAPSHOT = Snap(None, build_session_base(None), 0, ZERO_ID, [], [])
 _NEW_SESSION = frozenset({"session_not_found", "no_ov_data"})
 """Passthrough reasons of a session OV does not have yet (its turns may be in flight)."""
 
@@ -222,96 +188,40 @@ async def _full_path(svc: Services, req: AssembleRequest, caller: Caller) -> Pas
     if svc.direct:
         return await _direct_full_path(svc, req, caller)
     try:
-        snap, last_turn = await _cached_snap(svc, caller)
+        snap, last_turn = await cached_snap(svc, caller)
     except redis.RedisError as exc:
         log.warning("assemble: Redis unavailable, reading OV directly: %s", exc)
         return await _direct_full_path(svc, req, caller)
     if snap is None:
         svc.metrics.snapshot_miss()
-        snapshot = await _refresh(svc, caller)
+        snapshot = await refresh(svc, caller)
         if isinstance(snapshot, Passthrough):
             if not (req.overlay_by_identity() and snapshot.reason in _NEW_SESSION):
                 return snapshot
-            snap = _NO_SNAPSHOT  # OV has nothing yet; the session may still have turns in flight
+            snap = NO_SNAPSHOT  # OV has nothing yet; the session may still have turns in flight
         else:
-            snap = _remember(svc, None, snapshot)
+            snap = remember(svc, None, snapshot)
     else:
         svc.metrics.snapshot_hit()
     return await _answer(svc, req, caller, snap, last_turn=last_turn)
-
-
-async def _cached_snap(svc: Services, caller: Caller) -> tuple[Snap | None, str | None]:
-    """The converted snapshot of the caller's session, from the cache when its
-    version is known, else read from Redis (None when there is no snapshot),
-    and the event id of the session's newest published turn, in the same command."""
-    session_keys = svc.session_keys(caller)
-    key = session_keys.snapshot
-    stream_id, fetched_ms, size, newest = await SNAPSHOT_VERSION.run(svc.redis, [key, session_keys.last_turn], [])
-    last_turn = optional_text(newest)
-    if not size:
-        return None, last_turn
-    # (key, stream id, fetch time, size) names one stored snapshot: the write
-    # script sets all of them at once.
-    version = (key, stream_id, _int(fetched_ms), size)
-    cached = svc.bases.get(version)
-    if cached is not None:
-        return cached, last_turn
-    snapshot = await read_snapshot(svc.redis, svc.settings, caller.address())
-    if snapshot is None:
-        return None, last_turn
-    return _remember(svc, version, snapshot), last_turn
-
-
-def _remember(svc: Services, version: Any, snapshot: ContextSnapshot) -> Snap:
-    snap = Snap(
-        version,
-        snapshot_base(snapshot),
-        snapshot.captured_through,
-        snapshot.applied_stream_id,
-        snapshot.event_ids,
-        snapshot.advancements,
-    )
-    if version is not None:
-        svc.bases.put(version, snap)
-    return snap
-
-
-async def _refresh(svc: Services, caller: Caller) -> ContextSnapshot | Passthrough:
-    """Fetch OV /context for a session with no snapshot and store it."""
-    if not svc.ov_breaker.allows():
-        return _ov_unavailable(svc, "assemble", caller, None)
-    try:
-        snapshot = await refresh_snapshot(svc.redis, svc.ov_for(caller), svc.settings, caller.address())
-        svc.ov_breaker.reset()
-        return snapshot
-    except OVUnavailable as exc:
-        return _ov_unavailable(svc, "assemble", caller, exc)
-    except OVError as exc:
-        if exc.code == "NOT_FOUND":
-            return Passthrough("session_not_found")
-        log.warning("assemble: OV /context failed for session=%s: %s", caller.ov_session_id, exc)
-        return Passthrough("ov_error")
-    except redis.RedisError as exc:
-        log.warning("assemble: snapshot not stored, Redis unavailable: %s", exc)
-        return Passthrough("redis_unavailable")
 
 
 async def _direct_full_path(svc: Services, req: AssembleRequest, caller: Caller) -> Passthrough | FullContext:
     """The reference plugin's way: OV /context on every call, converted every time.
     With Redis away only the turns the plugin still holds can be added to it."""
     if not svc.ov_breaker.allows():
-        return _ov_unavailable(svc, "assemble", caller, None)
+        return ov_unavailable(svc, "assemble", caller, None)
     try:
         ctx = await svc.ov_for(caller).get_context(caller.require_session(), token_budget=_budget(req))
         base = build_session_base(
             ctx.latest_archive_overview, ctx.pre_archive_abstracts, ctx.messages, ctx.stats.total_archives
         )
     except OVUnavailable as exc:
-        return _ov_unavailable(svc, "assemble", caller, exc)
+        return ov_unavailable(svc, "assemble", caller, exc)
     except OVError as exc:
         if exc.code != "NOT_FOUND" or not req.overlay_by_identity():
             return Passthrough("session_not_found" if exc.code == "NOT_FOUND" else "ov_error")
-        base = _NO_SNAPSHOT.base
+        base = NO_SNAPSHOT.base
     return await _answer(svc, req, caller, Snap(None, base, 0, ZERO_ID, [], []), direct=True)
 
 

@@ -9,6 +9,7 @@ snapshot.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
@@ -21,6 +22,7 @@ import redis.asyncio as aioredis
 from redis import Redis as SyncRedis
 
 from core.config import Settings
+from core.events import ContextSnapshot
 from core.ids import is_bypassed, ov_session_id, resolve_agent_id
 from core.ov.client import OVClient, OVError, OVUnavailable
 from core.session import SessionAddress
@@ -124,10 +126,10 @@ def resolve_caller(
     the agent from the sessionKey, else runtimeContext.agentId, else "main"."""
     runtime = runtime_context or {}
     key = _text(session_key) or _text(runtime.get("sessionKey"))
-    sid = _text(session_id)
+    sid = session_id or None  # untrimmed: ov_session_id trims it (and hashes an all-blank one)
     ov_sid = None
     if session_required and not (sid or key):
-        raise RpcError(400, "invalid_session", "sessionId is blank", "sessionId")
+        raise RpcError(400, "invalid_session", "sessionId is empty", "sessionId")
     if sid or key:
         try:
             ov_sid = ov_session_id(sid or "", key)
@@ -194,6 +196,23 @@ class OVBreaker:
         self._open_until = 0.0
 
 
+class MissingSessions:
+    """Sessions OV just said it does not have, each remembered for ``ttl_s`` (bounded)."""
+
+    def __init__(self, ttl_s: float, capacity: int = 4096, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._until: LRU[Hashable, float] = LRU(capacity)
+
+    def remember(self, key: Hashable) -> None:
+        if self.ttl_s > 0:
+            self._until.put(key, self._clock() + self.ttl_s)
+
+    def known(self, key: Hashable) -> bool:
+        until = self._until.get(key)
+        return until is not None and self._clock() < until
+
+
 # A 200-message session is ~100-150 KB either way, so each cache stays under ~40 MB.
 BASE_CACHE_SIZE = 256
 """Converted session bases kept in process: one per (session, agent, tenant) version."""
@@ -220,6 +239,12 @@ class Services:
     results: LRU[Any, Any] = field(default_factory=lambda: LRU(RESULT_CACHE_SIZE))
     recalls: LRU[str, tuple[float, str]] = field(default_factory=lambda: LRU(RECALL_CACHE_SIZE))
     """turn key -> (expiry on the monotonic clock, block): the turn's settled block."""
+    refreshing: dict[SessionAddress, asyncio.Future[ContextSnapshot]] = field(default_factory=dict)
+    """Snapshot reads from OV in flight, one per session (workers.rpc.assemble._refresh)."""
+    missing: MissingSessions = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.missing = MissingSessions(self.settings.missing_session_ttl_s)
 
     @property
     def keys(self) -> Keys:

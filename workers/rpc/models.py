@@ -14,9 +14,10 @@ import re
 from typing import Annotated, Any, Literal
 
 import msgspec
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from core.events import TurnEvent
+from core.uris import normalize_uri
 from workers.rpc.context import RpcError
 
 SESSION_ID_MAX = 1024
@@ -83,7 +84,8 @@ _AT_PATH = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
 
 
 def decode_assemble_request(raw: bytes) -> AssembleRequest:
-    """The body as an AssembleRequest, or an RpcError naming the bad field."""
+    """The body as an AssembleRequest, or an RpcError naming the bad field (a RecursionError
+    for a body nested too deeply: the app answers it 400, like one anywhere else)."""
     try:
         return _assemble_decoder.decode(raw)
     except msgspec.ValidationError as exc:
@@ -167,7 +169,21 @@ class ToolResponse(BaseModel):
 # Tool parameters. Each tool validates its ``params`` with one of these, so an
 # error names the field (``params.query``).
 
-_PARAMS = ConfigDict(extra="ignore", populate_by_name=True, str_strip_whitespace=True)
+# Parameters reach OV exactly as sent (a SKILL.md or an uploaded file keeps its
+# indentation and trailing newline): nothing is stripped; text that must say
+# something is checked for it without being changed.
+_PARAMS = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+NonBlank = Annotated[str, AfterValidator(_not_blank)]
+VikingUri = Annotated[str, AfterValidator(normalize_uri)]
+"""A viking:// URI in its canonical form (core.uris): what is checked is what OV gets."""
 _QUERY = Field(..., min_length=1, max_length=4000)
 _LIMIT = Field(None, ge=1, le=100)
 _SCORE = Field(None, ge=0.0, le=1.0, allow_inf_nan=False)
@@ -178,25 +194,25 @@ _URI = Field(None, min_length=1, max_length=2048, pattern=r"^viking://")
 
 class MemoryRecallParams(BaseModel):
     model_config = _PARAMS
-    query: str = _QUERY
+    query: NonBlank = _QUERY
     limit: int | None = _LIMIT
     scoreThreshold: float | None = _SCORE
-    targetUri: str | None = _URI
+    targetUri: VikingUri | None = _URI
     includeResources: bool | None = None
 
 
 class MemoryStoreParams(BaseModel):
     model_config = _PARAMS
-    text: str = Field(..., min_length=1, max_length=200_000)
+    text: NonBlank = Field(..., min_length=1, max_length=200_000)
     role: Literal["user", "assistant"] = "user"
     sessionId: str | None = Field(None, min_length=1, max_length=SESSION_ID_MAX)
 
 
 class MemoryForgetParams(BaseModel):
     model_config = _PARAMS
-    uri: str | None = _URI
-    query: str | None = Field(None, min_length=1, max_length=4000)
-    targetUri: str | None = _URI
+    uri: VikingUri | None = _URI
+    query: NonBlank | None = Field(None, min_length=1, max_length=4000)
+    targetUri: VikingUri | None = _URI
     limit: int | None = _LIMIT
     scoreThreshold: float | None = _SCORE
 
@@ -218,7 +234,7 @@ class AddResourceParams(BaseModel):
     )
     content: str | None = Field(None, max_length=32 * 1024 * 1024, description="Text to upload as a file.")
     filename: str | None = Field(None, min_length=1, max_length=255, pattern=r"^[^/\\\x00]+$")
-    to: str | None = _URI
+    to: VikingUri | None = _URI
     reason: str | None = Field(None, max_length=2000)
     wait: bool | None = None
 
@@ -235,7 +251,7 @@ class AddResourceParams(BaseModel):
 
 class AddSkillParams(BaseModel):
     model_config = _PARAMS
-    content: str | None = Field(
+    content: NonBlank | None = Field(
         None,
         min_length=1,
         max_length=4 * 1024 * 1024,
@@ -260,14 +276,14 @@ class AddSkillParams(BaseModel):
 
 class MemorySearchParams(BaseModel):
     model_config = _PARAMS
-    query: str = _QUERY
+    query: NonBlank = _QUERY
     limit: int | None = _LIMIT
-    uri: str | None = _URI
+    uri: VikingUri | None = _URI
 
 
 class ArchiveSearchParams(BaseModel):
     model_config = _PARAMS
-    query: str = Field(..., min_length=1, max_length=1000)
+    query: NonBlank = Field(..., min_length=1, max_length=1000)
     archiveId: str | None = Field(None, pattern=_ARCHIVE_ID)
 
 

@@ -35,9 +35,13 @@ export function sha256Hex(text: string): string {
  * else sha256 of a non-empty sessionKey; else, when the id holds a
  * Windows-illegal character, sha256 of "openclaw-session:" + id; else the id.
  * Both inputs are trimmed first. Throws when neither gives anything.
+ *
+ * ovstream's extension (as core/ids.py): a dot-segment id ("." or "..") is hashed
+ * like a Windows-illegal one, and an all-whitespace id is hashed untrimmed.
  */
 export function ovSessionId(sessionId: string | null | undefined, sessionKey?: string | null): string {
-  const sid = pyStrip(sessionId);
+  const raw = sessionId ?? "";
+  const sid = pyStrip(raw);
   const key = pyStrip(sessionKey);
   if (sid && UUID.test(sid)) {
     return sid.toLowerCase();
@@ -45,10 +49,13 @@ export function ovSessionId(sessionId: string | null | undefined, sessionKey?: s
   if (key) {
     return sha256Hex(key);
   }
-  if (!sid) {
+  if (!raw) {
     throw new Error("an OpenClaw session needs a non-empty sessionId or sessionKey");
   }
-  if (WINDOWS_ILLEGAL.test(sid)) {
+  if (!sid) {
+    return sha256Hex(SESSION_HASH_SALT + raw);
+  }
+  if (WINDOWS_ILLEGAL.test(sid) || sid === "." || sid === "..") {
     return sha256Hex(SESSION_HASH_SALT + sid);
   }
   return sid;

@@ -296,7 +296,7 @@ describe("afterTurn and commitTurn", () => {
   it("never throws from afterTurn, even without a usable session id", async () => {
     const { rt, engine, log } = runtime({ redisUrl: redis.url });
     runtimes.push(rt);
-    await engine.afterTurn({ sessionId: "  ", messages: msgs, prePromptMessageCount: 0 });
+    await engine.afterTurn({ sessionId: "", messages: msgs, prePromptMessageCount: 0 });
     assert.equal(rt.publisher.getStats().pending, 0);
     assert.ok(log.at("warn").some((m) => m.includes("turn not published")));
   });

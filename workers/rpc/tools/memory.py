@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import secrets
 import time
 from collections.abc import Sequence
@@ -17,6 +16,7 @@ from core.recall.hits import (
     format_recall_line,
     select_recall_hits,
 )
+from core.uris import is_memory_uri
 from workers.rpc.compact import commit_and_wait, memories_of
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import (
@@ -37,17 +37,6 @@ FORGET_AUTO_DELETE_SCORE = 0.85
 candidate and scores at least this."""
 FORGET_DEFAULT_LIMIT = 5
 SEARCH_DEFAULT_LIMIT = 10
-
-# What a memory lives under in OV 0.5.2: the user's memories, the user's
-# memories about one agent (peer), spelled out or with the ~ home alias.
-_MEMORY_URI = re.compile(
-    r"^viking://(?:user/[^/]+|~)/(?:peers/[^/]+/)?memories(?:/|$)"
-    r"|^viking://agent/(?:[^/]+/)?memories(?:/|$)"
-)
-
-
-def is_memory_uri(uri: str) -> bool:
-    return bool(_MEMORY_URI.match(uri))
 
 
 def _lines_within(items: Sequence[tuple[Any, str]], max_chars: int) -> list[str]:
@@ -142,13 +131,35 @@ async def memory_store(svc: Services, caller: Caller, p: MemoryStoreParams) -> T
     )
 
 
+def _own_user(svc: Services, caller: Caller) -> str | None:
+    """The one user whose spelled-out memories the caller may forget: in dev mode (no
+    key at all) the configured ``user``; with a key, OV knows whose it is (None)."""
+    return svc.settings.user if caller.api_key is None and svc.settings.api_key is None else None
+
+
+async def _forget(svc: Services, caller: Caller, uri: str, **details: Any) -> ToolResult:
+    """Delete one memory and say what OV removed: its count, never a guess."""
+    answer = await svc.ov_for(caller).rm(uri)
+    deleted = answer.get("estimated_deleted_count") if isinstance(answer, dict) else None
+    if not isinstance(deleted, int) or isinstance(deleted, bool):
+        return text_result(
+            f"Asked OpenViking to delete {uri}; it did not say what it removed.",
+            action="unconfirmed",
+            uri=uri,
+            **details,
+        )
+    if deleted == 0:
+        return text_result(f"Nothing to forget: no memory at {uri}.", action="not_found", uri=uri, deleted=0, **details)
+    return text_result(f"Forgotten: {uri}", action="deleted", uri=uri, deleted=deleted, **details)
+
+
 async def memory_forget(svc: Services, caller: Caller, p: MemoryForgetParams) -> ToolResult:
     ov = svc.ov_for(caller)
-    if p.uri:
-        if not is_memory_uri(p.uri):
-            return text_result(f"Refusing to delete a URI that is not a memory: {p.uri}", action="rejected", uri=p.uri)
-        await ov.rm(p.uri)
-        return text_result(f"Forgotten: {p.uri}", action="deleted", uri=p.uri)
+    if p.uri:  # canonical already (models.VikingUri): the check sees what OV would delete
+        if not is_memory_uri(p.uri, user=_own_user(svc, caller)):
+            refusal = f"Refusing to delete a URI that is not your memory: {p.uri}"
+            return text_result(refusal, action="rejected", uri=p.uri)
+        return await _forget(svc, caller, p.uri)
     limit = p.limit or FORGET_DEFAULT_LIMIT
     threshold = p.scoreThreshold if p.scoreThreshold is not None else svc.settings.recall_score_threshold
     targets = [p.targetUri] if p.targetUri else [USER_MEMORIES_URI, agent_memories_uri(caller.agent_id)]
@@ -157,7 +168,7 @@ async def memory_forget(svc: Services, caller: Caller, p: MemoryForgetParams) ->
     candidates = [
         h
         for h in select_recall_hits(hits, limit=limit, score_threshold=threshold)
-        if h.level == LEAF_LEVEL and is_memory_uri(h.uri)
+        if h.level == LEAF_LEVEL and is_memory_uri(h.uri, user=_own_user(svc, caller))
     ]
     if not candidates:
         return text_result(
@@ -165,8 +176,7 @@ async def memory_forget(svc: Services, caller: Caller, p: MemoryForgetParams) ->
         )
     top = candidates[0]
     if len(candidates) == 1 and clamp_score(top.score) >= FORGET_AUTO_DELETE_SCORE:
-        await ov.rm(top.uri)
-        return text_result(f"Forgotten: {top.uri}", action="deleted", uri=top.uri, score=top.score)
+        return await _forget(svc, caller, top.uri, score=top.score)
     listing = "\n".join(f"- {h.uri} ({clamp_score(h.score) * 100:.0f}%)" for h in candidates)
     return text_result(
         f"Found {len(candidates)} candidates; call again with the uri to delete:\n{listing}",
