@@ -62,9 +62,12 @@ async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[
     if caller.bypassed:
         outcome = Passthrough("session_bypassed")
     else:
-        work = _full_path(svc, req, caller) if path == "full" else _recall_path(svc, req, caller)
-        try:
-            outcome = await asyncio.wait_for(work, svc.settings.assemble_timeout_s)
+        try:  # asyncio.timeout, not wait_for: no task per call on the hot path
+            async with asyncio.timeout(svc.settings.assemble_timeout_s):
+                if path == "full":
+                    outcome = await _full_path(svc, req, caller)
+                else:
+                    outcome = await _recall_path(svc, req, caller)
         except TimeoutError:  # OV (or Redis) too slow: the caller's turn goes on without us
             log.warning(
                 "assemble %s session=%s: no answer within assembleTimeoutS=%.1fs, passing through",
