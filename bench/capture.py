@@ -86,7 +86,7 @@ def bench_raw(client: redis.Redis, settings: Settings, payloads: list[tuple[str,
     for i in range(0, len(payloads), RAW_BATCH):
         pipe = client.pipeline(transaction=False)
         for stream, payload in payloads[i : i + RAW_BATCH]:
-            pipe.xadd(f"raw:{stream}", {"e": payload}, maxlen=settings.stream_maxlen, approximate=True)
+            pipe.xadd(f"raw:{stream}", {"e": payload})
         pipe.execute()
     read = 0
     while read < len(payloads):
@@ -101,7 +101,7 @@ def bench_raw(client: redis.Redis, settings: Settings, payloads: list[tuple[str,
 
 async def bench_capture(settings: Settings, client: redis.Redis, events: list[TurnEvent]) -> dict[str, float]:
     for event in events:
-        publish_raw(client, settings, stream_of_event(settings, event), encode(event))
+        publish_raw(client, stream_of_event(settings, event), encode(event))
     fake = FakeOV()
     worker = CaptureWorker(settings, ov_transport=fake.transport(), burst=True, consumer="bench")
     forget = asyncio.create_task(forget_requests(fake))
@@ -155,7 +155,7 @@ async def bench_latency(
             payload, stream = encode(event), stream_of_event(settings, event)
             sent_at = time.time()
             with lock:  # registered before the XADD returns, so a fast snapshot cannot miss it
-                entry_id = client.xadd(stream, {"e": payload}, maxlen=settings.stream_maxlen, approximate=True)
+                entry_id = client.xadd(stream, {"e": payload})
                 published.setdefault(event.session_id, []).append((parse_id(entry_id.decode()), sent_at))
         client.close()
 

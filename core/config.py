@@ -20,7 +20,10 @@ from pydantic_settings.exceptions import SettingsError
 from core import defaults as d
 
 DEFAULT_CONFIG_PATH = Path("config/ovstream.toml")
-RETIRED_KEYS = {"claim_idle_ms": "a shard's new owner claims its pending entries as soon as it wins the lease"}
+RETIRED_KEYS = {
+    "claim_idle_ms": "a shard's new owner claims its pending entries as soon as it wins the lease",
+    "stream_maxlen": "the streams are no longer capped at publish; capture trims only what it applied",
+}
 """Keys earlier versions read, accepted (with a warning) so old config files still load."""
 CONFIG_PATH_ENV = "OVSTREAM_CONFIG"
 
@@ -77,7 +80,6 @@ class Settings(BaseSettings):
     capture_block_ms: int = Field(d.CAPTURE_BLOCK_MS, ge=1)
     max_deliveries: int = Field(d.MAX_DELIVERIES, ge=1)
     ov_batch_max: int = Field(d.OV_BATCH_MAX, ge=1, le=100)
-    stream_maxlen: int = Field(d.STREAM_MAXLEN, ge=1)
     dead_letter_maxlen: int = Field(d.DEAD_LETTER_MAXLEN, ge=1)
 
     # the capture worker

@@ -103,8 +103,9 @@ MAX_DELIVERIES = 5
 OV_BATCH_MAX = 100
 """Most messages one call to the OV batch route carries."""
 
-STREAM_MAXLEN = 100_000
-"""Approximate cap on each turn stream's length."""
+STREAM_TRIM_INTERVAL_S = 1.0
+"""How often (at most) a capture consumer trims its shard's stream of the entries every
+group has applied (workers.store.scripts.TRIM_APPLIED). Nothing else trims a turn stream."""
 
 DEAD_LETTER_MAXLEN = 100_000
 """Approximate cap on the dead-letter stream's length (also what ``dlq replay`` reads at most)."""

@@ -64,6 +64,28 @@ def skip_reason(
     return None
 
 
+def turn_start(event: TurnEvent, captured: int) -> int:
+    """Where ``event``'s new messages start in ``event.messages``, for capture.
+
+    ``pre_prompt_message_count``, as the seed says; but an afterTurn event (it carries the
+    whole transcript) of a session capture is behind (``0 < captured < pre_prompt_message_count``:
+    an earlier event was lost, trimmed or published out of order) starts at ``captured``,
+    so the gap is filled from the messages it carries. A commitTurn event carries only
+    its own turn: nothing to fill from.
+    """
+    start = max(event.pre_prompt_message_count, 0)
+    if event.advancement_key is None and 0 < captured < start:
+        return captured
+    return start
+
+
+def captured_after(captured: int, event: TurnEvent) -> int:
+    """The session's captured count (OpenClaw messages in OV) once ``event`` is applied."""
+    if event.advancement_key:  # commitTurn: the event carries only its own turn
+        return captured + max(0, len(event.messages) - event.pre_prompt_message_count)
+    return len(event.messages)  # afterTurn: the event carries the whole transcript
+
+
 def turn_messages(event: TurnEvent) -> list[dict[str, Any]]:
     """The OpenClaw messages ``event`` adds: an afterTurn event carries the whole
     transcript and marks where the turn starts; a commitTurn event only its turn."""

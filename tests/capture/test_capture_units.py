@@ -74,23 +74,46 @@ def test_plan_applies_the_seed_rules_in_order(settings):
         turn("s", 0),
         turn("s", 1, is_heartbeat=True),
         turn("s", 2, advancement_key="A"),
-        turn("s", 3, advancement_key="A"),
-        turn("s", 4),
+        turn("s", 2, advancement_key="A"),  # the same commitTurn again, under a new event id
+        turn("s", 3),
     ]
     entries = [_entry(settings, e, f"{i + 1}-0") for i, e in enumerate(events)]
     state = AppliedState(last_id="1-0")
     plan = plan_round(bypassing, entries[0].session, entries, state)
     assert [u.skip for u in plan.units] == ["applied before", "heartbeat", None, "advancement seen", None]
-    assert [p["text"] for m in plan.messages for p in m["parts"]] == ["s:q2", "s:a2", "s:q4", "s:a4"]
+    assert [p["text"] for m in plan.messages for p in m["parts"]] == ["s:q2", "s:a2", "s:q3", "s:a3"]
     assert all(m.get("peer_id") == "main" for m in plan.messages if m["role"] == "assistant")
     plan.base, plan.added = 10, 4
     final = finish_state(plan)
-    assert (final.last_id, final.total, final.captured, final.advancements) == ("5-0", 14, 10, ["A"])
+    assert (final.last_id, final.total, final.captured, final.advancements) == ("5-0", 14, 8, ["A"])
 
     cron = _entry(settings, turn("x", 0, session_key="agent:main:cron:nightly"), "9-0")
     assert plan_round(bypassing, cron.session, [cron], AppliedState()).units[0].skip == "bypassed"
     off = settings.model_copy(update={"auto_capture": False})
     assert plan_round(off, entries[0].session, entries[1:], AppliedState()).messages == []
+
+
+@pytest.mark.parametrize(
+    ("captured", "expected"),
+    [
+        (4, ["s:q2", "s:a2", "s:q3", "s:a3", "s:q4", "s:a4"]),  # turns 2 and 3 never came: filled
+        (8, ["s:q4", "s:a4"]),  # caught up: the turn alone
+        (12, ["s:q4", "s:a4"]),  # the host's transcript got shorter (compaction): the turn alone
+        (0, ["s:q4", "s:a4"]),  # nothing captured yet: no history is written (the import does that)
+    ],
+)
+def test_an_after_turn_event_fills_the_gap_before_it(settings, captured: int, expected: list[str]):
+    [entry] = [_entry(settings, turn("s", 4), "9-0")]
+    plan = plan_round(settings, entry.session, [entry], AppliedState(last_id="1-0", captured=captured))
+    assert [p["text"] for m in plan.messages for p in m["parts"]] == expected
+    assert finish_state(plan).captured == 10
+
+
+def test_a_commit_turn_event_fills_no_gap(settings):
+    event = turn("s", 4, advancement_key="K")  # (this helper's commitTurn carries the whole transcript)
+    [entry] = [_entry(settings, event, "9-0")]
+    plan = plan_round(settings, entry.session, [entry], AppliedState(last_id="1-0", captured=2))
+    assert [p["text"] for m in plan.messages for p in m["parts"]] == ["s:q4", "s:a4"]
 
 
 def test_plan_in_isolate_mode_takes_one_writing_entry(settings):
@@ -142,12 +165,11 @@ def test_publish_goes_to_the_sessions_shard(redis_client, settings):
         assert decode(fields[STREAM_FIELD.encode()], TurnEvent).event_id == event.event_id
 
 
-def test_publish_caps_the_stream(redis_client, settings):
-    small = settings.model_copy(update={"stream_maxlen": 10})
+def test_publish_caps_nothing(redis_client, settings):
     for _i in range(2000):
-        publish_turn(redis_client, small, turn("same", 0))
-    stream = Keys(small.key_prefix).stream(shard_of("same", small.shards))
-    assert redis_client.xlen(stream) < 2000
+        publish_turn(redis_client, settings, turn("same", 0))
+    stream = Keys(settings.key_prefix).stream(shard_of("same", settings.shards))
+    assert redis_client.xlen(stream) == 2000
 
 
 async def test_fakeredis_url_shares_one_server_between_sync_and_async():

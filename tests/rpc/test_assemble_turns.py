@@ -115,7 +115,7 @@ async def test_the_stream_is_read_only_when_the_newest_turn_is_unknown(rpc: Any)
     publish_turn(rpc.redis, rpc.settings, one)  # the newest published turn is one the snapshot has
     # An entry of the session that did not mark itself: read only if the stream is read.
     stream = Keys(rpc.settings.key_prefix).stream(shard_of(SID, rpc.settings.shards))
-    publish_raw(rpc.redis, rpc.settings, stream, encode(two))
+    publish_raw(rpc.redis, stream, encode(two))
     body = (await rpc.assemble(plugin_call())).json()
     assert "question 2" not in texts(body)  # not read: nothing said a turn was missing
     publish_turn(rpc.redis, rpc.settings, msgspec.structs.replace(two, event_id="ev-2b"))

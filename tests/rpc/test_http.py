@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 import pytest
@@ -108,8 +109,9 @@ async def test_metrics_report_stream_lag_and_commit_outcomes(rpc: Any) -> None:
     keys = Keys(rpc.settings.key_prefix)
     stream = keys.stream(0)
     rpc.redis.xgroup_create(stream, rpc.settings.consumer_group, id="0", mkstream=True)
-    for _i in range(3):
-        rpc.redis.xadd(stream, {"e": b"{}"})
+    old_ms = int(time.time() * 1000) - 60_000  # the oldest event waits a minute already
+    for i in range(3):
+        rpc.redis.xadd(stream, {"e": b"{}"}, id=f"{old_ms + i}-0")
     rpc.redis.xreadgroup(rpc.settings.consumer_group, "c1", {stream: ">"}, count=1)
     for status in ("completed", "completed", "failed"):
         outcome = CommitOutcome(commit_id="c", ov_session_id="s", agent_id="main", status=status)
@@ -119,6 +121,9 @@ async def test_metrics_report_stream_lag_and_commit_outcomes(rpc: Any) -> None:
     text = (await rpc.client.get("/metrics")).text
     assert rpc.metric(text, 'ovstream_stream_lag{shard="0"}') == 2.0
     assert rpc.metric(text, 'ovstream_stream_pending{shard="0"}') == 1.0
+    assert rpc.metric(text, 'ovstream_stream_length{shard="0"}') == 3.0
+    assert (rpc.metric(text, 'ovstream_stream_oldest_unapplied_seconds{shard="0"}') or 0) >= 60.0
+    assert rpc.metric(text, 'ovstream_stream_oldest_unapplied_seconds{shard="1"}') == 0.0
     assert rpc.metric(text, 'ovstream_commit_outcomes_total{status="completed"}') == 2.0
     assert rpc.metric(text, 'ovstream_commit_outcomes_total{status="failed"}') == 1.0
     assert rpc.metric(text, 'ovstream_assemble_seconds_count{path="full"}') == 1.0

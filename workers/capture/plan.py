@@ -27,7 +27,7 @@ from core.config import Settings
 from core.events import TurnEvent
 from core.messages.convert import turn_to_ov_messages
 from core.session import SessionAddress
-from core.turns import SKIP_ADVANCEMENT_SEEN, address_of, skip_reason
+from core.turns import SKIP_ADVANCEMENT_SEEN, address_of, captured_after, skip_reason, turn_start
 from workers.store.applied import AppliedState, Intent, ov_message_count, parse_id
 from workers.store.keys import session_keys
 
@@ -148,6 +148,7 @@ def plan_round(
     seen = set(state.advancements)
     seen_events = set(state.event_ids)
     writing = False
+    captured = state.captured  # as finish_state will have it before each entry
     for entry in entries:
         event = entry.event
         assert event is not None
@@ -156,6 +157,7 @@ def plan_round(
             seen_events.add(event.event_id)
             if event.advancement_key:
                 seen.add(event.advancement_key)
+            captured = captured_after(captured, event)
             continue
         if state.is_applied(entry.id):
             plan.units.append(Unit(entry, [], SKIP_APPLIED))
@@ -171,9 +173,12 @@ def plan_round(
         if reason is not None:
             seen_events.add(event.event_id)
             plan.units.append(Unit(entry, [], reason))
+            if reason not in _DUPLICATES:
+                captured = captured_after(captured, event)
             continue
+        start = turn_start(event, captured)
         try:
-            messages = turn_to_ov_messages(event.messages, event.pre_prompt_message_count, session.agent_id)
+            messages = turn_to_ov_messages(event.messages, start, session.agent_id)
         except Exception as exc:  # a transcript convert cannot read: this entry fails, the ones before go on
             plan.failed_entry, plan.failure = entry, exc
             break
@@ -186,6 +191,7 @@ def plan_round(
         if event.advancement_key:
             seen.add(event.advancement_key)
         plan.units.append(Unit(entry, messages, None if messages else "no new messages"))
+        captured = captured_after(captured, event)
     return plan
 
 
@@ -210,11 +216,9 @@ def finish_state(plan: SessionRound) -> AppliedState:
         event = unit.entry.event
         assert event is not None
         state.remember_event(event.event_id)
-        if event.advancement_key:  # commitTurn: the event carries only its own turn
-            state.captured += max(0, len(event.messages) - event.pre_prompt_message_count)
+        state.captured = captured_after(state.captured, event)
+        if event.advancement_key:
             state.remember_advancement(event.advancement_key)
-        else:  # afterTurn: the event carries the whole transcript
-            state.captured = len(event.messages)
     if plan.base is not None:
         state.total = plan.base + plan.added
     if state.partial_id is not None and any(u.entry.id == state.partial_id for u in plan.units):

@@ -40,6 +40,7 @@ from workers.store.dead_letters import (
 )
 from workers.store.keys import Keys
 from workers.store.scripts import FENCED_READ, LEASE_RELEASE
+from workers.store.streams import AppliedTrim
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class ShardConsumer:
         self.group = self.settings.consumer_group
         self.consumer = worker.consumer
         self.fence = ShardFence(self.redis, shard, self.stream, self.lease_key, self.group, self.consumer)
+        self.trim = AppliedTrim(self.redis, self.stream, self.settings.overlay_stream_scan)
         self.backlog: list[Entry] = []
         self.isolate: set[str] = set()
         """Sessions (OV ids) applied one writing entry per round after a merged write failed."""
@@ -300,14 +302,15 @@ class ShardConsumer:
         if dead:
             await self.dead_letter([(e, r, str(err)) for e, r, err in dead])
         now = loop.time()
-        if now < self.ov_down_until:
-            return
         # a session waits while any of its entries does (the later ones queue behind a failed one)
         ready = [es for es in self._sessions().values() if max(e.retry_at for e in es) <= now]
-        if not ready:
-            return
-        outcome = await run_round(self, ready)
-        self._settle(outcome, loop.time())
+        acked = bool(dead)
+        if ready and now >= self.ov_down_until:
+            outcome = await run_round(self, ready)
+            self._settle(outcome, loop.time())
+            acked = acked or bool(outcome.acked)
+        if acked:  # after the round's snapshot refresh: what goes is in OV and in the snapshot
+            await self.trim()
 
     def _settle(self, outcome: RoundOutcome, now: float) -> None:
         done = {e.id for e in outcome.acked}

@@ -9,6 +9,7 @@ deployment (every capture worker, every commit), not just this process.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter as Tally
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +23,7 @@ from prometheus_client.registry import Collector
 from core.config import Settings
 from workers.store.connection import stream_entries, text
 from workers.store.keys import Keys
+from workers.store.status import read_backlog
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +66,13 @@ _status_decoder = msgspec.json.Decoder(_StatusOnly)
 
 
 class StreamLagCollector(Collector):
-    """Per shard: entries the capture group has not read yet (XINFO GROUPS lag)
-    and entries read but not acknowledged (pending)."""
+    """Per shard (workers.store.status): entries the capture group has not read yet,
+    entries read but not yet acknowledged, the stream's length, and how long its oldest
+    unapplied entry has waited (the number to alert on: it grows while capture or OV is away)."""
 
     def __init__(self, redis_client: redis.Redis, settings: Settings) -> None:
         self._redis = redis_client
         self._settings = settings
-        self._keys = Keys(settings.key_prefix)
 
     def collect(self) -> Iterator[Metric]:
         lag = GaugeMetricFamily(
@@ -79,23 +81,30 @@ class StreamLagCollector(Collector):
         pending = GaugeMetricFamily(
             "ovstream_stream_pending", "Turn events delivered but not yet acknowledged", labels=["shard"]
         )
-        for shard in range(self._settings.shards):
-            try:
-                groups = self._redis.xinfo_groups(self._keys.stream(shard))
-            except redis.ResponseError:
-                continue  # the stream does not exist yet: nothing published to this shard
-            except redis.RedisError as exc:
-                log.warning("metrics: cannot read stream info of shard %d: %s", shard, exc)
-                return
-            for group in groups:
-                if text(group.get("name", "")) != self._settings.consumer_group:
-                    continue
-                group_lag = group.get("lag")
-                if group_lag is not None:  # None: Redis cannot tell (entries deleted)
-                    lag.add_metric([str(shard)], float(group_lag))
-                pending.add_metric([str(shard)], float(group.get("pending") or 0))
-        yield lag
-        yield pending
+        length = GaugeMetricFamily(
+            "ovstream_stream_length",
+            "Entries in the turn stream (unapplied, and applied not yet trimmed)",
+            labels=["shard"],
+        )
+        oldest = GaugeMetricFamily(
+            "ovstream_stream_oldest_unapplied_seconds",
+            "Age of the oldest turn event not yet applied to OV (0 when capture is caught up)",
+            labels=["shard"],
+        )
+        try:
+            shards = read_backlog(self._redis, self._settings)
+        except redis.RedisError as exc:
+            log.warning("metrics: cannot read the turn streams: %s", exc)
+            return
+        now_ms = int(time.time() * 1000)
+        for s in shards:
+            label = [str(s.shard)]
+            if s.unread is not None:  # None: Redis cannot tell (entries deleted by hand)
+                lag.add_metric(label, float(s.unread))
+            pending.add_metric(label, float(s.pending))
+            length.add_metric(label, float(s.length))
+            oldest.add_metric(label, s.oldest_age_s(now_ms))
+        yield from (lag, pending, length, oldest)
 
 
 class CommitOutcomeCollector(Collector):

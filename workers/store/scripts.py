@@ -160,6 +160,48 @@ return {v[1] or false, v[2] or false, redis.call('HSTRLEN', KEYS[1], 'data'), re
 size, newest published turn}: what assemble needs to know whether its cached copy is current,
 in one command."""
 
+# --- the turn streams ---------------------------------------------------------------------------
+
+TRIM_APPLIED = Lua("""
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+local function older(a, b)
+  local ams, aseq = parse(a)
+  local bms, bseq = parse(b)
+  return ams < bms or (ams == bms and aseq < bseq)
+end
+local floor = nil
+for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local name, last
+  for i = 1, #group, 2 do
+    if group[i] == 'name' then name = group[i + 1] elseif group[i] == 'last-delivered-id' then last = group[i + 1] end
+  end
+  local pending = redis.call('XPENDING', KEYS[1], name)
+  local keep
+  if pending[1] > 0 then
+    keep = pending[2]
+  else
+    local ms, seq = parse(last)
+    keep = string.format('%d-%d', ms, seq + 1)
+  end
+  if floor == nil or older(keep, floor) then floor = keep end
+end
+if floor == nil then return 0 end
+local scan = tonumber(ARGV[1])
+if scan > 0 then
+  local tail = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', scan)
+  if #tail > 0 and older(tail[#tail][1], floor) then floor = tail[#tail][1] end
+end
+return redis.call('XTRIM', KEYS[1], 'MINID', '~', floor)
+""")
+"""KEYS[1] a turn stream. ARGV: entries at the stream's end always kept (assemble's overlay
+scan reads them). Trims (approximately: whole macro nodes) the entries every consumer group
+has read and acknowledged: nothing unread, nothing pending. How many went; 0 without a group.
+The producers cap nothing: a backlog stays whole however long capture is away."""
+
 # --- the commit queue (workers.commits.scheduler) ---------------------------------------------
 
 CLAIM_DUE_JOBS = Lua("""

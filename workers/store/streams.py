@@ -2,25 +2,30 @@
 
 A session's events always go to the shard ``shard_of(ov_session_id(...))``,
 so one consumer sees them in the order they were published. The entry is
-``{"e": encode(TurnEvent)}``; the stream is capped near ``stream_maxlen``
-(approximate trimming, which Redis does cheaply in whole macro nodes). With
-the XADD, in the same round trip, ``Keys.last_turn`` names the session's
-newest turn (the plugin's publisher does the same).
+``{"e": encode(TurnEvent)}``. Nothing caps the stream here: a producer cannot
+know what capture has applied, so a backlog (capture or OV away) stays whole;
+capture trims what it applied (``trim_applied``). With the XADD, in the same
+round trip, ``Keys.last_turn`` names the session's newest turn (the plugin's
+publisher does the same).
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
+import redis.asyncio as aioredis
 
 from core.config import Settings
-from core.defaults import LAST_TURN_TTL_S
+from core.defaults import LAST_TURN_TTL_S, STREAM_TRIM_INTERVAL_S
 from core.events import STREAM_FIELD, TurnEvent, encode
 from core.ids import ov_session_id
 from workers.store.connection import text
 from workers.store.keys import Keys, shard_of
+from workers.store.scripts import TRIM_APPLIED
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +40,9 @@ def stream_of_event(settings: Settings, event: TurnEvent) -> str:
     return Keys(settings.key_prefix).stream(shard_of_event(settings, event))
 
 
-def publish_raw(redis_client: redis.Redis, settings: Settings, stream: str, payload: bytes) -> str:
+def publish_raw(redis_client: redis.Redis, stream: str, payload: bytes) -> str:
     """XADD an already encoded entry to ``stream``; returns the stream id."""
-    stream_id = redis_client.xadd(stream, {STREAM_FIELD: payload}, maxlen=settings.stream_maxlen, approximate=True)
+    stream_id = redis_client.xadd(stream, {STREAM_FIELD: payload})
     return text(stream_id)
 
 
@@ -51,7 +56,7 @@ def _queue_publish(pipe: Any, settings: Settings, event: TurnEvent) -> None:
     ov_sid = ov_session_id(event.session_id, event.session_key)
     shard = shard_of(ov_sid, settings.shards)
     keys = Keys(settings.key_prefix)
-    pipe.xadd(keys.stream(shard), {STREAM_FIELD: encode(event)}, maxlen=settings.stream_maxlen, approximate=True)
+    pipe.xadd(keys.stream(shard), {STREAM_FIELD: encode(event)})
     if marks_last_turn(event):
         pipe.set(keys.last_turn(shard, ov_sid), event.event_id, ex=LAST_TURN_TTL_S)
 
@@ -64,3 +69,31 @@ def publish_turn(redis_client: redis.Redis, settings: Settings, event: TurnEvent
     stream_id = text(pipe.execute()[0])
     log.debug("published turn %s of session %s as %s", event.event_id, event.session_id, stream_id)
     return stream_id
+
+
+class AppliedTrim:
+    """Trims one turn stream of the entries every consumer group has applied (read and
+    acknowledged), at most every ``STREAM_TRIM_INTERVAL_S``: the one thing that shortens a
+    turn stream. ``keep_tail`` newest entries always stay (assemble's overlay scan reads them)."""
+
+    def __init__(
+        self, redis_client: aioredis.Redis, stream: str, keep_tail: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.redis = redis_client
+        self.stream = stream
+        self.keep_tail = keep_tail
+        self._clock = clock
+        self._next_at = 0.0
+        self.trimmed = 0
+        """Entries trimmed so far."""
+
+    async def __call__(self) -> int:
+        now = self._clock()
+        if now < self._next_at:
+            return 0
+        self._next_at = now + STREAM_TRIM_INTERVAL_S
+        gone = int(await TRIM_APPLIED.run(self.redis, [self.stream], [self.keep_tail]))
+        self.trimmed += gone
+        if gone:
+            log.debug("trimmed %d applied entries from %s", gone, self.stream)
+        return gone

@@ -31,7 +31,6 @@ export interface PluginConfig {
   rpcTimeoutMs: number;
   compactTimeoutMs: number;
   toolTimeoutMs: number;
-  streamMaxLen: number;
   bufferMaxEvents: number;
   bufferMaxBytes: number;
   apiKey?: string;
@@ -62,7 +61,6 @@ export const DEFAULTS: Readonly<PluginConfig> = Object.freeze({
   // OpenClaw bounds compaction at 180 s; the service answers within 150 s.
   compactTimeoutMs: 170_000,
   toolTimeoutMs: 120_000,
-  streamMaxLen: 100_000,
   bufferMaxEvents: 1000,
   bufferMaxBytes: 64 * 1024 * 1024,
   toolNames: {} as Record<string, string>,
@@ -119,7 +117,6 @@ export const KEY_SPECS: Record<keyof PluginConfig, KeySpec> = {
   rpcTimeoutMs: { kind: "int", min: 1, description: "Timeout of an assemble call; on timeout the messages pass through" },
   compactTimeoutMs: { kind: "int", min: 1, description: "Timeout of a compact call (the service waits for the commit)" },
   toolTimeoutMs: { kind: "int", min: 1, description: "Timeout of a tool call" },
-  streamMaxLen: { kind: "int", min: 1, description: "Approximate cap (XADD MAXLEN ~) of each turn stream" },
   bufferMaxEvents: { kind: "int", min: 1, description: "Turn events kept in memory while Redis is unreachable; the oldest are dropped beyond" },
   bufferMaxBytes: { kind: "int", min: 1024, description: "Bytes of turn events kept in memory while Redis is unreachable" },
   apiKey: { kind: "string", optional: true, description: "OV user key sent to the RPC as X-OpenViking-API-Key (the tenant of assemble/compact/tools)" },
@@ -178,10 +175,20 @@ function checkValue(key: string, spec: KeySpec, value: unknown): unknown {
   }
 }
 
+/**
+ * Keys earlier versions read, still accepted (and ignored, with a warning) so an old
+ * config keeps loading; the value says why the key is gone.
+ */
+export const RETIRED_KEYS: Readonly<Record<string, string>> = Object.freeze({
+  streamMaxLen: "the streams are no longer capped at publish; capture trims only what it applied",
+});
+
 export interface ParsedConfig {
   config: PluginConfig;
   /** Keys given that the plugin does not know (ignored). */
   unknownKeys: string[];
+  /** Retired keys given (ignored); see RETIRED_KEYS. */
+  retiredKeys: string[];
   /** Seed keys set to a non-default value that only the service applies. */
   serviceSideKeysSet: string[];
 }
@@ -198,7 +205,12 @@ export function parseConfigDetailed(raw: unknown): ParsedConfig {
     toolNames: { ...DEFAULTS.toolNames },
   };
   const unknownKeys: string[] = [];
+  const retiredKeys: string[] = [];
   for (const [key, value] of Object.entries(input)) {
+    if (Object.hasOwn(RETIRED_KEYS, key)) {
+      retiredKeys.push(key);
+      continue;
+    }
     const spec = (KEY_SPECS as Record<string, KeySpec | undefined>)[key];
     if (spec === undefined) {
       unknownKeys.push(key);
@@ -217,7 +229,7 @@ export function parseConfigDetailed(raw: unknown): ParsedConfig {
   const serviceSideKeysSet = SERVICE_SIDE_KEYS.filter(
     (k) => k in input && JSON.stringify(config[k]) !== JSON.stringify(DEFAULTS[k]),
   );
-  return { config, unknownKeys, serviceSideKeysSet };
+  return { config, unknownKeys, retiredKeys, serviceSideKeysSet };
 }
 
 export function parseConfig(raw: unknown): PluginConfig {
@@ -257,6 +269,9 @@ export function configJsonSchema(): Record<string, unknown> {
     const def = DEFAULTS[key];
     if (def !== undefined) prop.default = def;
     properties[key] = prop;
+  }
+  for (const [key, why] of Object.entries(RETIRED_KEYS)) {
+    properties[key] = { description: `Retired, ignored: ${why}` };
   }
   return { type: "object", additionalProperties: false, properties };
 }

@@ -7,7 +7,7 @@
  * at load time: Redis is dialled on the first published turn.
  */
 
-import { ConfigError, configJsonSchema, parseConfigDetailed, type PluginConfig } from "./config.js";
+import { ConfigError, configJsonSchema, parseConfigDetailed, RETIRED_KEYS, type PluginConfig } from "./config.js";
 import { createEngine, ENGINE_ID } from "./engine.js";
 import { PluginRuntime, type RuntimeOptions } from "./runtime.js";
 import { registerTools } from "./tools.js";
@@ -47,6 +47,9 @@ export function registerOvstream(api: PluginApi, options: RuntimeOptions = {}): 
     config = parsed.config;
     if (parsed.unknownKeys.length > 0) {
       logger.warn(`ovstream: unknown config keys ignored: ${parsed.unknownKeys.join(", ")}`);
+    }
+    for (const key of parsed.retiredKeys) {
+      logger.warn(`ovstream: config key ${key} is no longer used (${RETIRED_KEYS[key]}); ignoring it`);
     }
     if (parsed.serviceSideKeysSet.length > 0) {
       logger.info(

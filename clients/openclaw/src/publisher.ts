@@ -3,7 +3,7 @@
  *
  * `enqueue()` only appends to an in-memory FIFO and wakes the sender; it never
  * waits for Redis. One sender loop at a time drains the FIFO head-first with
- * pipelined `XADD <key> MAXLEN ~ N * e <json>`, so a session's events reach
+ * pipelined `XADD <key> * e <json>`, so a session's events reach
  * its stream in the order they were published. When Redis cannot be reached
  * the events stay buffered (bounded by count and bytes; the oldest are
  * dropped beyond the cap, and how many is logged) and the sender retries with
@@ -32,8 +32,6 @@ import type { PluginLogger } from "./types.js";
 export interface PublisherOptions {
   redisUrl: string;
   logger: PluginLogger;
-  /** XADD MAXLEN ~ this. */
-  maxLen: number;
   /** Buffer caps; the oldest events go first when either is exceeded. */
   maxEvents: number;
   maxBytes: number;
@@ -423,10 +421,10 @@ export class TurnPublisher {
   private async sendBatch(client: Client): Promise<void> {
     const end = Math.min(this.queue.length, this.head + this.opts.batchSize);
     const batch = this.queue.slice(this.head, end);
-    const maxLen = String(this.opts.maxLen);
     // Commands issued in one tick go out as one pipeline; a turn's mark follows its XADD.
     const replies = batch.map((item) => {
-      const reply = client.sendCommand(["XADD", item.key, "MAXLEN", "~", maxLen, "*", "e", item.payload]);
+      // No MAXLEN: a producer cannot know what capture applied; capture trims that itself.
+      const reply = client.sendCommand(["XADD", item.key, "*", "e", item.payload]);
       const mark = item.lastTurn;
       if (mark) {
         // Best effort: without it assemble misses only another process's lagging turn.
@@ -445,8 +443,9 @@ export class TurnPublisher {
     let failure: unknown = undefined;
     for (const [i, result] of results.entries()) {
       const item = batch[i];
-      if (result.status === "rejected" && !(result.reason instanceof ErrorReply)) {
-        // The connection failed: this and the rest stay buffered, in order.
+      if (result.status === "rejected" && !(result.reason instanceof ErrorReply && !isTransient(result.reason))) {
+        // The connection failed, or Redis cannot take the write just now (full, loading,
+        // failing over): this and the rest stay buffered, in order, and are sent again.
         failure = result.reason;
         break;
       }
@@ -523,4 +522,16 @@ export class TurnPublisher {
     // The buffer must not keep a host that is shutting down alive.
     this.retryTimer.unref();
   }
+}
+
+/**
+ * Error replies that say "not now" rather than "never": a full Redis (maxmemory with
+ * noeviction), one still loading its data, a replica or a cluster mid-failover. The
+ * event is kept and sent again; any other error reply (WRONGTYPE, say) drops it.
+ */
+const TRANSIENT_REPLIES = ["OOM", "LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS"];
+
+export function isTransient(reply: ErrorReply): boolean {
+  const code = reply.message.split(" ", 1)[0] ?? "";
+  return TRANSIENT_REPLIES.includes(code);
 }

@@ -131,7 +131,6 @@ export class PluginRuntime {
     this.publisher = new TurnPublisher({
       redisUrl: config.redisUrl,
       logger,
-      maxLen: config.streamMaxLen,
       maxEvents: config.bufferMaxEvents,
       maxBytes: config.bufferMaxBytes,
       spoolDir: join(this.stateDir, "spool"),

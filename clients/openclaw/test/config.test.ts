@@ -25,7 +25,6 @@ describe("parseConfig", () => {
     assert.equal(cfg.rpcUrl, "http://127.0.0.1:8787");
     assert.equal(cfg.shards, 4);
     assert.equal(cfg.keyPrefix, "ovstream");
-    assert.equal(cfg.streamMaxLen, 100000);
     assert.equal(cfg.apiKey, undefined);
   });
 
@@ -58,6 +57,14 @@ describe("parseConfig", () => {
     const parsed = parseConfigDetailed({ nope: 1, recallLimit: 3, autoRecall: true, commitTokenThreshold: 20000 });
     assert.deepEqual(parsed.unknownKeys, ["nope"]);
     assert.deepEqual(parsed.serviceSideKeysSet, ["recallLimit"]);
+  });
+
+  it("accepts a retired key (an old config still loads) and reports it", () => {
+    const parsed = parseConfigDetailed({ streamMaxLen: 500, shards: 2 });
+    assert.deepEqual(parsed.retiredKeys, ["streamMaxLen"]);
+    assert.deepEqual(parsed.unknownKeys, []);
+    assert.equal(parsed.config.shards, 2);
+    assert.ok(!("streamMaxLen" in parsed.config));
   });
 
   it("does not let one parse change the defaults", () => {
@@ -98,7 +105,7 @@ json.dump({
   "commitKeepRecentCount": d.COMMIT_KEEP_RECENT_COUNT, "recallLimit": d.RECALL_LIMIT,
   "recallScoreThreshold": d.RECALL_SCORE_THRESHOLD, "recallMaxInjectedChars": d.RECALL_MAX_INJECTED_CHARS,
   "recallPreferAbstract": d.RECALL_PREFER_ABSTRACT, "bypassSessionPatterns": list(d.BYPASS_SESSION_PATTERNS),
-  "redisUrl": d.REDIS_URL, "shards": d.SHARDS, "keyPrefix": d.KEY_PREFIX, "streamMaxLen": d.STREAM_MAXLEN,
+  "redisUrl": d.REDIS_URL, "shards": d.SHARDS, "keyPrefix": d.KEY_PREFIX,
   "rpcUrl": "http://%s:%d" % (d.RPC_HOST, d.RPC_PORT),
 }, sys.stdout)
 `;

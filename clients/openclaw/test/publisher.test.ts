@@ -25,7 +25,6 @@ function publisher(url: string, logger: MemoryLogger, extra: Partial<Constructor
   return new TurnPublisher({
     redisUrl: url,
     logger,
-    maxLen: 100000,
     maxEvents: 1000,
     maxBytes: 1 << 20,
     initialBackoffMs: 20,
@@ -120,15 +119,15 @@ describe("TurnPublisher", () => {
     await pub.close(50);
   });
 
-  it("trims each stream approximately to maxLen (XADD MAXLEN ~)", async () => {
+  it("caps no stream: every event stays until capture has applied it", async () => {
     const redis = await startRedis();
     servers.push(redis);
-    const pub = publisher(redis.url, new MemoryLogger(), { maxLen: 10 });
+    const pub = publisher(redis.url, new MemoryLogger());
     publishers.push(pub);
     for (let i = 0; i < 450; i++) pub.enqueue(KEY, `n${i}`);
     await pub.drained();
     const entries = await readStream(redis.url);
-    assert.ok(entries.length < 450, `stream was not trimmed: ${entries.length}`);
+    assert.equal(entries.length, 450);
     assert.equal(entries.at(-1), "n449");
     assert.equal(pub.getStats().delivered, 450);
   });
@@ -151,6 +150,29 @@ describe("TurnPublisher", () => {
     assert.deepEqual(await readStream(redis.url), ["before", "after"]);
     assert.equal(pub.getStats().dropped, 1);
     assert.ok(log.at("error").some((m) => m.includes("WRONGTYPE") && m.includes("t:{s1}:turns")), log.at("error").join("\n"));
+  });
+
+  it("keeps (and later delivers) events a full Redis refuses with OOM, in order", async () => {
+    const redis = await startRedis();
+    servers.push(redis);
+    const admin = createClient({ url: redis.url });
+    admin.on("error", () => {});
+    await admin.connect();
+    await admin.sendCommand(["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    await admin.sendCommand(["CONFIG", "SET", "maxmemory", "1"]);
+    const log = new MemoryLogger();
+    const pub = publisher(redis.url, log);
+    publishers.push(pub);
+    pub.enqueue(KEY, "first");
+    pub.enqueue(KEY, "second");
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(pub.getStats().dropped, 0);
+    assert.equal(pub.getStats().pending, 2);
+    await admin.sendCommand(["CONFIG", "SET", "maxmemory", "0"]);
+    await admin.close();
+    await pub.drained();
+    assert.deepEqual(await readStream(redis.url), ["first", "second"]);
+    assert.equal(pub.getStats().dropped, 0);
   });
 
   it("close() delivers what is buffered when it can, then refuses new events", async () => {

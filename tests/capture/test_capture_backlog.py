@@ -1,0 +1,154 @@
+"""A backlog never loses a turn: producers cap nothing, capture trims only what it applied.
+
+The issue's scenario: capture stopped with its consumer group in place, thousands of turns
+published over many sessions to one shard (far past the old 500-entry cap that dropped
+5,000 of 6,000 messages), then capture back: every message in OV exactly once, for
+afterTurn and commitTurn events, and the applied entries trimmed away afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from core.config import Settings
+from core.events import TurnEvent
+from tests.helpers.capture import expected_texts, make_worker, ov_texts, pending_count, publish, turn
+from workers.cli import main
+from workers.dev.fake_ov.app import FakeOV
+from workers.dev.local_redis import start_redis_server
+from workers.store.keys import Keys, shard_of
+from workers.store.scripts import TRIM_APPLIED
+from workers.store.status import read_backlog
+
+SESSIONS = 20
+TURNS = 150
+"""20 sessions x 150 turns = 3,000 turn events, 6,000 messages, on one shard."""
+
+
+def commit_turn(session: str, index: int) -> TurnEvent:
+    """commitTurn's event: only the turn's own messages, with its advancement key."""
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": f"{session}:q{index}"},
+        {"role": "assistant", "content": [{"type": "text", "text": f"{session}:a{index}"}]},
+    ]
+    return TurnEvent(
+        event_id=uuid.uuid4().hex,
+        session_id=session,
+        messages=messages,
+        pre_prompt_message_count=0,
+        advancement_key=f"{session}:turn{index}",
+        published_at=time.time(),
+    )
+
+
+def _backlog(kind: str) -> list[TurnEvent]:
+    make = turn if kind == "afterTurn" else commit_turn
+    return [make(f"s{s}", i) for i in range(TURNS) for s in range(SESSIONS)]
+
+
+async def _capture_everything(client: redis.Redis, settings: Settings, fake: FakeOV) -> None:
+    await make_worker(settings, fake, burst=True).run()
+    assert pending_count(client, settings) == 0
+    for s in range(SESSIONS):
+        assert ov_texts(fake, f"s{s}") == expected_texts(f"s{s}", TURNS), f"session s{s}"
+
+
+@pytest.mark.parametrize("kind", ["afterTurn", "commitTurn"])
+async def test_a_backlog_far_past_the_old_cap_reaches_ov_whole(redis_client, settings, fake_ov, kind: str) -> None:
+    settings = settings.model_copy(update={"shards": 1, "capture_batch": 500})
+    await make_worker(settings, fake_ov, burst=True).run()  # the group exists; then capture is away
+    publish(redis_client, settings, _backlog(kind))
+    stream = Keys(settings.key_prefix).stream(0)
+    assert redis_client.xlen(stream) == SESSIONS * TURNS  # nothing capped at publish
+    await _capture_everything(redis_client, settings, fake_ov)
+    assert redis_client.xlen(stream) < SESSIONS * TURNS // 2  # what capture applied is trimmed
+
+
+async def test_the_backlog_is_visible_then_gone(redis_client, settings, fake_ov, monkeypatch, capsys) -> None:
+    settings = settings.model_copy(update={"shards": 1})
+    await make_worker(settings, fake_ov, burst=True).run()
+    ids = publish(redis_client, settings, [turn(f"v{s}", 0) for s in range(5)])
+    [shard] = read_backlog(redis_client, settings)
+    assert (shard.length, shard.unread, shard.pending, shard.oldest_unapplied) == (5, 5, 0, ids[0])
+    redis_client.xreadgroup(settings.consumer_group, "gone", {Keys(settings.key_prefix).stream(0): ">"}, count=2)
+    [shard] = read_backlog(redis_client, settings)  # two delivered to a consumer that died: pending
+    assert (shard.unread, shard.pending, shard.oldest_unapplied) == (3, 2, ids[0])
+
+    for key, value in (("REDIS_URL", settings.redis_url), ("KEY_PREFIX", settings.key_prefix), ("SHARDS", "1")):
+        monkeypatch.setenv(f"OVSTREAM_{key}", value)
+    assert main(["status", "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)["shards"]
+    assert row["unread"] == 3 and row["pending"] == 2 and row["oldest_unapplied"] == ids[0]
+
+    await make_worker(settings, fake_ov, burst=True).run()
+    [shard] = read_backlog(redis_client, settings)
+    assert (shard.unread, shard.pending, shard.oldest_unapplied) == (0, 0, None)
+    assert main(["status"]) == 0
+    assert "commits in flight: 0; dead letters: 0" in capsys.readouterr().out
+
+
+async def test_a_backlog_survives_a_redis_restart(fake_ov) -> None:
+    server = start_redis_server(durable=True)
+    try:
+        settings = Settings(redis_url=server.url, shards=1, capture_block_ms=50, capture_batch=500)
+        client = redis.Redis.from_url(server.url)
+        await make_worker(settings, fake_ov, burst=True).run()
+        publish(client, settings, _backlog("afterTurn"))
+        client.close()
+        server.restart()  # SIGKILL, then start on the same append-only file
+        client = redis.Redis.from_url(server.url)
+        await _capture_everything(client, settings, fake_ov)
+        client.close()
+    finally:
+        server.stop()
+
+
+async def test_after_turn_events_fill_what_the_stream_lost(redis_client, settings, fake_ov) -> None:
+    ids = publish(redis_client, settings, [turn("gappy", i) for i in range(10)])
+    stream = Keys(settings.key_prefix).stream(shard_of("gappy", settings.shards))
+    redis_client.xdel(stream, ids[2], ids[3], ids[7])  # lost (trimmed by an older producer, deleted by hand)
+    await make_worker(settings, fake_ov, burst=True).run()
+    assert ov_texts(fake_ov, "gappy") == expected_texts("gappy", 10)
+
+
+# --- the trim itself: property over reads and acks ----------------------------------------------------
+
+
+@hsettings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    total=st.integers(min_value=0, max_value=400),
+    reads=st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(1, 120)), max_size=6),
+    acks=st.data(),
+    keep_tail=st.sampled_from([0, 5, 64]),
+)
+def test_the_trim_never_takes_an_unread_or_pending_entry(
+    redis_url: str, total: int, reads: list[tuple[str, int]], acks: st.DataObject, keep_tail: int
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    stream = f"trim:{uuid.uuid4().hex}"
+    try:
+        ids = [client.xadd(stream, {"e": b"x"}).decode() for _ in range(total)]
+        client.xgroup_create(stream, "capture", "0", mkstream=True)
+        delivered: list[str] = []
+        for consumer, count in reads:
+            reply = client.xreadgroup("capture", consumer, {stream: ">"}, count=count)
+            delivered += [entry_id.decode() for entry_id, _ in (reply[0][1] if reply else [])]
+        acked = set(acks.draw(st.lists(st.sampled_from(delivered), unique=True)) if delivered else [])
+        if acked:
+            client.xack(stream, "capture", *acked)
+        TRIM_APPLIED(client, [stream], [keep_tail])
+        left = {entry_id.decode() for entry_id, _ in client.xrange(stream)}
+        must_stay = (set(ids) - acked) | set(ids[-keep_tail:] if keep_tail else [])
+        assert must_stay <= left
+    finally:
+        client.delete(stream)
+        client.close()

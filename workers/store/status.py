@@ -1,0 +1,153 @@
+"""What a running deployment looks like, read from Redis: per shard, what waits in its
+turn stream (length, unread, pending, the oldest entry not yet applied and its age) and
+which capture consumer owns it; the live capture consumers, commits in flight and dead
+letters. ``/metrics`` and ``ovstream status`` both read it here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import redis
+
+from core.config import Settings
+from workers.store.applied import parse_id
+from workers.store.connection import connect, optional_text, text
+from workers.store.keys import Keys
+
+
+@dataclass(frozen=True, slots=True)
+class ShardBacklog:
+    """One shard's turn stream as the capture group sees it."""
+
+    shard: int
+    length: int
+    """Entries in the stream: unapplied ones plus applied ones not trimmed yet."""
+    unread: int | None
+    """Entries not yet delivered to the capture group (None: Redis cannot tell)."""
+    pending: int
+    """Entries delivered but not yet acknowledged (applied)."""
+    oldest_unapplied: str | None
+    """Stream id of the oldest entry unread or pending; None when capture is caught up."""
+    owner: str | None
+    """The capture consumer holding the shard's lease."""
+
+    def oldest_age_s(self, now_ms: int) -> float:
+        """How long the oldest unapplied entry has waited (0 when none waits)."""
+        if self.oldest_unapplied is None:
+            return 0.0
+        return max(0.0, (now_ms - parse_id(self.oldest_unapplied)[0]) / 1000)
+
+
+def _group(info: Any, name: str) -> dict[str, Any] | None:
+    if isinstance(info, list):
+        for group in info:
+            if text(group.get("name")) == name:
+                return dict(group)
+    return None
+
+
+def read_backlog(client: redis.Redis, settings: Settings) -> list[ShardBacklog]:
+    """Every shard's backlog, in two pipelined round trips."""
+    keys = Keys(settings.key_prefix)
+    group_name = settings.consumer_group
+    pipe = client.pipeline(transaction=False)
+    for shard in range(settings.shards):
+        stream = keys.stream(shard)
+        pipe.xlen(stream)
+        pipe.xinfo_groups(stream)
+        pipe.xpending(stream, group_name)
+        pipe.hget(keys.capture_lease(shard), "id")
+    replies = pipe.execute(raise_on_error=False)  # a stream or group not made yet: an error reply
+    firsts = client.pipeline(transaction=False)
+    rows: list[tuple[int, int, dict[str, Any] | None, Any, Any]] = []
+    for shard in range(settings.shards):
+        length, info, pending, owner = replies[4 * shard : 4 * shard + 4]
+        group = _group(info, group_name)
+        rows.append((shard, int(length) if isinstance(length, int) else 0, group, pending, owner))
+        # the first entry after the group's last delivered one: the oldest unread
+        last = text(group.get("last-delivered-id")) if group else "0-0"
+        firsts.xrange(keys.stream(shard), min=f"({last}", count=1)
+    unread_firsts = firsts.execute(raise_on_error=False)
+    out: list[ShardBacklog] = []
+    for (shard, length, group, pending, owner), first in zip(rows, unread_firsts):
+        candidates: list[str] = []
+        held = int(pending.get("pending") or 0) if isinstance(pending, dict) else 0
+        if held and pending.get("min") is not None:
+            candidates.append(text(pending["min"]))
+        if isinstance(first, list) and first:
+            candidates.append(text(first[0][0]))
+        lag = group.get("lag") if group else length
+        out.append(
+            ShardBacklog(
+                shard=shard,
+                length=length,
+                unread=None if lag is None else int(lag),
+                pending=held,
+                oldest_unapplied=min(candidates, key=parse_id) if candidates else None,
+                owner=optional_text(owner) if not isinstance(owner, Exception) else None,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentStatus:
+    shards: list[ShardBacklog]
+    capture_consumers: list[str]
+    commits_in_flight: int
+    dead_letters: int
+    now_ms: int
+
+    def as_json(self) -> dict[str, Any]:
+        shards = [{**asdict(s), "oldest_age_s": round(s.oldest_age_s(self.now_ms), 3)} for s in self.shards]
+        return {
+            "shards": shards,
+            "capture_consumers": self.capture_consumers,
+            "commits_in_flight": self.commits_in_flight,
+            "dead_letters": self.dead_letters,
+        }
+
+
+def read_status(client: redis.Redis, settings: Settings) -> DeploymentStatus:
+    keys = Keys(settings.key_prefix)
+    now_ms = int(time.time() * 1000)
+    shards = read_backlog(client, settings)
+    pipe = client.pipeline(transaction=False)
+    pipe.zrangebyscore(keys.capture_workers(), now_ms, "+inf")
+    pipe.zcard(keys.commits_in_flight())
+    pipe.xlen(keys.dead_letters())
+    consumers, in_flight, dead = pipe.execute()
+    return DeploymentStatus(shards, sorted(text(c) for c in consumers), int(in_flight), int(dead), now_ms)
+
+
+def format_status(status: DeploymentStatus) -> str:
+    lines = [f"{'shard':>5}  {'length':>8}  {'unread':>8}  {'pending':>8}  {'oldest':>9}  owner"]
+    for s in status.shards:
+        unread = "?" if s.unread is None else str(s.unread)
+        age = f"{s.oldest_age_s(status.now_ms):.1f}s" if s.oldest_unapplied else "-"
+        lines.append(f"{s.shard:>5}  {s.length:>8}  {unread:>8}  {s.pending:>8}  {age:>9}  {s.owner or '-'}")
+    lines.append(f"capture consumers: {', '.join(status.capture_consumers) or 'none'}")
+    lines.append(f"commits in flight: {status.commits_in_flight}; dead letters: {status.dead_letters}")
+    return "\n".join(lines)
+
+
+def add_status_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def cli_status(settings: Settings, args: argparse.Namespace) -> int:
+    client = connect(settings)
+    try:
+        status = read_status(client, settings)
+    except redis.RedisError as exc:
+        print(f"ovstream status: Redis unreachable: {exc}")
+        return 1
+    finally:
+        client.close()
+    print(json.dumps(status.as_json(), indent=2) if getattr(args, "json", False) else format_status(status))
+    return 0
