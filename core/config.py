@@ -7,13 +7,14 @@ the defaults in ``core.defaults``. Bad values fail at start with the key named.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
@@ -37,6 +38,28 @@ class ConfigError(ValueError):
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(p.capitalize() for p in rest)
+
+
+class RpcCredential(BaseModel):
+    """One caller of the RPC: the token it sends, and which OV identities it may act as."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, alias_generator=_camel)
+
+    token: str = Field(min_length=16, repr=False)
+    ov_keys: tuple[str, ...] = Field((), repr=False)
+    """OV keys this caller may send (X-OpenViking-API-Key); empty: any key it sends."""
+    service_key: bool | None = None
+    """Whether a request sending no OV key acts with the service's own identity (``apiKey``,
+    or dev mode); unset: only when ``ov_keys`` is empty. Else it acts with its first OV key."""
+
+    @property
+    def may_use_service_identity(self) -> bool:
+        return self.service_key if self.service_key is not None else not self.ov_keys
+
+
+SECRET_KEYS = ("api_key", "user_api_keys", "rpc_token", "rpc_credentials")
+"""Settings that hold secrets: never in a repr or a log; each may also be read from a file
+(``<key>_file`` in the TOML, ``OVSTREAM_<KEY>_FILE`` in the environment)."""
 
 
 class Settings(BaseSettings):
@@ -65,14 +88,19 @@ class Settings(BaseSettings):
     bypass_session_patterns: Annotated[tuple[str, ...], NoDecode] = Field(d.BYPASS_SESSION_PATTERNS)
 
     # identity and auth
-    api_key: str | None = Field(None)
+    api_key: str | None = Field(None, repr=False)
     account: str = Field(d.OV_ACCOUNT, min_length=1)
     user: str = Field(d.OV_USER, min_length=1)
-    user_api_keys: dict[str, str] = Field({})
+    user_api_keys: dict[str, str] = Field({}, repr=False)
     """Tenant label -> OV user key, for capture workers acting for several users."""
 
     # redis and streams
-    redis_url: str = Field(d.REDIS_URL)
+    redis_url: str = Field(d.REDIS_URL, repr=False)
+    redis_ca_file: str | None = Field(None)
+    """CA bundle verifying a ``rediss://`` server (default: the system's)."""
+    redis_cert_file: str | None = Field(None)
+    redis_key_file: str | None = Field(None)
+    """Client certificate and key, for a Redis that requires them (``tls-auth-clients yes``)."""
     key_prefix: str = Field(d.KEY_PREFIX, min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     shards: int = Field(d.SHARDS, ge=1, le=1024)
     consumer_group: str = Field(d.CONSUMER_GROUP, min_length=1)
@@ -100,6 +128,8 @@ class Settings(BaseSettings):
     compact_wait_s: float = Field(d.COMPACT_WAIT_S, gt=0)
 
     # OV client
+    ov_ca_file: str | None = Field(None)
+    """CA bundle verifying an ``https://`` OV (default: the system's)."""
     ov_timeout_s: float = Field(d.OV_TIMEOUT_S, gt=0)
     ov_write_timeout_s: float = Field(d.OV_WRITE_TIMEOUT_S, gt=0)
     ov_retries: int = Field(d.OV_RETRIES, ge=0, le=10)
@@ -118,6 +148,16 @@ class Settings(BaseSettings):
     rpc_host: str = Field(d.RPC_HOST)
     rpc_port: int = Field(d.RPC_PORT, ge=1, le=65535)
     max_body_bytes: int = Field(d.MAX_BODY_BYTES, ge=1024)
+    rpc_token: str | None = Field(None, min_length=16, repr=False)
+    """One shared token every RPC caller sends (``Authorization: Bearer``); full access."""
+    rpc_credentials: dict[str, RpcCredential] = Field({}, repr=False)
+    """Named callers, each with its token and the OV keys it may use (tokens rotate by
+    listing the new one beside the old)."""
+    rpc_allow_unauthenticated: bool = Field(False)
+    """Serve a non-loopback ``rpcHost`` without any token (refused otherwise)."""
+    rpc_tls_cert_file: str | None = Field(None)
+    rpc_tls_key_file: str | None = Field(None)
+    """Serve the RPC over HTTPS with this certificate and key."""
 
     @field_validator("base_url")
     @classmethod
@@ -152,6 +192,18 @@ class Settings(BaseSettings):
     def embedded_redis(self) -> bool:
         return self.redis_url.startswith("fakeredis://")
 
+    @property
+    def credentials(self) -> dict[str, RpcCredential]:
+        """Every RPC caller: ``rpc_credentials``, plus ``rpc_token`` as ``default``."""
+        if self.rpc_token is None:
+            return dict(self.rpc_credentials)
+        return {"default": RpcCredential.model_validate({"token": self.rpc_token}), **self.rpc_credentials}
+
+    def redacted_redis_url(self) -> str:
+        """``redis_url`` without its credentials, for logs."""
+        scheme, sep, rest = self.redis_url.partition("://")
+        return scheme + sep + rest.rsplit("@", 1)[-1]
+
 
 def _format_errors(err: ValidationError, source: str) -> str:
     lines = [f"invalid configuration ({source}):"]
@@ -182,6 +234,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
     # Environment beats the file: drop file keys that the environment sets.
     env_set = {k[len("OVSTREAM_") :].lower() for k in os.environ if k.startswith("OVSTREAM_")}
     merged = {k: v for k, v in file_values.items() if _snake(k) not in env_set}
+    merged.update(_secrets_from_files(merged))
     merged.update(overrides)
     for key in [k for k in merged if _snake(k) in RETIRED_KEYS]:
         log.warning("config key %r is no longer used (%s); ignoring it", key, RETIRED_KEYS[_snake(key)])
@@ -202,3 +255,30 @@ def _snake(name: str) -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+def _secrets_from_files(values: dict[str, Any]) -> dict[str, Any]:
+    """SECRET_KEYS read from files: ``<key>_file`` (or camelCase) in ``values`` (popped),
+    or ``OVSTREAM_<KEY>_FILE``; a dict-valued key's file holds JSON. A key also given
+    directly keeps that value."""
+    out: dict[str, Any] = {}
+    for key in SECRET_KEYS:
+        path = None
+        for name in (f"{key}_file", _camel(f"{key}_file")):
+            if name in values:
+                path = values.pop(name)
+        path = os.environ.get(f"OVSTREAM_{key.upper()}_FILE") or path
+        if path is None or key in values or _camel(key) in values or f"OVSTREAM_{key.upper()}" in os.environ:
+            continue
+        try:
+            text = Path(str(path)).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"invalid configuration: {key}_file: cannot read {path}: {exc.strerror or exc}") from exc
+        if key in ("user_api_keys", "rpc_credentials"):
+            try:
+                out[key] = json.loads(text)
+            except ValueError as exc:
+                raise ConfigError(f"invalid configuration: {key}_file: {path} is not JSON: {exc}") from exc
+        else:
+            out[key] = text
+    return out

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import ssl
 import time
 from typing import Any
 from urllib.parse import quote
@@ -67,6 +68,7 @@ class OVClient:
         transport: httpx.AsyncBaseTransport | None = None,
         peer: str | None = None,
         batch_max: int = defaults.OV_BATCH_MAX,
+        ca_file: str | None = None,
         _http: httpx.AsyncClient | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -86,6 +88,8 @@ class OVClient:
             timeout=httpx.Timeout(timeout),
             trust_env=False,  # OV is usually on loopback: never route it through an HTTP(S)_PROXY
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+            # an https OV: verified against ca_file (a private CA), else the system's CAs
+            verify=ssl.create_default_context(cafile=ca_file) if ca_file else True,
         )
         self.headers = self._identity_headers()
 
@@ -102,6 +106,7 @@ class OVClient:
             backoff=settings.ov_backoff_s,
             batch_max=settings.ov_batch_max,
             transport=transport,
+            ca_file=settings.ov_ca_file,
         )
 
     def scoped(self, *, peer: str | None = None, api_key: str | None = None) -> OVClient:

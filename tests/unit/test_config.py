@@ -114,3 +114,46 @@ def test_a_retired_key_still_loads_with_a_warning(tmp_path, caplog):
         settings = load_settings(path)
     assert settings.shards == 3
     assert "claimIdleMs" in caplog.text and "no longer used" in caplog.text
+
+
+SECRETS = {
+    "api_key": "ov-key-0123456789-secret",
+    "user_api_keys": {"alice": "ov-key-of-alice-secret"},
+    "rpc_token": "rpc-token-0123456789-secret",
+    "rpc_credentials": {"ops": {"token": "rpc-token-of-ops-secret", "ovKeys": ["ov-key-of-ops-secret"]}},
+    "redis_url": "redis://:redis-password-secret@redis.internal:6379/0",
+}
+
+
+def test_secrets_never_show_in_a_repr_or_the_redis_url_logged():
+    settings = Settings(**SECRETS)
+    shown = repr(settings) + str(settings) + repr(settings.credentials)
+    assert "secret" not in shown
+    assert settings.redacted_redis_url() == "redis://redis.internal:6379/0"
+    assert settings.credentials["ops"].ov_keys == ("ov-key-of-ops-secret",)
+
+
+def test_secrets_are_read_from_files(tmp_path, monkeypatch):
+    (tmp_path / "key").write_text("ov-key-from-a-file\n")
+    (tmp_path / "creds.json").write_text('{"ops": {"token": "rpc-token-from-a-file-0123"}}')
+    (tmp_path / "token").write_text("rpc-token-from-env-file-01\n")
+    config = tmp_path / "ovstream.toml"
+    config.write_text(f'apiKeyFile = "{tmp_path / "key"}"\nrpc_credentials_file = "{tmp_path / "creds.json"}"\n')
+    monkeypatch.setenv("OVSTREAM_RPC_TOKEN_FILE", str(tmp_path / "token"))
+    settings = load_settings(config)
+    assert settings.api_key == "ov-key-from-a-file"
+    assert settings.rpc_token == "rpc-token-from-env-file-01"
+    assert settings.credentials["ops"].token == "rpc-token-from-a-file-0123"
+    monkeypatch.setenv("OVSTREAM_API_KEY_FILE", str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="api_key_file: cannot read"):
+        load_settings(config)
+
+
+@pytest.mark.parametrize(
+    "credential",
+    [{"token": "short"}, {"token": "long-enough-token-0123", "unknown": 1}, {"ovKeys": ["k"]}],
+)
+def test_a_bad_credential_names_the_key_and_not_the_token(credential):
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, rpc_credentials={"ops": credential})
+    assert "rpc_credentials" in str(info.value) and "long-enough-token" not in str(info.value)

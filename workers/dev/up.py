@@ -97,7 +97,12 @@ async def run_up(
     capture = CaptureWorker(settings, ov_transport=transport)
     app = create_app(settings, redis=connect_async(settings), commit_redis=connect(settings), ov_transport=transport)
     config = uvicorn.Config(
-        app, host=host or settings.rpc_host, port=settings.rpc_port if port is None else port, log_config=None
+        app,
+        host=host or settings.rpc_host,
+        port=settings.rpc_port if port is None else port,
+        log_config=None,
+        ssl_certfile=settings.rpc_tls_cert_file,
+        ssl_keyfile=settings.rpc_tls_key_file,
     )
     loop = asyncio.get_running_loop()
     runtime = UpRuntime(settings, capture, _EmbeddedServer(config), loop, fake)
@@ -150,5 +155,11 @@ def add_up_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cli_up(settings: Settings, args: argparse.Namespace) -> int:
+    from workers.rpc.auth import exposure_problem
+
+    problem = exposure_problem(settings, args.host or settings.rpc_host)
+    if problem is not None:
+        log.error("%s", problem)
+        return 2
     asyncio.run(run_up(settings, fake_ov=args.fake_ov, host=args.host, port=args.port))
     return 0

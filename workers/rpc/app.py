@@ -32,6 +32,7 @@ from redis.retry import Retry
 from core.config import Settings
 from core.ov.client import OVClient
 from workers.rpc.assemble import assemble
+from workers.rpc.auth import CREDENTIAL_STATE, RequireToken, exposure_problem, ov_key_for
 from workers.rpc.compact import compact
 from workers.rpc.context import Services, api_key_from_headers, resolve_caller
 from workers.rpc.metrics import CONTENT_TYPE, RpcMetrics
@@ -134,15 +135,20 @@ def create_app(
     )
     app.state.services = svc
     app.add_middleware(BodyLimit, settings=settings)
+    app.add_middleware(RequireToken, settings=settings, metrics=svc.metrics)  # outermost: before the body
     install_error_handlers(app, settings)
 
+    bearer_is_ov_key = not settings.credentials  # with RPC tokens, Bearer carries the token
+
     def caller_of(request: Request, body: Any, *, session_required: bool = True) -> Any:
+        sent_key = api_key_from_headers(request.headers, bearer=bearer_is_ov_key)
+        credential = getattr(request.state, CREDENTIAL_STATE, None)
         return resolve_caller(
             settings,
             session_id=body.sessionId,
             session_key=body.sessionKey,
             runtime_context=body.runtimeContext,
-            api_key=api_key_from_headers(request.headers),
+            api_key=ov_key_for(credential, sent_key),
             session_required=session_required,
         )
 
@@ -249,14 +255,36 @@ def cli_rpc(settings: Settings, args: argparse.Namespace) -> int:
 
     host = getattr(args, "host", None) or settings.rpc_host
     port = getattr(args, "port", None) or settings.rpc_port
+    problem = exposure_problem(settings, host)
+    if problem is not None:
+        log.error("%s", problem)
+        return 2
+    if not settings.credentials and settings.rpc_allow_unauthenticated:
+        log.warning(
+            "ovstream rpc on %s without authentication (rpcAllowUnauthenticated): "
+            "anyone reaching it acts as this service",
+            host,
+        )
+    tls = settings.rpc_tls_cert_file is not None
     log.info(
-        "ovstream rpc listening on http://%s:%d (OV %s, Redis %s)",
+        "ovstream rpc listening on %s://%s:%d (OV %s, Redis %s, %d RPC credential(s))",
+        "https" if tls else "http",
         host,
         port,
         settings.base_url,
-        settings.redis_url.split("@")[-1],
+        settings.redacted_redis_url(),
+        len(settings.credentials),
     )
     # log_config=None: keep the logging the CLI configured instead of uvicorn's own.
     # uvloop and httptools: the faster event loop and HTTP parser (bench/RESULTS.md).
-    uvicorn.run(create_app(settings), host=host, port=port, log_config=None, loop="uvloop", http="httptools")
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_config=None,
+        loop="uvloop",
+        http="httptools",
+        ssl_certfile=settings.rpc_tls_cert_file,
+        ssl_keyfile=settings.rpc_tls_key_file,
+    )
     return 0

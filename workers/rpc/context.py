@@ -49,18 +49,21 @@ class RpcError(Exception):
 
 def rpc_error_for(exc: OVError) -> RpcError:
     """OV trouble as the caller's error: 503 when OV is unreachable, OV's own 4xx
-    kept, anything else OV's fault (502), never a 500."""
+    kept (its 401 as 403), anything else OV's fault (502), never a 500."""
     if isinstance(exc, OVUnavailable):
         return RpcError(503, "ov_unavailable", f"OpenViking is unreachable: {exc.message}")
+    if exc.status == 401:  # OV refused the key: a 401 of ours would say the RPC token is wrong
+        return RpcError(403, exc.code, f"OpenViking refused the key this request acts with: {exc.message or exc.code}")
     status = exc.status if 400 <= exc.status < 500 else 502
     return RpcError(status, exc.code, exc.message or exc.code)
 
 
-def api_key_from_headers(headers: Mapping[str, str]) -> str | None:
-    """The caller's OV key: ``X-OpenViking-API-Key``, else ``Authorization: Bearer``."""
+def api_key_from_headers(headers: Mapping[str, str], *, bearer: bool = True) -> str | None:
+    """The caller's OV key: ``X-OpenViking-API-Key``, else (``bearer``: when the RPC has no
+    tokens of its own) ``Authorization: Bearer``."""
     key = (headers.get(API_KEY_HEADER) or "").strip()
-    if key:
-        return key
+    if key or not bearer:
+        return key or None
     auth = (headers.get("authorization") or "").strip()
     scheme, _, token = auth.partition(" ")
     if scheme.lower() == "bearer" and token.strip():

@@ -189,6 +189,9 @@ class RpcMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.unauthorized = Counter(
+            "ovstream_rpc_unauthorized", "Requests refused for a missing or wrong RPC token", ["reason"], registry=r
+        )
         self.assemble_results = Counter(
             "ovstream_assemble_results", "Assemble answers by path and reason", ["path", "reason"], registry=r
         )

@@ -11,7 +11,7 @@ RQ needs raw bytes (``decode_responses=False``); so does everything here.
 from __future__ import annotations
 
 import threading
-from typing import cast
+from typing import Any, cast
 
 import fakeredis
 import redis
@@ -49,18 +49,32 @@ def _socket_timeout(block_ms: int | None) -> float | None:
     return block_ms / 1000 + SOCKET_TIMEOUT_MARGIN_S
 
 
+def _tls(settings: Settings) -> dict[str, Any]:
+    """TLS options of a ``rediss://`` URL: the CA that verifies the server, and a client
+    certificate when Redis asks for one (``tls-auth-clients``)."""
+    if not settings.redis_url.startswith("rediss://"):
+        return {}
+    options: dict[str, Any] = {"ssl_cert_reqs": "required"}
+    if settings.redis_ca_file:
+        options["ssl_ca_certs"] = settings.redis_ca_file
+    if settings.redis_cert_file:
+        options["ssl_certfile"] = settings.redis_cert_file
+        options["ssl_keyfile"] = settings.redis_key_file
+    return options
+
+
 def connect(settings: Settings, *, block_ms: int | None = None) -> redis.Redis:
     """A sync client for ``settings.redis_url``; ``block_ms`` = longest blocking read it will do."""
     if settings.embedded_redis:
         return fakeredis.FakeRedis(server=fake_server())
-    return redis.Redis.from_url(settings.redis_url, socket_timeout=_socket_timeout(block_ms))
+    return redis.Redis.from_url(settings.redis_url, socket_timeout=_socket_timeout(block_ms), **_tls(settings))
 
 
 def connect_async(settings: Settings, *, block_ms: int | None = None) -> aioredis.Redis:
     """An asyncio client for ``settings.redis_url`` (same embedded server for ``fakeredis://``)."""
     if settings.embedded_redis:
         return fakeredis.FakeAsyncRedis(server=fake_server())
-    return aioredis.Redis.from_url(settings.redis_url, socket_timeout=_socket_timeout(block_ms))
+    return aioredis.Redis.from_url(settings.redis_url, socket_timeout=_socket_timeout(block_ms), **_tls(settings))
 
 
 def text(value: object) -> str:

@@ -34,6 +34,12 @@ export interface PluginConfig {
   bufferMaxEvents: number;
   bufferMaxBytes: number;
   apiKey?: string;
+  /** Sent to the RPC as `Authorization: Bearer` (the service's rpcToken / rpcCredentials). */
+  rpcToken?: string;
+  /** rediss:// only: PEM files of the CA verifying Redis and of a client certificate. */
+  redisCaFile?: string;
+  redisCertFile?: string;
+  redisKeyFile?: string;
   user?: string;
   /** Where the spool and import markers live; default `<OpenClaw state dir>/ovstream`. */
   stateDir?: string;
@@ -120,6 +126,10 @@ export const KEY_SPECS: Record<keyof PluginConfig, KeySpec> = {
   bufferMaxEvents: { kind: "int", min: 1, description: "Turn events kept in memory while Redis is unreachable; the oldest are dropped beyond" },
   bufferMaxBytes: { kind: "int", min: 1024, description: "Bytes of turn events kept in memory while Redis is unreachable" },
   apiKey: { kind: "string", optional: true, description: "OV user key sent to the RPC as X-OpenViking-API-Key (the tenant of assemble/compact/tools)" },
+  redisCaFile: { kind: "string", optional: true, description: "PEM file of the CA that verifies a rediss:// Redis (default: Node's CAs)" },
+  redisCertFile: { kind: "string", optional: true, description: "PEM client certificate for a Redis that requires one (tls-auth-clients)" },
+  redisKeyFile: { kind: "string", optional: true, description: "PEM key of redisCertFile" },
+  rpcToken: { kind: "string", optional: true, description: "Token sent to the RPC as Authorization: Bearer (the service's rpcToken or one of its rpcCredentials); write ${ENV_VAR} to keep it out of the config" },
   user: { kind: "string", optional: true, description: "Tenant label put on turn events (selects the service's user_api_keys entry)" },
   stateDir: { kind: "string", optional: true, description: "Directory for the turn spool and import markers (default: <OpenClaw state dir>/ovstream)" },
   toolNames: { kind: "names", description: "Register a tool under another name, e.g. {\"memory_search\": \"ov_memory_search\"} when another plugin holds the name" },
@@ -131,9 +141,25 @@ function describe(value: unknown): string {
   return typeof value === "string" ? JSON.stringify(value) : `${typeof value} ${String(value)}`;
 }
 
+/** Keys whose values are secrets: never shown in an error. */
+const SECRET_CONFIG_KEYS = new Set(["apiKey", "rpcToken", "redisUrl"]);
+const ENV_REFERENCE = /\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
+
+/** `${NAME}` in a string value replaced by the environment variable NAME (a secret stays out of the config). */
+function expandEnv(key: string, text: string): string {
+  return text.replace(ENV_REFERENCE, (_whole, name: string) => {
+    const value = process.env[name];
+    if (value === undefined) {
+      throw new ConfigError(`ovstream config: ${key} refers to \${${name}}, but the environment variable ${name} is not set`);
+    }
+    return value;
+  });
+}
+
 function checkValue(key: string, spec: KeySpec, value: unknown): unknown {
   const fail = (what: string): never => {
-    throw new ConfigError(`ovstream config: ${key} must be ${what}, got ${describe(value)}`);
+    const shown = SECRET_CONFIG_KEYS.has(key) ? "(a value not shown: it may hold a secret)" : describe(value);
+    throw new ConfigError(`ovstream config: ${key} must be ${what}, got ${shown}`);
   };
   switch (spec.kind) {
     case "boolean":
@@ -141,7 +167,7 @@ function checkValue(key: string, spec: KeySpec, value: unknown): unknown {
       return value;
     case "string": {
       if (typeof value !== "string") fail("a string");
-      const text = (value as string).trim();
+      const text = expandEnv(key, (value as string).trim());
       if (spec.pattern && !spec.pattern.test(text)) fail(spec.patternHelp ?? `matching ${spec.pattern}`);
       return text;
     }

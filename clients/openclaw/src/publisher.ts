@@ -23,6 +23,7 @@
  */
 
 import { mkdirSync, readdirSync, readFileSync, unlinkSync, writeFileSync } from "node:fs";
+import { connect as tlsConnect } from "node:tls";
 import { join } from "node:path";
 
 import { createClient, ErrorReply } from "redis";
@@ -45,6 +46,62 @@ export interface PublisherOptions {
   commandTimeoutMs?: number;
   /** Where undelivered events survive the process (see above); none: memory only. */
   spoolDir?: string;
+  /** For a rediss:// URL: PEM files of the CA verifying Redis, and a client certificate. */
+  tls?: RedisTlsFiles;
+}
+
+export interface RedisTlsFiles {
+  caFile?: string;
+  certFile?: string;
+  keyFile?: string;
+}
+
+/**
+ * For a rediss:// URL: one TLS connection of our own that must answer PING before node-redis
+ * connects. A Redis that refuses the client (no or a wrong client certificate: TLS 1.3
+ * says so only after the handshake) resets the connection twice, and node-redis 5 listens
+ * for one socket error only: the second would be an uncaught exception in the host.
+ */
+async function tlsPreflight(url: string, files: RedisTlsFiles | undefined, timeoutMs: number): Promise<void> {
+  if (!url.startsWith("rediss://")) return;
+  const parsed = new URL(url);
+  const options = redisTlsSocket(url, files);
+  await new Promise<void>((resolve, reject) => {
+    const socket = tlsConnect({
+      host: parsed.hostname,
+      port: Number(parsed.port || 6379),
+      servername: parsed.hostname,
+      ca: options.ca as Buffer | undefined,
+      cert: options.cert as Buffer | undefined,
+      key: options.key as Buffer | undefined,
+    });
+    const finish = (err?: Error) => {
+      clearTimeout(timer);
+      socket.removeAllListeners("data");
+      socket.on("error", () => undefined);  // whatever else the dying socket says
+      socket.destroy();
+      if (err) reject(err);
+      else resolve();
+    };
+    const timer = setTimeout(() => finish(new Error(`TLS check of ${parsed.host} timed out`)), timeoutMs);
+    let reply = "";
+    socket.on("error", (err) => finish(err));
+    socket.once("secureConnect", () => socket.write("PING\r\n"));
+    socket.on("data", (chunk: Buffer) => {
+      reply += chunk.toString();
+      if (reply.includes("\r\n")) finish();  // +PONG, or -NOAUTH (node-redis authenticates)
+    });
+  });
+}
+
+/** node-redis socket options for a rediss:// URL (files read once per connection). */
+export function redisTlsSocket(url: string, files: RedisTlsFiles | undefined): Record<string, unknown> {
+  if (!url.startsWith("rediss://")) return {};
+  const socket: Record<string, unknown> = { tls: true };
+  if (files?.caFile) socket.ca = readFileSync(files.caFile);
+  if (files?.certFile) socket.cert = readFileSync(files.certFile);
+  if (files?.keyFile) socket.key = readFileSync(files.keyFile);
+  return socket;
 }
 
 /** What the publisher knows of an event besides its stream and payload. */
@@ -125,6 +182,7 @@ export class TurnPublisher {
       connectTimeoutMs: 3000,
       commandTimeoutMs: 15_000,
       spoolDir: "",
+      tls: {},
       ...options,
     };
     this.backoffMs = this.opts.initialBackoffMs;
@@ -385,10 +443,15 @@ export class TurnPublisher {
       return this.client;
     }
     this.dropClient();
+    await tlsPreflight(this.opts.redisUrl, this.opts.tls, this.opts.connectTimeoutMs);
     const client = createClient({
       url: this.opts.redisUrl,
       disableOfflineQueue: true,
-      socket: { reconnectStrategy: false, connectTimeout: this.opts.connectTimeoutMs },
+      socket: {
+        reconnectStrategy: false,
+        connectTimeout: this.opts.connectTimeoutMs,
+        ...redisTlsSocket(this.opts.redisUrl, this.opts.tls),
+      } as never,
     });
     // Without a listener an 'error' event would crash the host process.
     client.on("error", (err: unknown) => {

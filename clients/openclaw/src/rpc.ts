@@ -20,6 +20,8 @@ export class RpcError extends Error {
 export interface RpcClientOptions {
   baseUrl: string;
   apiKey?: string;
+  /** The RPC's own credential, sent as `Authorization: Bearer`. */
+  token?: string;
   fetchImpl?: typeof fetch;
 }
 
@@ -31,11 +33,13 @@ export interface CallOptions {
 export class RpcClient {
   private readonly baseUrl: string;
   private readonly apiKey?: string;
+  private readonly token?: string;
   private readonly fetchImpl: typeof fetch;
 
   constructor(options: RpcClientOptions) {
     this.baseUrl = options.baseUrl.replace(/\/+$/, "");
     this.apiKey = options.apiKey;
+    this.token = options.token;
     this.fetchImpl = options.fetchImpl ?? globalThis.fetch.bind(globalThis);
   }
 
@@ -57,6 +61,9 @@ export class RpcClient {
     };
     if (this.apiKey) {
       headers["x-openviking-api-key"] = this.apiKey;
+    }
+    if (this.token) {
+      headers.authorization = `Bearer ${this.token}`;
     }
     const url = `${this.baseUrl}${path}`;
     try {

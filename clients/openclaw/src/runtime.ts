@@ -134,9 +134,15 @@ export class PluginRuntime {
       maxEvents: config.bufferMaxEvents,
       maxBytes: config.bufferMaxBytes,
       spoolDir: join(this.stateDir, "spool"),
+      tls: { caFile: config.redisCaFile, certFile: config.redisCertFile, keyFile: config.redisKeyFile },
       ...options.publisher,
     });
-    this.rpc = new RpcClient({ baseUrl: config.rpcUrl, apiKey: config.apiKey, fetchImpl: options.fetchImpl });
+    this.rpc = new RpcClient({
+      baseUrl: config.rpcUrl,
+      apiKey: config.apiKey,
+      token: config.rpcToken,
+      fetchImpl: options.fetchImpl,
+    });
     openRuntimes.add(this);
     if (!exitHookInstalled) {
       exitHookInstalled = true;

@@ -59,6 +59,20 @@ describe("parseConfig", () => {
     assert.deepEqual(parsed.serviceSideKeysSet, ["recallLimit"]);
   });
 
+  it("reads ${ENV_VAR} references and never shows a secret in an error", () => {
+    process.env.OVSTREAM_TEST_SECRET = "s3cret-value";
+    assert.equal(parseConfig({ apiKey: "${OVSTREAM_TEST_SECRET}" }).apiKey, "s3cret-value");
+    assert.equal(parseConfig({ rpcUrl: "http://${OVSTREAM_TEST_HOST_UNSET_X:-x}" }).rpcUrl, "http://${OVSTREAM_TEST_HOST_UNSET_X:-x}");
+    assert.throws(
+      () => parseConfig({ rpcToken: "${OVSTREAM_TEST_NOT_SET}" }),
+      (err: unknown) => err instanceof ConfigError && /OVSTREAM_TEST_NOT_SET is not set/.test(err.message),
+    );
+    assert.throws(
+      () => parseConfig({ redisUrl: "http://user:hunter2@x" }),
+      (err: unknown) => err instanceof ConfigError && !err.message.includes("hunter2") && /redisUrl must be/.test(err.message),
+    );
+  });
+
   it("accepts a retired key (an old config still loads) and reports it", () => {
     const parsed = parseConfigDetailed({ streamMaxLen: 500, shards: 2 });
     assert.deepEqual(parsed.retiredKeys, ["streamMaxLen"]);

@@ -101,7 +101,8 @@ describe("assemble", () => {
       json(res, 200, { messages: assembled, estimatedTokens: 42, systemPromptAddition: "guide" }),
     ).start();
     servers.push(rpc);
-    const { rt, engine } = runtime({ rpcUrl: rpc.url, apiKey: "user-key" });
+    process.env.OVSTREAM_TEST_RPC_TOKEN = "token-from-the-environment";
+    const { rt, engine } = runtime({ rpcUrl: rpc.url, apiKey: "user-key", rpcToken: "${OVSTREAM_TEST_RPC_TOKEN}" });
     runtimes.push(rt);
     const res = await engine.assemble({
       sessionId: SID,
@@ -118,6 +119,7 @@ describe("assemble", () => {
     const req = rpc.requests[0]!;
     assert.equal(req.path, "/v1/assemble");
     assert.equal(req.headers["x-openviking-api-key"], "user-key");
+    assert.equal(req.headers.authorization, "Bearer token-from-the-environment");
     assert.deepEqual(req.body, {
       sessionId: SID,
       sessionKey: "agent:main:telegram:7",

@@ -3,9 +3,9 @@ import { after, describe, it } from "node:test";
 
 import { createClient } from "redis";
 
-import { TurnPublisher } from "../src/publisher.js";
+import { redisTlsSocket, TurnPublisher } from "../src/publisher.js";
 import { MemoryLogger } from "./helpers/fakes.js";
-import { freePort, startRedis, waitFor, type RedisServer } from "./helpers/proc.js";
+import { freePort, makePki, pythonHasModule, startRedis, startTlsRedis, waitFor, type RedisServer } from "./helpers/proc.js";
 
 const KEY = "t:{s0}:turns";
 
@@ -117,6 +117,32 @@ describe("TurnPublisher", () => {
     assert.equal(pub.getStats().pending, 1);
     assert.equal(pub.getStats().dropped, 3);
     await pub.close(50);
+  });
+
+  it("publishes to a TLS Redis that requires a client certificate", { skip: pythonHasModule("trustme") ? false : "trustme (the test CA) not installed" }, async () => {
+    const pki = makePki();
+    const redis = await startTlsRedis(pki);
+    servers.push(redis);
+    const tls = { caFile: pki.caFile, certFile: pki.clientCertFile, keyFile: pki.clientKeyFile };
+    const pub = publisher(redis.url, new MemoryLogger(), { tls });
+    publishers.push(pub);
+    pub.enqueue(KEY, "over-tls");
+    await pub.drained();
+    assert.equal(pub.getStats().delivered, 1);
+    const reader = createClient({ url: redis.url, socket: redisTlsSocket(redis.url, tls) as never });
+    reader.on("error", () => {});
+    await reader.connect();
+    try {
+      assert.deepEqual((await reader.xRange(KEY, "-", "+")).map((e) => String(e.message.e)), ["over-tls"]);
+    } finally {
+      await reader.close();
+    }
+    const untrusted = publisher(redis.url, new MemoryLogger(), { tls: { caFile: pki.caFile } });  // no client certificate
+    publishers.push(untrusted);
+    untrusted.enqueue(KEY, "refused");
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(untrusted.getStats().delivered, 0);
+    assert.equal(untrusted.getStats().pending, 1);  // kept, as in any outage
   });
 
   it("caps no stream: every event stays until capture has applied it", async () => {

@@ -202,3 +202,65 @@ export function runPython<T = unknown>(code: string, input: unknown): T {
   }
   return JSON.parse(r.stdout) as T;
 }
+
+export interface TlsFiles {
+  caFile: string;
+  certFile: string;
+  keyFile: string;
+  clientCertFile: string;
+  clientKeyFile: string;
+}
+
+/** A private CA, a server certificate for 127.0.0.1 and a client certificate (trustme, through Python). */
+export function makePki(): TlsFiles {
+  const dir = mkdtempSync(join(tmpdir(), "ovstream-pki-"));
+  runPython("import json, sys, pathlib; from tests.helpers.tls import make_pki; make_pki(pathlib.Path(json.load(sys.stdin))); print(\"null\")", dir);
+  return {
+    caFile: join(dir, "ca.pem"),
+    certFile: join(dir, "server.pem"),
+    keyFile: join(dir, "server.key"),
+    clientCertFile: join(dir, "client.pem"),
+    clientKeyFile: join(dir, "client.key"),
+  };
+}
+
+/** `redis-server` on a TLS-only port that requires client certificates; `url` is rediss://. */
+export async function startTlsRedis(pki: TlsFiles): Promise<RedisServer> {
+  const exe = redisServerPath();
+  if (!exe) {
+    throw new Error("redis-server is not installed (apt-get install redis-server)");
+  }
+  const p = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), "ovstream-node-tls-redis-"));
+  const args = [
+    "--port", "0", "--tls-port", String(p), "--bind", "127.0.0.1",
+    "--tls-cert-file", pki.certFile, "--tls-key-file", pki.keyFile, "--tls-ca-cert-file", pki.caFile,
+    "--tls-auth-clients", "yes", "--save", "", "--appendonly", "no", "--dir", dir,
+  ];
+  const child = track(spawn(exe, args, { stdio: ["ignore", "ignore", "pipe"] }));
+  let stderr = "";
+  child.stderr?.on("data", (d) => (stderr += d.toString()));
+  await waitFor(`TLS redis-server on port ${p}`, async () => {
+    if (child.exitCode !== null) throw new Error(`redis-server exited ${child.exitCode}: ${stderr}`);
+    return portOpen(p);
+  }, 15_000, 25);
+  return {
+    port: p,
+    url: `rediss://127.0.0.1:${p}/0`,
+    async stop() {
+      await stopChild(child);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+function portOpen(port: number): Promise<boolean> {
+  return new Promise((res) => {
+    const sock = new Socket();
+    sock.once("error", () => res(false));
+    sock.connect(port, "127.0.0.1", () => {
+      sock.destroy();
+      res(true);
+    });
+  });
+}
