@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from core.config import Settings
 from core.events import STREAM_FIELD, encode
 from tests.helpers.capture import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
+from tests.helpers.hostile import bodies, json_values, odd_text
 from workers.dev.fake_ov.app import FakeOV
 from workers.store.dead_letters import list_dead_letters
 from workers.store.keys import Keys, shard_of
@@ -82,58 +83,38 @@ async def test_odd_entries_never_jam_the_shard(redis_client, settings, fake_ov, 
         assert letter.reason and letter.error
 
 
-_text = st.text(max_size=40) | st.sampled_from(["", " ", ".", "..", "%2e%2e", "\x00", "\ud800", "a" * 2000])
-_json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | _text,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_text, inner, max_size=4),
-    max_leaves=12,
-)
 _message = st.fixed_dictionaries(
-    {"role": st.sampled_from(["user", "assistant", "toolResult", "system", "", "x"]) | _text},
-    optional={"content": _json, "toolCallId": _text, "toolName": _text, "timestamp": _json},
+    {"role": st.sampled_from(["user", "assistant", "toolResult", "system", "", "x"]) | odd_text},
+    optional={"content": json_values, "toolCallId": odd_text, "toolName": odd_text, "timestamp": json_values},
 )
 _event = st.fixed_dictionaries(
-    {"v": st.just(1) | st.integers(), "event_id": _text, "session_id": _text, "published_at": st.floats() | _json},
+    {
+        "v": st.just(1) | st.integers(),
+        "event_id": odd_text,
+        "session_id": odd_text,
+        "published_at": st.floats() | json_values,
+    },
     optional={
-        "messages": st.lists(_message, max_size=4) | _json,
-        "pre_prompt_message_count": st.integers() | _json,
-        "session_key": _text | st.none(),
-        "agent_id": _text | st.none(),
-        "advancement_key": _text | st.none(),
-        "commit": _text | st.none(),
-        "user": _text | st.none(),
-        "is_heartbeat": st.booleans() | _json,
-        "import_transcript": st.booleans() | _json,
+        "messages": st.lists(_message, max_size=4) | json_values,
+        "pre_prompt_message_count": st.integers() | json_values,
+        "session_key": odd_text | st.none(),
+        "agent_id": odd_text | st.none(),
+        "advancement_key": odd_text | st.none(),
+        "commit": odd_text | st.none(),
+        "user": odd_text | st.none(),
+        "is_heartbeat": st.booleans() | json_values,
+        "import_transcript": st.booleans() | json_values,
     },
 )
 
 
-def _encoded(value: Any) -> bytes:
-    return json.dumps(value, allow_nan=True).encode("utf-8", "surrogatepass")
-
-
-_entry = (
-    _event.map(_encoded)
-    | _json.map(_encoded)
-    | st.binary(max_size=200)
-    | st.integers(min_value=1, max_value=20_000).map(lambda d: b"[" * d + b"]" * d)
-)
+_entry = bodies(_event)
 
 
 @hsettings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(entries=st.lists(_entry, min_size=1, max_size=5))
-async def test_no_entry_jams_a_shard(redis_url: str, entries: list[bytes]) -> None:
-    settings = Settings(
-        redis_url=redis_url,
-        key_prefix=f"hostile{time.monotonic_ns()}",
-        shards=2,
-        capture_block_ms=20,
-        capture_settle_recheck_s=0.0,
-        max_deliveries=1,
-        ov_backoff_s=0.0,
-        ov_retries=0,
-        capture_retry_backoff_max_s=0.05,
-    )
+async def test_no_entry_jams_a_shard(redis_url: str, settings: Settings, entries: list[bytes]) -> None:
+    settings = settings.model_copy(update={"key_prefix": f"hostile{time.monotonic_ns()}", "max_deliveries": 1})
     fake = FakeOV()
     client = redis.Redis.from_url(redis_url)
     try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import signal
 import ssl
 import subprocess
 import tempfile
@@ -20,7 +19,7 @@ from pathlib import Path
 import redis
 import trustme
 
-from workers.dev.local_redis import free_port
+from workers.dev.local_redis import RedisServer, free_port
 
 START_TIMEOUT_S = 15.0
 
@@ -106,14 +105,7 @@ class TlsRedis:
             return False
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        RedisServer(self.proc, self.url, self.workdir).stop()
 
 
 class TlsProxy:

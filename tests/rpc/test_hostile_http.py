@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.config import Settings
+from tests.helpers.hostile import bodies, encoded, json_values, nested, odd_text
 from tests.helpers.served import KeptConnection, served
 from workers.dev.fake_ov.app import FakeOV
 from workers.rpc.app import create_app
@@ -67,10 +67,6 @@ def _is_error_body(body: bytes) -> bool:
     return isinstance(error.get("code"), str) and bool(error.get("message"))
 
 
-def _deep(depth: int) -> bytes:
-    return b"[" * depth + b"]" * depth
-
-
 # --- the body limit ---------------------------------------------------------------------------------
 
 
@@ -112,10 +108,10 @@ def test_a_body_within_the_limit_is_served(conn: KeptConnection) -> None:
 @pytest.mark.parametrize(
     "body",
     [
-        _deep(100_000),
-        b'{"sessionId": "s", "runtimeContext": {"a": ' + _deep(5_000) + b"}}",
-        b'{"sessionId": "s", "messages": [{"role": "user", "content": ' + _deep(5_000) + b"}]}",
-        b'{"sessionId": "s", "params": {"query": "q", "x": ' + _deep(5_000) + b"}}",
+        nested(100_000),
+        b'{"sessionId": "s", "runtimeContext": {"a": ' + nested(5_000) + b"}}",
+        b'{"sessionId": "s", "messages": [{"role": "user", "content": ' + nested(5_000) + b"}]}",
+        b'{"sessionId": "s", "params": {"query": "q", "x": ' + nested(5_000) + b"}}",
     ],
     ids=["body", "runtime-context", "message", "params"],
 )
@@ -127,64 +123,32 @@ def test_too_deep_json_is_400_and_the_connection_stays(conn: KeptConnection, rou
 
 # --- random and adversarial bodies --------------------------------------------------------------------
 
-_odd_text = st.sampled_from(
-    [
-        "",
-        " ",
-        ".",
-        "..",
-        "%2e%2e",
-        "\x00",
-        "\ud800",
-        "a" * 5000,
-        "viking://~/memories/../../resources/x",
-        "viking://~/memories/%2e%2e/%2e%2e/resources",
-        "viking://agent/memories/../..",
-        "viking://~/memories/%252e%252e/x",
-        "viking://user/other/memories/m.md",
-        "agent:main:x",
-        "11111111-2222-3333-4444-555555555555",
-    ]
-) | st.text(max_size=30)
-_json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | _odd_text,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_odd_text, inner, max_size=4),
-    max_leaves=10,
-)
 _params = st.dictionaries(
     st.sampled_from(
         ["query", "uri", "targetUri", "text", "content", "path", "filename", "to", "limit", "archiveId", "sessionId"]
     )
-    | _odd_text,
-    _odd_text | _json,
+    | odd_text,
+    odd_text | json_values,
     max_size=5,
 )
 _request = st.fixed_dictionaries(
     {},
     optional={
-        "sessionId": _odd_text | _json,
-        "sessionKey": _odd_text | _json,
-        "messages": st.lists(st.dictionaries(st.sampled_from(["role", "content"]) | _odd_text, _json, max_size=3))
-        | _json,
-        "runtimeContext": st.dictionaries(st.sampled_from(["agentId", "sessionKey"]) | _odd_text, _json) | _json,
-        "tokenBudget": _json,
-        "prompt": _odd_text | _json,
-        "params": _params | _json,
-        "force": _json,
+        "sessionId": odd_text | json_values,
+        "sessionKey": odd_text | json_values,
+        "messages": st.lists(st.dictionaries(st.sampled_from(["role", "content"]) | odd_text, json_values, max_size=3))
+        | json_values,
+        "runtimeContext": st.dictionaries(st.sampled_from(["agentId", "sessionKey"]) | odd_text, json_values)
+        | json_values,
+        "tokenBudget": json_values,
+        "prompt": odd_text | json_values,
+        "params": _params | json_values,
+        "force": json_values,
     },
 )
 
 
-def _encoded(value: Any) -> bytes:
-    return json.dumps(value, allow_nan=True).encode("utf-8", "surrogatepass")
-
-
-_body = (
-    _request.map(_encoded)
-    | _json.map(_encoded)
-    | st.binary(max_size=300)
-    | st.integers(min_value=900, max_value=20_000).map(_deep)
-)
+_body = bodies(_request, min_depth=900)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
@@ -239,7 +203,7 @@ def test_forget_deletes_exactly_what_it_says(server: Served, data: st.DataObject
     spelled = _respelled(target, data)
     conn = server.connect()
     try:
-        body = _encoded({"sessionId": "s", "params": {"uri": spelled}})
+        body = encoded({"sessionId": "s", "params": {"uri": spelled}})
         status, answer, _ = conn.post("/v1/tools/memory_forget", body)
     finally:
         conn.close()
