@@ -103,6 +103,11 @@ MAX_DELIVERIES = 5
 OV_BATCH_MAX = 100
 """Most messages one call to the OV batch route carries."""
 
+REDIS_WAIT_S = 0.5
+REDIS_WAIT_MAX_S = 10.0
+"""A process that starts (or finds itself) without Redis waits for it, trying again after
+REDIS_WAIT_S, doubling up to REDIS_WAIT_MAX_S: start order does not matter."""
+
 STREAM_TRIM_INTERVAL_S = 1.0
 """How often (at most) a capture consumer trims its shard's stream of the entries every
 group has applied (workers.store.scripts.TRIM_APPLIED). Nothing else trims a turn stream."""
@@ -118,6 +123,10 @@ REDIS_SOCKET_TIMEOUT_MARGIN_S = 10.0
 CAPTURE_LEASE_MS = 10_000
 """How long a shard stays with a worker that stopped renewing its lease (the takeover
 delay after a crash); renewed every third of it."""
+
+CAPTURE_TICK_MAX_S = 0.5
+"""Longest gap between a capture worker's looks at the shard split: a worker that stops
+cleanly releases its leases at once, and the others take its shards at their next look."""
 
 CAPTURE_OV_CONCURRENCY = 32
 """Most OV calls one capture worker has in flight (over all its shards)."""

@@ -92,6 +92,13 @@ class Deployment:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
 
+    def terminate(self, name: str, timeout_s: float = 30.0) -> int:
+        """SIGTERM, as an operator or orchestrator stops it; its exit code."""
+        proc = self.procs[name]
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+        return proc.wait(timeout=timeout_s)
+
     def restart(self, name: str) -> None:
         self.kill(name)
         self.start(name)

@@ -44,7 +44,7 @@ from workers.capture.plan import SessionRef
 from workers.capture.services import CaptureStats
 from workers.capture.shard import ShardConsumer
 from workers.store.commit_queue import request_commit
-from workers.store.connection import connect, connect_async
+from workers.store.connection import RedisConfigError, await_redis, connect, connect_async
 from workers.store.keys import Keys
 from workers.store.scripts import LEASE_ACQUIRE, LEASE_RENEW
 
@@ -158,8 +158,8 @@ class CaptureWorker:
     async def run(self) -> None:
         killed = False
         try:
-            for shard in self.shards:
-                await self.ensure_group(shard)
+            if not await self._start_on_redis():
+                return
             log.info(
                 "capture worker %s on shards %s (group %s)", self.consumer, self.shards, self.settings.consumer_group
             )
@@ -189,6 +189,19 @@ class CaptureWorker:
         finally:
             if not killed:
                 await self._shutdown()
+
+    async def _start_on_redis(self) -> bool:
+        """Wait for Redis (start order does not matter), then make the consumer groups;
+        False when asked to stop first."""
+        who = f"capture worker {self.consumer}"
+        while await await_redis(self.redis, self.settings, who, lambda: self.stopping):
+            try:
+                for shard in self.shards:
+                    await self.ensure_group(shard)
+                return True
+            except (redis_lib.ConnectionError, redis_lib.TimeoutError):
+                continue  # lost again right after the PING: wait again
+        return False
 
     async def _tick(self, *, acquire: bool) -> None:
         now_ms = int(time.time() * 1000)
@@ -242,8 +255,9 @@ class CaptureWorker:
         return base + (1 if live.index(self.consumer) < extra else 0)
 
     def _wait_s(self) -> float:
-        """How long the loop may sleep: a third of the lease, less when a restart is due sooner."""
-        wait = self.lease_ms / 3000
+        """How long the loop may sleep: a third of the lease (at most CAPTURE_TICK_MAX_S), less
+        when a restart is due sooner."""
+        wait = min(self.lease_ms / 3000, defaults.CAPTURE_TICK_MAX_S)
         if self.restart_at:
             wait = min(wait, max(0.0, min(self.restart_at.values()) - self.clock()))
         return wait
@@ -346,5 +360,9 @@ def cli_capture(settings: Settings, args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, worker.stop)
         await worker.run()
 
-    uvloop.run(main())  # the faster event loop, as the RPC uses
+    try:
+        uvloop.run(main())  # the faster event loop, as the RPC uses
+    except RedisConfigError as exc:
+        log.error("%s", exc)
+        return 2
     return 0

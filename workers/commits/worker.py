@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from workers.commits.scheduler import DueJobMover, move_due_jobs
 from workers.store import commit_sweep
 from workers.store.commit_queue import commit_queue
 from workers.store.commit_records import CommitRecords
-from workers.store.connection import connect
+from workers.store.connection import RedisConfigError, connect, wait_for_redis
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,8 @@ def cli_worker(settings: Settings, args: argparse.Namespace) -> int:
         log.error("redis_url is fakeredis:// (in-process): run the worker inside `ovstream up` instead")
         return 2
     redis = connect(settings)
+    if not _redis_answers(redis, settings):
+        return 0 if _STOP.is_set() else 2
     worker = make_worker(redis, settings)
     burst = bool(getattr(args, "burst", False))
     log.info("RQ worker %s on queue %s (moving due jobs itself)", worker.name, settings.commit_queue_name)
@@ -142,6 +145,24 @@ def cli_worker(settings: Settings, args: argparse.Namespace) -> int:
     finally:
         mover.stop()
     return 0
+
+
+_STOP = threading.Event()
+"""SIGTERM or SIGINT while the worker waits for Redis (RQ's own handlers come with ``work``)."""
+
+
+def _redis_answers(redis: redis_lib.Redis, settings: Settings) -> bool:
+    """Wait for Redis before RQ touches it (start order does not matter): True once it
+    answers; False when stopped while waiting, or Redis refuses us (logged, a config error)."""
+    previous = {sig: signal.signal(sig, lambda *_: _STOP.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return wait_for_redis(redis, settings, "ovstream worker", _STOP.is_set)
+    except RedisConfigError as exc:
+        log.error("%s", exc)
+        return False
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def work_through_outages(redis: redis_lib.Redis, settings: Settings, worker: BaseWorker, mover: DueJobMover) -> None:

@@ -6,11 +6,19 @@ capture, the RQ worker and the RPC of ``ovstream up`` see the same data
 without a redis-server. Any other URL goes to ``redis.Redis.from_url``.
 
 RQ needs raw bytes (``decode_responses=False``); so does everything here.
+
+``await_redis`` / ``wait_for_redis``: a process that starts before Redis (or loses it) waits
+for it with backoff, one log line when it starts waiting and one when Redis answers; a
+refused password is a configuration error (``RedisConfigError``), not something to wait out.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
+import time
+from collections.abc import Callable
 from typing import Any, cast
 
 import fakeredis
@@ -20,6 +28,9 @@ from redis.typing import EncodableT, FieldT
 
 from core.config import Settings
 from core.defaults import REDIS_SOCKET_TIMEOUT_MARGIN_S as SOCKET_TIMEOUT_MARGIN_S
+from core.defaults import REDIS_WAIT_MAX_S, REDIS_WAIT_S
+
+log = logging.getLogger(__name__)
 
 _fake_server: fakeredis.FakeServer | None = None
 _fake_server_lock = threading.Lock()
@@ -99,3 +110,76 @@ StreamEntry = tuple[bytes, dict[bytes, bytes]]
 def stream_entries(reply: object) -> list[StreamEntry]:
     """XRANGE / XREVRANGE entries (redis-py types replies loosely; ours are bytes, never None)."""
     return cast(list[StreamEntry], reply or [])
+
+
+class RedisConfigError(RuntimeError):
+    """Redis answers but refuses us (a wrong password or user): waiting will not help."""
+
+
+def _unreachable_reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return "connection refused" if "refused" in text.lower() else text
+
+
+class _Waiting:
+    """The log lines of one wait for Redis: one when it starts, one when Redis answers."""
+
+    def __init__(self, settings: Settings, who: str) -> None:
+        self.where = settings.redacted_redis_url()
+        self.who = who
+        self.delay = REDIS_WAIT_S
+        self.since: float | None = None
+
+    def failed(self, exc: BaseException) -> float:
+        if isinstance(exc, redis.AuthenticationError | redis.ResponseError):
+            raise RedisConfigError(f"redis_url: Redis at {self.where} refuses us: {exc}") from None
+        if self.since is None:
+            self.since = time.monotonic()
+            log.warning("%s: waiting for Redis at %s: %s", self.who, self.where, _unreachable_reason(exc))
+        delay, self.delay = self.delay, min(REDIS_WAIT_MAX_S, self.delay * 2)
+        return delay
+
+    def reached(self) -> None:
+        if self.since is not None:
+            log.info("%s: Redis reachable at %s (after %.1fs)", self.who, self.where, time.monotonic() - self.since)
+
+
+_UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
+
+
+async def await_redis(
+    client: aioredis.Redis, settings: Settings, who: str, stopping: Callable[[], bool] = lambda: False
+) -> bool:
+    """Wait until Redis answers PING (True), or ``stopping()`` (False)."""
+    waiting = _Waiting(settings, who)
+    while not stopping():
+        try:
+            await client.ping()
+        except _UNREACHABLE as exc:
+            pause = waiting.failed(exc)
+            while pause > 0 and not stopping():  # a stop is heard within a tenth of a second
+                await asyncio.sleep(min(pause, 0.1))
+                pause -= 0.1
+            continue
+        waiting.reached()
+        return True
+    return False
+
+
+def wait_for_redis(
+    client: redis.Redis, settings: Settings, who: str, stopping: Callable[[], bool] = lambda: False
+) -> bool:
+    """``await_redis`` for a sync client."""
+    waiting = _Waiting(settings, who)
+    while not stopping():
+        try:
+            client.ping()
+        except _UNREACHABLE as exc:
+            pause = waiting.failed(exc)
+            while pause > 0 and not stopping():
+                time.sleep(min(pause, 0.1))
+                pause -= 0.1
+            continue
+        waiting.reached()
+        return True
+    return False

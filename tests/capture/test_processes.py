@@ -1,0 +1,145 @@
+"""``ovstream capture`` and ``ovstream worker`` as an operator runs them: started before
+Redis, they wait and become ready without a restart; stopped with SIGTERM under load, a
+capture process hands its shards over (released, not left to expire) and nothing is lost.
+
+Real processes, a real redis-server, and the FakeOV served over HTTP (``ovstream fake-ov``).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from core.session import SessionAddress
+from tests.helpers.chaos import Deployment, Ledger, Load, expected_ids, measure
+from tests.helpers.e2e import ovstream_command, settings_env, unique
+from tests.helpers.waiting import wait_until
+from workers.dev.local_redis import free_port, start_redis_server
+from workers.store.commit_queue import request_commit
+from workers.store.commit_records import CommitRecords
+from workers.store.status import read_backlog
+
+
+@pytest.fixture
+def fake_ov_url(tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    log = open(tmp_path / "fake-ov.log", "wb")  # noqa: SIM115 (the child keeps it)
+    proc = subprocess.Popen(
+        [*ovstream_command(), "fake-ov", "--port", str(port)],
+        env=settings_env({}),
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    log.close()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _answers(url), "the fake OV answering", timeout_s=30)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _values(redis_url: str, ov_url: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "base_url": ov_url,
+        "redis_url": redis_url,
+        "key_prefix": unique("ops"),
+        "shards": 4,
+        "capture_block_ms": 100,
+        "phase2_poll_interval_s": 0.05,
+        **extra,
+    }
+
+
+def _consumer_name(deploy: Deployment, name: str) -> str:
+    match = re.search(r"capture worker (\S+) on shards", deploy.log(name, lines=100_000))
+    assert match is not None, deploy.log(name)
+    return match.group(1)
+
+
+def _logged(deploy: Deployment, name: str, text: str) -> bool:
+    return text in deploy.log(name, lines=100_000)
+
+
+def test_workers_started_before_redis_become_ready_without_a_restart(fake_ov_url: str, tmp_path: Path) -> None:
+    server = start_redis_server()
+    server.kill()  # Redis is down when the workers start
+    deploy = Deployment(_values(server.url, fake_ov_url), tmp_path)
+    try:
+        deploy.start("capture")
+        deploy.start("worker")
+        for name in ("capture", "worker"):
+            wait_until(lambda n=name: _logged(deploy, n, "waiting for Redis at"), f"{name} waiting for Redis")
+        server.restart()
+        for name in ("capture", "worker"):
+            wait_until(lambda n=name: _logged(deploy, n, "Redis reachable at"), f"{name} finding Redis")
+        assert deploy.exited() == {}
+        client = redis.Redis.from_url(server.url)
+        load = Load(server.url, deploy.settings, ["late"], rate=50).start()
+        time.sleep(0.2)
+        load.finish(timeout_s=30)
+        address = SessionAddress("late", "main", None)
+        wait_until(lambda: all(s.oldest_unapplied is None for s in read_backlog(client, deploy.settings)), "captured")
+        commit = request_commit(client, deploy.settings, address, reason="manual", keep_recent_count=0)
+        records = CommitRecords(client, deploy.settings)
+        done = lambda: (o := records.outcome(commit)) is not None and o.status == "completed"  # noqa: E731
+        wait_until(done, "the worker running the commit")
+        client.close()
+        for name in ("capture", "worker"):
+            log = deploy.log(name, lines=100_000)
+            assert log.count("waiting for Redis at") == 1 and "Traceback" not in log, log
+    finally:
+        deploy.stop()
+        server.stop()
+
+
+def test_sigterm_under_load_hands_the_shards_over_and_loses_nothing(
+    redis_url: str, fake_ov_url: str, tmp_path: Path
+) -> None:
+    # A lease far longer than the handover: shards that move before it could expire were released.
+    deploy = Deployment(_values(redis_url, fake_ov_url, capture_lease_ms=30_000), tmp_path)
+    sessions = [f"ops{i}" for i in range(8)]
+    client = redis.Redis.from_url(redis_url)
+    ledger = Ledger(redis_url, deploy.settings, fake_ov_url, sessions)
+    try:
+        deploy.start("capture-a")
+        wait_until(lambda: {s.owner for s in read_backlog(client, deploy.settings)} - {None}, "capture-a owning shards")
+        deploy.start("capture-b")
+        owners = lambda: {s.owner for s in read_backlog(client, deploy.settings)}  # noqa: E731
+        wait_until(lambda: len(owners() - {None}) == 2, "the shards split between the two")
+        load = Load(redis_url, deploy.settings, sessions, rate=40).start()
+        time.sleep(1.0)
+        leaving = _consumer_name(deploy, "capture-a")
+        assert leaving in owners()
+        assert deploy.terminate("capture-a") == 0
+        handover = measure(lambda: leaving not in owners() and None not in owners(), timeout_s=25, what="the handover")
+        print(f"\nshards of the SIGTERMed capture process owned by the other {handover:.2f}s after it exited")
+        turns = load.finish(timeout_s=30)
+        wait_until(lambda: ledger.caught_up(load.marks()), "every turn applied", timeout_s=60)
+        for session in sessions:
+            assert ledger.ov_ids(session) == expected_ids(session, turns), session
+        log = deploy.log("capture-a", lines=100_000)
+        assert "released by" in log and "Traceback" not in log, log
+        assert deploy.exited() == {"capture-a": 0}
+    finally:
+        ledger.close()
+        client.close()
+        deploy.stop()
