@@ -12,7 +12,7 @@ import logging
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -155,6 +155,8 @@ class Settings(BaseSettings):
     listing the new one beside the old)."""
     rpc_allow_unauthenticated: bool = Field(False)
     """Serve a non-loopback ``rpcHost`` without any token (refused otherwise)."""
+    log_format: Literal["text", "json"] = Field("text")
+    """``json``: one JSON object per log line (workers.logs), for a log aggregator."""
     rpc_tls_cert_file: str | None = Field(None)
     rpc_tls_key_file: str | None = Field(None)
     """Serve the RPC over HTTPS with this certificate and key."""

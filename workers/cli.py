@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 from collections.abc import Callable, Sequence
 
 from core.config import ConfigError, Settings, load_settings
+from workers import logs
 
 # subcommand -> ("module:function", help). The function takes (settings, args) -> int | None.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -69,15 +69,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logs.configure(args.command, level=args.log_level)
     try:
         settings: Settings = load_settings(args.config)
     except ConfigError as exc:
         print(f"ovstream: {exc}", file=sys.stderr)
         return 2
+    if settings.log_format == "json":
+        logs.configure(args.command, level=args.log_level, json_lines=True)
     try:
         func = _resolve(COMMANDS[args.command][0])
     except (ImportError, AttributeError) as exc:

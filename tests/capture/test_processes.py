@@ -7,6 +7,7 @@ Real processes, a real redis-server, and the FakeOV served over HTTP (``ovstream
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
@@ -18,7 +19,7 @@ import httpx
 import pytest
 import redis
 
-from core.session import SessionAddress
+from core.session import SessionAddress, shard_of
 from tests.helpers.chaos import Deployment, Ledger, Load, expected_ids, measure
 from tests.helpers.e2e import ovstream_command, settings_env, unique
 from tests.helpers.waiting import wait_until
@@ -82,7 +83,7 @@ def _logged(deploy: Deployment, name: str, text: str) -> bool:
 def test_workers_started_before_redis_become_ready_without_a_restart(fake_ov_url: str, tmp_path: Path) -> None:
     server = start_redis_server()
     server.kill()  # Redis is down when the workers start
-    deploy = Deployment(_values(server.url, fake_ov_url), tmp_path)
+    deploy = Deployment(_values(server.url, fake_ov_url, log_format="json"), tmp_path)
     try:
         deploy.start("capture")
         deploy.start("worker")
@@ -106,6 +107,10 @@ def test_workers_started_before_redis_become_ready_without_a_restart(fake_ov_url
         for name in ("capture", "worker"):
             log = deploy.log(name, lines=100_000)
             assert log.count("waiting for Redis at") == 1 and "Traceback" not in log, log
+            lines = [json.loads(line) for line in log.splitlines()]  # logFormat json: every line
+            assert {line["process"] for line in lines} == {name}
+        shards = {line.get("shard") for line in map(json.loads, deploy.log("capture", lines=100_000).splitlines())}
+        assert shard_of("late", deploy.settings.shards) in shards  # the consumer's lines name its shard
     finally:
         deploy.stop()
         server.stop()

@@ -35,6 +35,7 @@ import redis.asyncio as aioredis
 from core.config import Settings
 from core.events import ContextSnapshot
 from core.ov.client import OVClient, OVError, OVUnavailable
+from workers import logs
 from workers.capture.fence import HashWrite, ShardFence
 from workers.capture.plan import (
     Entry,
@@ -135,7 +136,8 @@ async def _guard(run: _Run, step: Callable[[], Awaitable[None]], slots: asyncio.
     OV's answer becomes the run's outcome instead of an exception."""
     try:
         async with slots:
-            await step()
+            with logs.fields(session=run.plan.session.ov_session_id):
+                await step()
     except OVUnavailable as exc:
         run.unavailable = exc
     except OVError as exc:

@@ -27,6 +27,7 @@ from typing import Any
 import redis as redis_lib
 
 from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
+from workers import logs
 from workers.capture.fence import ShardFence
 from workers.capture.plan import Entry, LeaseLost, session_of
 from workers.capture.round import RoundOutcome, run_round
@@ -86,6 +87,7 @@ class ShardConsumer:
         self.stop_requested = True
 
     async def run(self) -> None:
+        logs.SHARD.set(self.shard)  # this consumer's own task: every line it logs names the shard
         try:
             await self._drain()
             while not self.lost and not (self.stop_requested and (not self.backlog or self.worker.stopping)):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import redis as redis_lib
@@ -23,6 +24,7 @@ from core.events import CommitOutcome, CommitRequest, decode
 from core.ov.client import OVClient, OVError, OVUnavailable
 from core.ov.models import CommitAccepted
 from core.ov.tasks import judge_phase2_read, task_verdict
+from workers import logs
 from workers.commits.context import JobContext, context_for
 from workers.store import commit_queue as jobs
 from workers.store import tenant_lock as jobs_tenant
@@ -49,32 +51,41 @@ def commit_session(request_json: str, key_prefix: str, attempt: int = 0) -> str:
     ``attempt`` counts the times it found its tenant's lock held and scheduled itself again.
     """
     job = get_current_job()
-    return run_commit(
-        _current_redis(),
-        context_for(key_prefix),
-        decode(request_json, CommitRequest),
-        may_retry=bool(job and job.retries_left),
-        attempt=attempt,
-    ).status
+    request = decode(request_json, CommitRequest)
+    with _logged_as(request):
+        return run_commit(
+            _current_redis(),
+            context_for(key_prefix),
+            request,
+            may_retry=bool(job and job.retries_left),
+            attempt=attempt,
+        ).status
 
 
 def poll_phase2(request_json: str, key_prefix: str, deadline_at: float, failed_reads: int, attempt: int) -> str:
     """RQ job: read the phase-2 task once; record a final outcome or schedule the next read."""
-    return run_poll(
-        _current_redis(),
-        context_for(key_prefix),
-        decode(request_json, CommitRequest),
-        deadline_at=deadline_at,
-        failed_reads=failed_reads,
-        attempt=attempt,
-    ).status
+    request = decode(request_json, CommitRequest)
+    with _logged_as(request):
+        return run_poll(
+            _current_redis(),
+            context_for(key_prefix),
+            request,
+            deadline_at=deadline_at,
+            failed_reads=failed_reads,
+            attempt=attempt,
+        ).status
 
 
 def recheck_phase2(request_json: str, key_prefix: str, round_: int) -> str:
     """RQ job: read a timed-out commit's task once more; correct the record when OV says it ended."""
-    return run_recheck(
-        _current_redis(), context_for(key_prefix), decode(request_json, CommitRequest), round_=round_
-    ).status
+    request = decode(request_json, CommitRequest)
+    with _logged_as(request):
+        return run_recheck(_current_redis(), context_for(key_prefix), request, round_=round_).status
+
+
+def _logged_as(request: CommitRequest) -> AbstractContextManager[None]:
+    """Every line a job logs names its commit and session (workers.logs)."""
+    return logs.fields(session=request.ov_session_id, commit_id=request.commit_id)
 
 
 def run_commit(

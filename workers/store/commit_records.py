@@ -121,6 +121,7 @@ class CommitRecords:
                 request.ov_session_id,
                 outcome.status,
                 f" ({outcome.error})" if outcome.error else "",
+                extra={"outcome": outcome.status, "session": request.ov_session_id, "commit_id": request.commit_id},
             )
         return True
 

@@ -1,0 +1,96 @@
+"""How every ovstream process logs: text lines by default, JSON lines on request
+(``logFormat = "json"``), with the fields an operator filters on.
+
+Each record carries the process (``capture``, ``worker``, ``rpc``, ...) and, where the code
+runs for one, the shard, session and commit: ``SHARD``, ``SESSION`` and ``COMMIT_ID`` are
+context variables set at the top of a shard consumer, a session's round and a commit job,
+so every line logged below them says which one, without each call passing it. A call may
+add ``extra={"outcome": ...}`` (and any of the fields) itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import msgspec
+
+SHARD: ContextVar[int | None] = ContextVar("ovstream_shard", default=None)
+SESSION: ContextVar[str | None] = ContextVar("ovstream_session", default=None)
+COMMIT_ID: ContextVar[str | None] = ContextVar("ovstream_commit_id", default=None)
+
+FIELDS = ("shard", "session", "commit_id", "outcome")
+"""Fields a JSON line carries when they are known."""
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+_encoder = msgspec.json.Encoder()
+
+
+class ContextFields(logging.Filter):
+    """Puts the process name and the context variables on every record."""
+
+    def __init__(self, process: str) -> None:
+        super().__init__()
+        self.process = process
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.ovstream_process = self.process
+        for name, var in (("shard", SHARD), ("session", SESSION), ("commit_id", COMMIT_ID)):
+            if getattr(record, name, None) is None:
+                setattr(record, name, var.get())
+        return True
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object per line: ts, level, process, pid, logger, msg, the known FIELDS,
+    and ``exc`` (the traceback text) when an exception is logged."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "process": getattr(record, "ovstream_process", None),
+            "pid": record.process,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for name in FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                line[name] = value
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        return _encoder.encode(line).decode()
+
+
+@contextmanager
+def fields(*, shard: int | None = None, session: str | None = None, commit_id: str | None = None) -> Iterator[None]:
+    """Every line logged in the block carries these fields (the ones given)."""
+    shard_token = SHARD.set(shard) if shard is not None else None
+    session_token = SESSION.set(session) if session is not None else None
+    commit_token = COMMIT_ID.set(commit_id) if commit_id is not None else None
+    try:
+        yield
+    finally:
+        if commit_token is not None:
+            COMMIT_ID.reset(commit_token)
+        if session_token is not None:
+            SESSION.reset(session_token)
+        if shard_token is not None:
+            SHARD.reset(shard_token)
+
+
+def configure(process: str, *, level: str = "INFO", json_lines: bool = False) -> None:
+    """Set up the root logger of a process (once, at its start)."""
+    handler = logging.StreamHandler()
+    handler.addFilter(ContextFields(process))
+    handler.setFormatter(JsonLines() if json_lines else logging.Formatter(TEXT_FORMAT))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
