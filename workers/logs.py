@@ -26,6 +26,7 @@ COMMIT_ID: ContextVar[str | None] = ContextVar("ovstream_commit_id", default=Non
 FIELDS = ("shard", "session", "commit_id", "outcome")
 """Fields a JSON line carries when they are known."""
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_HANDLER_NAME = "ovstream"
 
 _encoder = msgspec.json.Encoder()
 
@@ -89,8 +90,9 @@ def configure(process: str, *, level: str = "INFO", json_lines: bool = False) ->
     handler = logging.StreamHandler()
     handler.addFilter(ContextFields(process))
     handler.setFormatter(JsonLines() if json_lines else logging.Formatter(TEXT_FORMAT))
+    handler.set_name(_HANDLER_NAME)
     root = logging.getLogger()
-    for old in list(root.handlers):
+    for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:  # ours only: a test's stay
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())

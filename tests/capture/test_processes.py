@@ -8,7 +8,9 @@ Real processes, a real redis-server, and the FakeOV served over HTTP (``ovstream
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,7 +28,8 @@ from tests.helpers.waiting import wait_until
 from workers.dev.local_redis import free_port, start_redis_server
 from workers.store.commit_queue import request_commit
 from workers.store.commit_records import CommitRecords
-from workers.store.status import read_backlog
+from workers.store.health import read_health, record_health
+from workers.store.status import read_backlog, read_status
 
 
 @pytest.fixture
@@ -148,3 +151,38 @@ def test_sigterm_under_load_hands_the_shards_over_and_loses_nothing(
         ledger.close()
         client.close()
         deploy.stop()
+
+
+def test_a_stuck_process_shows_as_unhealthy(redis_url: str, fake_ov_url: str, tmp_path: Path, capsys: Any) -> None:
+    deploy = Deployment(_values(redis_url, fake_ov_url), tmp_path)
+    client = redis.Redis.from_url(redis_url)
+    states = lambda: {p.role: p.state for p in read_health(client, deploy.settings)}  # noqa: E731
+    try:
+        deploy.start("capture")
+        deploy.start("worker")
+        wait_until(lambda: states() == {"capture": "ok", "worker": "ok"}, "both processes healthy")
+        frozen = deploy.procs["capture"].pid
+        os.kill(frozen, signal.SIGSTOP)  # alive but stuck
+        try:
+            wait_until(
+                lambda: states().get("capture") == "stale", "the frozen capture worker shown stale", timeout_s=30
+            )
+            assert states()["worker"] == "ok"
+            status = read_status(client, deploy.settings).as_json()
+            assert {(p["role"], p["state"]) for p in status["processes"]} == {("capture", "stale"), ("worker", "ok")}
+        finally:
+            os.kill(frozen, signal.SIGCONT)
+        wait_until(lambda: states().get("capture") == "ok", "the capture worker healthy again")
+        assert deploy.terminate("capture") == 0
+        wait_until(lambda: "capture" not in states(), "a clean stop removing its record")
+    finally:
+        client.close()
+        deploy.stop()
+
+
+def test_a_process_that_cannot_reach_ov_is_degraded(redis_client: redis.Redis, settings: Any) -> None:
+    with redis_client.pipeline() as pipe:
+        record_health(pipe, settings, "capture", "c1", shards="0,1", ov="unreachable")
+        record_health(pipe, settings, "capture", "c2", shards="2,3", ov="ok")
+        pipe.execute()
+    assert {p.name: p.state for p in read_health(redis_client, settings)} == {"c1": "degraded", "c2": "ok"}

@@ -90,7 +90,7 @@ async def test_failed_phase2_is_commit_failed(rpc: Any, commit_worker: None) -> 
 
 
 async def test_phase2_still_running_at_the_bound_answers_phase2_pending(make_rpc: Any, fake: FakeOV) -> None:
-    rpc = await make_rpc(fake, compact_wait_s=0.3)
+    rpc = await make_rpc(fake, compact_wait_s=3.0)
     fake.phase2 = "hang"
     await rpc.ov.add_messages(SID, turns(2))
     with running_worker(rpc):

@@ -152,7 +152,7 @@ async def test_each_call_is_logged_at_debug(caplog):
     caplog.set_level(logging.DEBUG, logger="core.ov.client")
     with pytest.raises(OVError):
         await client(Recorder(err(404, "NOT_FOUND")), retries=0).get_task("t9")
-    line = next(r.getMessage() for r in caplog.records if "/api/v1/tasks/t9" in r.getMessage())
+    line = next(r.getMessage() for r in caplog.records if r.name == "core.ov.client" and "/tasks/t9" in r.getMessage())
     assert line.startswith("OV GET /api/v1/tasks/t9 -> 404 in ") and line.endswith(" ms")
 
 

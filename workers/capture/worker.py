@@ -45,6 +45,7 @@ from workers.capture.services import CaptureStats
 from workers.capture.shard import ShardConsumer
 from workers.store.commit_queue import request_commit
 from workers.store.connection import RedisConfigError, await_redis, connect, connect_async
+from workers.store.health import forget_health, record_health
 from workers.store.keys import Keys
 from workers.store.scripts import LEASE_ACQUIRE, LEASE_RENEW
 
@@ -190,6 +191,12 @@ class CaptureWorker:
             if not killed:
                 await self._shutdown()
 
+    def _facts(self) -> dict[str, str]:
+        """What this worker's health record says besides that it is alive (workers.store.health)."""
+        now = asyncio.get_running_loop().time()
+        ov_down = any(c.ov_down_until > now for c in self.consumers.values())
+        return {"shards": ",".join(str(s) for s in sorted(self.consumers)), "ov": "unreachable" if ov_down else "ok"}
+
     async def _start_on_redis(self) -> bool:
         """Wait for Redis (start order does not matter), then make the consumer groups;
         False when asked to stop first."""
@@ -212,9 +219,10 @@ class CaptureWorker:
             pipe.zrange(workers_key, 0, -1)
             for shard in self.consumers:
                 await LEASE_RENEW.run(pipe, [self.keys.capture_lease(shard)], [self.consumer, self.lease_ms])
+            record_health(pipe, self.settings, "capture", self.consumer, **self._facts())
             replies = await pipe.execute()
         live = sorted(name.decode() for name in replies[2])
-        for consumer, renewed in zip(list(self.consumers.values()), replies[3:]):
+        for consumer, renewed in zip(list(self.consumers.values()), replies[3 : 3 + len(self.consumers)]):
             if not int(renewed) and not consumer.released:
                 consumer.lost = True
         self._reap()
@@ -320,7 +328,10 @@ class CaptureWorker:
             await asyncio.gather(*tasks, return_exceptions=True)
         self.consumers.clear()
         try:
-            await self.redis.zrem(self.keys.capture_workers(), self.consumer)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.zrem(self.keys.capture_workers(), self.consumer)
+                forget_health(pipe, self.settings, self.consumer)
+                await pipe.execute()
         except redis_lib.RedisError as exc:
             log.warning("could not unregister %s: %s", self.consumer, exc)
         await self.close()

@@ -23,6 +23,7 @@ from core.config import Settings
 from workers.store import commit_sweep
 from workers.store.commit_queue import commit_queue
 from workers.store.connection import text
+from workers.store.health import forget_health, record_health
 from workers.store.scripts import CLAIM_DUE_JOBS
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,11 @@ class DueJobMover(threading.Thread):
         while not self._stop_event.wait(DUE_JOBS_TICK_S):
             try:
                 commit_sweep.beat(self._redis, self._settings, self.worker_name)
+                with self._redis.pipeline(transaction=False) as pipe:
+                    record_health(
+                        pipe, self._settings, "worker", self.worker_name, queue=self._settings.commit_queue_name
+                    )
+                    pipe.execute()
                 move_due_jobs(self._redis, self._settings)
                 if time.monotonic() >= next_sweep:
                     commit_sweep.sweep(self._redis, self._settings)
@@ -82,3 +88,9 @@ class DueJobMover(threading.Thread):
 
     def stop(self) -> None:
         self._stop_event.set()
+        try:
+            with self._redis.pipeline(transaction=False) as pipe:
+                forget_health(pipe, self._settings, self.worker_name)
+                pipe.execute()
+        except redis_lib.RedisError:
+            pass  # the record lapses on its own

@@ -50,6 +50,7 @@ from workers.rpc.models import (
 from workers.rpc.responses import ERROR_ANSWERS, BodyLimit, install_error_handlers, json_response
 from workers.rpc.tools.registry import run_tool, tools
 from workers.store.connection import connect, connect_async
+from workers.store.status import read_status
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +217,13 @@ def create_app(
         else:
             status, code = ("ok" if ov_state == "ok" else "degraded"), 200
         return json_response({"status": status, "redis": redis_state, "ov": ov_state}, code)
+
+    @app.get("/v1/status", tags=["ops"])
+    async def deployment_status() -> dict[str, Any]:
+        """The deployment as ``ovstream status --json`` shows it: every shard's backlog and
+        owner, every process's liveness (``stale``: not heard of for a few seconds)."""
+        status = await asyncio.to_thread(read_status, svc.commit_redis, settings)
+        return status.as_json()
 
     @app.get("/metrics", response_model=None, response_class=PlainTextResponse, tags=["ops"])
     async def metrics() -> Response:

@@ -127,6 +127,14 @@ class Keys:
         renewed while it is alive."""
         return f"{self.prefix}:{{s{shard}}}:lease:capture"
 
+    def process_health(self, name: str) -> str:
+        """Hash with a TTL: the liveness record of one ovstream process (workers.store.health)."""
+        return f"{self.prefix}:health:{name}"
+
+    def processes(self) -> str:
+        """Sorted set: process name -> last beat (ms), the index of the health records."""
+        return f"{self.prefix}:processes"
+
     def capture_workers(self) -> str:
         """Sorted set: live capture consumer -> lease expiry (ms), to split shards fairly."""
         return f"{self.prefix}:capture-workers"

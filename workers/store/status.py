@@ -17,6 +17,7 @@ import redis
 from core.config import Settings
 from workers.store.applied import parse_id
 from workers.store.connection import connect, optional_text, text
+from workers.store.health import ProcessHealth, read_health
 from workers.store.keys import Keys
 
 
@@ -98,6 +99,7 @@ def read_backlog(client: redis.Redis, settings: Settings) -> list[ShardBacklog]:
 @dataclass(frozen=True, slots=True)
 class DeploymentStatus:
     shards: list[ShardBacklog]
+    processes: list[ProcessHealth]
     capture_consumers: list[str]
     commits_in_flight: int
     dead_letters: int
@@ -107,6 +109,7 @@ class DeploymentStatus:
         shards = [{**asdict(s), "oldest_age_s": round(s.oldest_age_s(self.now_ms), 3)} for s in self.shards]
         return {
             "shards": shards,
+            "processes": [asdict(p) for p in self.processes],
             "capture_consumers": self.capture_consumers,
             "commits_in_flight": self.commits_in_flight,
             "dead_letters": self.dead_letters,
@@ -122,7 +125,8 @@ def read_status(client: redis.Redis, settings: Settings) -> DeploymentStatus:
     pipe.zcard(keys.commits_in_flight())
     pipe.xlen(keys.dead_letters())
     consumers, in_flight, dead = pipe.execute()
-    return DeploymentStatus(shards, sorted(text(c) for c in consumers), int(in_flight), int(dead), now_ms)
+    processes = read_health(client, settings)
+    return DeploymentStatus(shards, processes, sorted(text(c) for c in consumers), int(in_flight), int(dead), now_ms)
 
 
 def format_status(status: DeploymentStatus) -> str:
@@ -131,6 +135,9 @@ def format_status(status: DeploymentStatus) -> str:
         unread = "?" if s.unread is None else str(s.unread)
         age = f"{s.oldest_age_s(status.now_ms):.1f}s" if s.oldest_unapplied else "-"
         lines.append(f"{s.shard:>5}  {s.length:>8}  {unread:>8}  {s.pending:>8}  {age:>9}  {s.owner or '-'}")
+    for p in status.processes:
+        facts = " ".join(f"{k}={v}" for k, v in sorted(p.facts.items()))
+        lines.append(f"{p.role:>8} {p.name} on {p.host} pid {p.pid}: {p.state}, heard {p.heard_s_ago:.1f}s ago {facts}")
     lines.append(f"capture consumers: {', '.join(status.capture_consumers) or 'none'}")
     lines.append(f"commits in flight: {status.commits_in_flight}; dead letters: {status.dead_letters}")
     return "\n".join(lines)
