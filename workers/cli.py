@@ -23,7 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("workers.dev.up:cli_up", "run capture, worker and rpc in one process"),
     "commits": ("workers.commits.worker:cli_commits", "show the commit outcomes of a session"),
     "dlq": ("workers.store.dead_letters:cli_dlq", "list or replay dead-lettered turn events"),
-    "status": ("workers.store.status:cli_status", "per shard backlog and owner, capture consumers, commits in flight"),
+    "status": ("workers.store.status:cli_status", "per shard backlog and owner, processes, commits in flight"),
+    "health": ("workers.store.status:cli_health", "probe: exit 0 when this host's capture/worker process is alive"),
     "demo": ("workers.dev.demo:cli_demo", "replay the sample conversation and print assemble's answer"),
     "model-server": (
         "workers.dev.model_server:cli_model_server",

@@ -10,14 +10,19 @@ can be checked message by message.
 from __future__ import annotations
 
 import itertools
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from core.config import Settings
+from tests.helpers.e2e import ovstream_command, settings_env
+from tests.helpers.waiting import wait_until
 from workers.commits import context as jobs
 from workers.dev.fake_ov.app import FakeOV
+from workers.dev.local_redis import free_port
 from workers.store import commit_queue
 
 _HERE = Path(__file__).parent
@@ -58,3 +63,32 @@ def fake_ov() -> Iterator[FakeOV]:
     finally:
         jobs.set_ov_transport_factory(None)
         commit_queue.set_clock(None)
+
+
+@pytest.fixture
+def fake_ov_url(tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    log = open(tmp_path / "fake-ov.log", "wb")  # noqa: SIM115 (the child keeps it)
+    proc = subprocess.Popen(
+        [*ovstream_command(), "fake-ov", "--port", str(port)],
+        env=settings_env({}),
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    log.close()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _answers(url), "the fake OV answering", timeout_s=30)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False

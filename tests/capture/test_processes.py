@@ -11,54 +11,21 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-import pytest
 import redis
 
 from core.session import SessionAddress, shard_of
 from tests.helpers.chaos import Deployment, Ledger, Load, expected_ids, measure
-from tests.helpers.e2e import ovstream_command, settings_env, unique
+from tests.helpers.e2e import unique
 from tests.helpers.waiting import wait_until
-from workers.dev.local_redis import free_port, start_redis_server
+from workers.dev.local_redis import start_redis_server
 from workers.store.commit_queue import request_commit
 from workers.store.commit_records import CommitRecords
 from workers.store.health import read_health, record_health
 from workers.store.status import read_backlog, read_status
-
-
-@pytest.fixture
-def fake_ov_url(tmp_path: Path) -> Iterator[str]:
-    port = free_port()
-    log = open(tmp_path / "fake-ov.log", "wb")  # noqa: SIM115 (the child keeps it)
-    proc = subprocess.Popen(
-        [*ovstream_command(), "fake-ov", "--port", str(port)],
-        env=settings_env({}),
-        cwd=tmp_path,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    log.close()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: _answers(url), "the fake OV answering", timeout_s=30)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def _values(redis_url: str, ov_url: str, **extra: Any) -> dict[str, Any]:

@@ -323,11 +323,13 @@ class ShardConsumer:
         pending_sids = {e.session.ov_session_id for e in self.backlog if e.session}
         self.isolate &= pending_sids
         if outcome.unavailable:
+            first = not self.ov_backoff  # one warning when OV goes away, the retries at debug level
             self.ov_backoff = min(
                 self.settings.capture_ov_down_backoff_max_s, max(self.settings.ov_backoff_s, self.ov_backoff * 2)
             )
             self.ov_down_until = now + self.ov_backoff
-            log.warning(
+            log.log(
+                logging.WARNING if first else logging.DEBUG,
                 "shard %d: OV unavailable (%s); retrying in %.2fs, nothing acked",
                 self.shard,
                 outcome.unavailable,

@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+import signal
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import httpx
 import redis as redis_lib
 import redis.asyncio as aioredis
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 from redis.asyncio.retry import Retry as AsyncRetry
@@ -258,9 +261,23 @@ def add_rpc_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help="listen port (default: settings rpc_port)")
 
 
-def cli_rpc(settings: Settings, args: argparse.Namespace) -> int:
-    import uvicorn
+class StopsCleanly(uvicorn.Server):
+    """uvicorn, but exiting 0 after SIGTERM or SIGINT: uvicorn re-raises the signal once it
+    has shut down (the process then dies of it), which a supervisor may count as a crash."""
 
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.handle_exit, sig, None)
+        try:
+            yield
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+
+def cli_rpc(settings: Settings, args: argparse.Namespace) -> int:
     host = getattr(args, "host", None) or settings.rpc_host
     port = getattr(args, "port", None) or settings.rpc_port
     problem = exposure_problem(settings, host)
@@ -285,7 +302,7 @@ def cli_rpc(settings: Settings, args: argparse.Namespace) -> int:
     )
     # log_config=None: keep the logging the CLI configured instead of uvicorn's own.
     # uvloop and httptools: the faster event loop and HTTP parser (bench/RESULTS.md).
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(settings),
         host=host,
         port=port,
@@ -295,4 +312,5 @@ def cli_rpc(settings: Settings, args: argparse.Namespace) -> int:
         ssl_certfile=settings.rpc_tls_cert_file,
         ssl_keyfile=settings.rpc_tls_key_file,
     )
+    StopsCleanly(config).run()
     return 0

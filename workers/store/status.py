@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -157,4 +158,32 @@ def cli_status(settings: Settings, args: argparse.Namespace) -> int:
     finally:
         client.close()
     print(json.dumps(status.as_json(), indent=2) if getattr(args, "json", False) else format_status(status))
+    return 0
+
+
+def add_health_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--role", choices=["capture", "worker"], help="only processes of this role")
+
+
+def cli_health(settings: Settings, args: argparse.Namespace) -> int:
+    """A probe for a supervisor or an orchestrator: exit 0 when an ovstream process of this
+    host (``--role``) was heard of lately (ok, or degraded: OV away is not the process's
+    fault, and restarting it would not help), else 1, with a line saying why."""
+    client = connect(settings)
+    try:
+        processes = read_health(client, settings)
+    except redis.RedisError as exc:
+        print(f"unhealthy: Redis unreachable: {exc}")
+        return 1
+    finally:
+        client.close()
+    host = socket.gethostname()
+    mine = [p for p in processes if p.host == host and (args.role is None or p.role == args.role)]
+    alive = [p for p in mine if p.state != "stale"]
+    if not alive:
+        what = f"{args.role} process" if args.role else "ovstream process"
+        seen = ", ".join(f"{p.name} {p.state} ({p.heard_s_ago:.0f}s)" for p in mine) or "none heard of"
+        print(f"unhealthy: no live {what} on {host}: {seen}")
+        return 1
+    print("healthy: " + ", ".join(f"{p.role} {p.name} {p.state}" for p in alive))
     return 0
