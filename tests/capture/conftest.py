@@ -10,15 +10,13 @@ can be checked message by message.
 from __future__ import annotations
 
 import itertools
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from core.config import Settings
-from tests.helpers.e2e import ovstream_command, settings_env
+from tests.helpers.chaos import ov_answers, spawn_fake_ov
 from tests.helpers.waiting import wait_until
 from workers.commits import context as jobs
 from workers.dev.fake_ov.app import FakeOV
@@ -68,27 +66,11 @@ def fake_ov() -> Iterator[FakeOV]:
 @pytest.fixture
 def fake_ov_url(tmp_path: Path) -> Iterator[str]:
     port = free_port()
-    log = open(tmp_path / "fake-ov.log", "wb")  # noqa: SIM115 (the child keeps it)
-    proc = subprocess.Popen(
-        [*ovstream_command(), "fake-ov", "--port", str(port)],
-        env=settings_env({}),
-        cwd=tmp_path,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    log.close()
+    proc = spawn_fake_ov(port, tmp_path)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: _answers(url), "the fake OV answering", timeout_s=30)
+        wait_until(lambda: ov_answers(url), "the fake OV answering", timeout_s=30)
         yield url
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False

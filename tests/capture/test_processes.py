@@ -18,10 +18,10 @@ from typing import Any
 import redis
 
 from core.session import SessionAddress, shard_of
-from tests.helpers.chaos import Deployment, Ledger, Load, expected_ids, measure
+from tests.helpers.chaos import Deployment, Ledger, Load, expected_ids, measure, ov_answers, spawn_fake_ov
 from tests.helpers.e2e import unique
 from tests.helpers.waiting import wait_until
-from workers.dev.local_redis import start_redis_server
+from workers.dev.local_redis import free_port, start_redis_server
 from workers.store.commit_queue import request_commit
 from workers.store.commit_records import CommitRecords
 from workers.store.health import read_health, record_health
@@ -50,10 +50,13 @@ def _logged(deploy: Deployment, name: str, text: str) -> bool:
     return text in deploy.log(name, lines=100_000)
 
 
-def test_workers_started_before_redis_become_ready_without_a_restart(fake_ov_url: str, tmp_path: Path) -> None:
+def test_workers_started_before_redis_and_ov_become_ready_without_a_restart(tmp_path: Path) -> None:
     server = start_redis_server()
-    server.kill()  # Redis is down when the workers start
-    deploy = Deployment(_values(server.url, fake_ov_url, log_format="json"), tmp_path)
+    server.kill()  # Redis is down when the workers start, and OV is not there yet
+    ov_port = free_port()
+    ov_url = f"http://127.0.0.1:{ov_port}"
+    deploy = Deployment(_values(server.url, ov_url, log_format="json"), tmp_path)
+    ov = None
     try:
         deploy.start("capture")
         deploy.start("worker")
@@ -62,27 +65,35 @@ def test_workers_started_before_redis_become_ready_without_a_restart(fake_ov_url
         server.restart()
         for name in ("capture", "worker"):
             wait_until(lambda n=name: _logged(deploy, n, "Redis reachable at"), f"{name} finding Redis")
-        assert deploy.exited() == {}
         client = redis.Redis.from_url(server.url)
         load = Load(server.url, deploy.settings, ["late"], rate=50).start()
         time.sleep(0.2)
         load.finish(timeout_s=30)
+        wait_until(lambda: _logged(deploy, "capture", "OV unavailable"), "capture finding OV away")
+        ov = spawn_fake_ov(ov_port, tmp_path)  # OV comes last
+        wait_until(lambda: ov_answers(ov_url), "the fake OV answering")
+        caught_up = lambda: all(s.oldest_unapplied is None for s in read_backlog(client, deploy.settings))  # noqa: E731
+        wait_until(caught_up, "capture applying every turn once OV is there", timeout_s=60)
         address = SessionAddress("late", "main", None)
-        wait_until(lambda: all(s.oldest_unapplied is None for s in read_backlog(client, deploy.settings)), "captured")
         commit = request_commit(client, deploy.settings, address, reason="manual", keep_recent_count=0)
         records = CommitRecords(client, deploy.settings)
         done = lambda: (o := records.outcome(commit)) is not None and o.status == "completed"  # noqa: E731
         wait_until(done, "the worker running the commit")
         client.close()
+        assert deploy.exited() == {}
         for name in ("capture", "worker"):
             log = deploy.log(name, lines=100_000)
             assert log.count("waiting for Redis at") == 1 and "Traceback" not in log, log
             lines = [json.loads(line) for line in log.splitlines()]  # logFormat json: every line
             assert {line["process"] for line in lines} == {name}
-        shards = {line.get("shard") for line in map(json.loads, deploy.log("capture", lines=100_000).splitlines())}
-        assert shard_of("late", deploy.settings.shards) in shards  # the consumer's lines name its shard
+        capture_lines = [json.loads(line) for line in deploy.log("capture", lines=100_000).splitlines()]
+        assert sum("OV unavailable" in line["msg"] and line["level"] == "WARNING" for line in capture_lines) == 1
+        assert shard_of("late", deploy.settings.shards) in {line.get("shard") for line in capture_lines}
     finally:
         deploy.stop()
+        if ov is not None:
+            ov.terminate()
+            ov.wait(timeout=10)
         server.stop()
 
 

@@ -260,3 +260,25 @@ def measure(until: Callable[[], bool], *, timeout_s: float, what: str) -> float:
     started = time.monotonic()
     wait_until(until, what, timeout_s=timeout_s, interval_s=0.1)
     return time.monotonic() - started
+
+
+def spawn_fake_ov(port: int, workdir: Path) -> subprocess.Popen[bytes]:
+    """``ovstream fake-ov`` on ``port`` (the FakeOV over HTTP, as a process); wait with ``ov_answers``."""
+    log = open(workdir / "fake-ov.log", "ab")  # noqa: SIM115 (the child keeps it)
+    proc = subprocess.Popen(
+        [*ovstream_command(), "fake-ov", "--port", str(port)],
+        env=settings_env({}),
+        cwd=workdir,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    log.close()
+    return proc
+
+
+def ov_answers(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
