@@ -94,6 +94,8 @@ async def test_the_backlog_is_visible_then_gone(redis_client, settings, fake_ov,
     assert (shard.unread, shard.pending, shard.oldest_unapplied) == (0, 0, None)
     assert main(["status"]) == 0
     assert "commits in flight: 0; dead letters: 0" in capsys.readouterr().out
+    assert main(["status", "--watch", "0.01", "--count", "3"]) == 0  # printed again each round
+    assert capsys.readouterr().out.count("commits in flight: 0") == 3
 
 
 async def test_a_backlog_survives_a_redis_restart(fake_ov) -> None:

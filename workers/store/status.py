@@ -146,19 +146,33 @@ def format_status(status: DeploymentStatus) -> str:
 
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--watch", type=float, metavar="SECONDS", help="print again every SECONDS until Ctrl-C")
+    parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)  # --watch rounds (tests)
 
 
 def cli_status(settings: Settings, args: argparse.Namespace) -> int:
     client = connect(settings)
+    watch, rounds = getattr(args, "watch", None), 0
     try:
-        status = read_status(client, settings)
-    except redis.RedisError as exc:
-        print(f"ovstream status: Redis unreachable: {exc}")
-        return 1
+        while True:
+            try:
+                status = read_status(client, settings)
+            except redis.RedisError as exc:
+                print(f"ovstream status: Redis unreachable at {settings.redacted_redis_url()}: {exc}", flush=True)
+                if not watch:
+                    return 1
+            else:
+                shown = json.dumps(status.as_json(), indent=2) if args.json else format_status(status)
+                stamp = time.strftime("%H:%M:%S") + "\n" if watch and not args.json else ""
+                print(stamp + shown, flush=True)
+            rounds += 1
+            if not watch or rounds == getattr(args, "count", 0):
+                return 0
+            time.sleep(watch)
+    except KeyboardInterrupt:
+        return 0
     finally:
         client.close()
-    print(json.dumps(status.as_json(), indent=2) if getattr(args, "json", False) else format_status(status))
-    return 0
 
 
 def add_health_arguments(parser: argparse.ArgumentParser) -> None:
