@@ -148,6 +148,8 @@ class Settings(BaseSettings):
     rpc_host: str = Field(d.RPC_HOST)
     rpc_port: int = Field(d.RPC_PORT, ge=1, le=65535)
     max_body_bytes: int = Field(d.MAX_BODY_BYTES, ge=1024)
+    rpc_workers: int = Field(1, ge=1, le=64)
+    """Processes serving the RPC on one port (uvicorn's workers); each keeps its own caches."""
     rpc_token: str | None = Field(None, min_length=16, repr=False)
     """One shared token every RPC caller sends (``Authorization: Bearer``); full access."""
     rpc_credentials: dict[str, RpcCredential] = Field({}, repr=False)

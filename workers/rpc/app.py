@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -32,8 +33,9 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from core.config import Settings
+from core.config import Settings, load_settings
 from core.ov.client import OVClient
+from workers import logs
 from workers.rpc.assemble import assemble
 from workers.rpc.auth import CREDENTIAL_STATE, RequireToken, exposure_problem, ov_key_for
 from workers.rpc.compact import compact
@@ -59,6 +61,8 @@ log = logging.getLogger(__name__)
 
 RedisT = TypeVar("RedisT", redis_lib.Redis, aioredis.Redis)
 
+LOG_LEVEL_ENV = "OVSTREAM_LOG_LEVEL"
+"""The CLI's --log-level, handed to the processes of ``ovstream rpc --workers N``."""
 HEALTH_TIMEOUT_S = 2.0
 """How long /healthz waits for Redis and for OV before calling either unreachable."""
 
@@ -259,6 +263,15 @@ async def _ov_health(svc: Services) -> str:
 def add_rpc_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", help="listen address (default: settings rpc_host)")
     parser.add_argument("--port", type=int, help="listen port (default: settings rpc_port)")
+    parser.add_argument("--workers", type=int, help="serving processes (default: settings rpc_workers)")
+
+
+def app_from_environment() -> FastAPI:
+    """The app of one process of ``ovstream rpc --workers N``: settings and logging as the
+    parent's (the environment, ``$OVSTREAM_CONFIG``), since uvicorn starts each afresh."""
+    settings = load_settings()
+    logs.configure("rpc", level=os.environ.get(LOG_LEVEL_ENV, "INFO"), json_lines=settings.log_format == "json")
+    return create_app(settings)
 
 
 class StopsCleanly(uvicorn.Server):
@@ -302,15 +315,22 @@ def cli_rpc(settings: Settings, args: argparse.Namespace) -> int:
     )
     # log_config=None: keep the logging the CLI configured instead of uvicorn's own.
     # uvloop and httptools: the faster event loop and HTTP parser (bench/RESULTS.md).
-    config = uvicorn.Config(
-        create_app(settings),
-        host=host,
-        port=port,
-        log_config=None,
-        loop="uvloop",
-        http="httptools",
-        ssl_certfile=settings.rpc_tls_cert_file,
-        ssl_keyfile=settings.rpc_tls_key_file,
-    )
-    StopsCleanly(config).run()
+    serving: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "log_config": None,
+        "loop": "uvloop",
+        "http": "httptools",
+        "ssl_certfile": settings.rpc_tls_cert_file,
+        "ssl_keyfile": settings.rpc_tls_key_file,
+    }
+    workers = getattr(args, "workers", None) or settings.rpc_workers
+    if workers == 1:
+        StopsCleanly(uvicorn.Config(create_app(settings), **serving)).run()
+        return 0
+    # Several processes on one socket: uvicorn's supervisor starts each with app_from_environment.
+    if getattr(args, "config", None):
+        os.environ["OVSTREAM_CONFIG"] = str(args.config)
+    os.environ[LOG_LEVEL_ENV] = getattr(args, "log_level", "INFO")
+    uvicorn.run("workers.rpc.app:app_from_environment", factory=True, workers=workers, **serving)
     return 0
