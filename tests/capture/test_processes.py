@@ -15,10 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import redis
 
 from core.session import SessionAddress, shard_of
-from tests.helpers.chaos import Deployment, Ledger, Load, expected_ids, measure, ov_answers, spawn_fake_ov
+from tests.helpers.chaos import Deployment, Ledger, Load, answers, expected_ids, measure, ov_answers, spawn_fake_ov
 from tests.helpers.e2e import unique
 from tests.helpers.waiting import wait_until
 from workers.dev.local_redis import free_port, start_redis_server
@@ -164,3 +165,22 @@ def test_a_process_that_cannot_reach_ov_is_degraded(redis_client: redis.Redis, s
         record_health(pipe, settings, "capture", "c2", shards="2,3", ov="ok")
         pipe.execute()
     assert {p.name: p.state for p in read_health(redis_client, settings)} == {"c1": "degraded", "c2": "ok"}
+
+
+def test_the_rpc_serves_from_several_processes_and_stops_cleanly(
+    redis_url: str, fake_ov_url: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    deploy = Deployment(_values(redis_url, fake_ov_url, rpc_port=port, rpc_workers=2), tmp_path)
+    deploy.start("rpc")
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: answers(f"{url}/healthz"), "the RPC answering", timeout_s=60)
+        for _ in range(8):  # whichever process takes it, the same answer
+            r = httpx.post(f"{url}/v1/assemble", json={"sessionId": "s", "messages": []}, timeout=10)
+            assert r.status_code == 200 and r.json()["messages"] == []
+        assert deploy.terminate("rpc") == 0
+        log = deploy.log("rpc", lines=100_000)
+        assert log.count("Application startup complete") == 2 and "Traceback" not in log, log
+    finally:
+        deploy.stop()

@@ -277,8 +277,13 @@ def spawn_fake_ov(port: int, workdir: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
-def ov_answers(url: str) -> bool:
+def answers(url: str) -> bool:
+    """Whether a GET of ``url`` answers 200 (a server that is up)."""
     try:
-        return httpx.get(f"{url}/health", timeout=1).status_code == 200
+        return httpx.get(url, timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def ov_answers(url: str) -> bool:
+    return answers(f"{url}/health")

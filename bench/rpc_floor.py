@@ -1,0 +1,206 @@
+"""The RPC against its floor, over real TCP: assemble req/s and p50 with 1 and 2 serving
+processes, beside a bare uvicorn app (uvloop, httptools, as ``ovstream rpc``) that reads
+the same request body and answers the same response body. Prints figures; not a test.
+
+Everything runs here: a redis-server, the FakeOV over HTTP (``ovstream fake-ov``), the
+servers as processes; a 200-message session is captured first, so every assemble is a
+snapshot hit. The load is ``--clients`` keep-alive connections (asyncio streams, no HTTP
+client library in the way) for ``--seconds`` per server, measured in this one run.
+
+    .venv/bin/python bench/rpc_floor.py [--clients 16] [--seconds 5] [--messages 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx
+import redis
+
+from core.config import Settings
+from core.events import TurnEvent
+from workers.dev.local_redis import free_port, start_redis_server
+from workers.store.streams import publish_turn
+
+ROOT = Path(__file__).resolve().parents[1]
+OVSTREAM = [sys.executable, "-m", "workers.cli"]
+
+ECHO_APP = """
+import sys
+
+import uvicorn
+
+ANSWER = open(sys.argv[1], "rb").read()
+
+
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    more = True
+    while more:
+        message = await receive()
+        more = message.get("more_body", False)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(ANSWER)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": ANSWER})
+
+
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), loop="uvloop", http="httptools", log_level="warning")
+"""
+"""The floor: uvicorn serving an app that only reads the body and answers fixed bytes."""
+
+
+def conversation(messages: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i in range(messages):
+        words = " ".join(f"word{(i * 7 + j) % 97}" for j in range(40 + (i * 13) % 120))
+        if i % 2 == 0:
+            out.append({"role": "user", "content": f"Question {i}: {words}"})
+        else:
+            out.append({"role": "assistant", "content": [{"type": "text", "text": f"Answer {i}: {words}"}]})
+    return out
+
+
+def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:
+        return subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_http(url: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+async def one_client(port: int, request: bytes, until: float, latencies: list[float]) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        while time.perf_counter() < until:
+            started = time.perf_counter()
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            await reader.readexactly(length)
+            if not head.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(head[:200].decode())
+            latencies.append((time.perf_counter() - started) * 1000)
+    finally:
+        writer.close()
+
+
+async def load(port: int, body: bytes, clients: int, seconds: float) -> tuple[float, float]:
+    request = (
+        b"POST /v1/assemble HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
+        + f"content-length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    latencies: list[float] = []
+    warm_until = time.perf_counter() + 1.0
+    await asyncio.gather(*(one_client(port, request, warm_until, []) for _ in range(clients)))
+    until = time.perf_counter() + seconds
+    await asyncio.gather(*(one_client(port, request, until, latencies) for _ in range(clients)))
+    return len(latencies) / seconds, statistics.median(latencies)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--messages", type=int, default=200)
+    args = parser.parse_args()
+    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"ovstream-rpc-floor-{os.getpid()}"
+    work.mkdir(parents=True, exist_ok=True)
+    server = start_redis_server()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        ov_port = free_port()
+        base = {k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")}
+        env = {**base, "OVSTREAM_REDIS_URL": server.url, "OVSTREAM_BASE_URL": f"http://127.0.0.1:{ov_port}"}
+        procs.append(spawn([*OVSTREAM, "fake-ov", "--port", str(ov_port)], env, work / "ov.log"))
+        wait_http(f"http://127.0.0.1:{ov_port}/health")
+        messages = conversation(args.messages)
+        client = redis.Redis.from_url(server.url)
+        publish_turn(
+            client,
+            Settings(redis_url=server.url),
+            TurnEvent(event_id="bench", session_id="bench", messages=messages, published_at=time.time()),
+        )
+        capture = spawn([*OVSTREAM, "capture", "--burst"], env, work / "capture.log")
+        capture.wait(timeout=60)
+        client.close()
+        body = json.dumps({"sessionId": "bench", "messages": messages, "prompt": "next"}).encode()
+
+        results: dict[str, tuple[float, float]] = {}
+        answer = b""
+        for workers in (1, 2):
+            port = free_port()
+            rpc = spawn(
+                [*OVSTREAM, "--log-level", "WARNING", "rpc", "--port", str(port), "--workers", str(workers)],
+                env,
+                work / f"rpc{workers}.log",
+            )
+            procs.append(rpc)
+            wait_http(f"http://127.0.0.1:{port}/healthz")
+            answer = httpx.post(f"http://127.0.0.1:{port}/v1/assemble", content=body, timeout=30).content
+            results[f"assemble, {workers} process{'es' if workers > 1 else ''}"] = asyncio.run(
+                load(port, body, args.clients, args.seconds)
+            )
+            stop(rpc)
+        (work / "answer.json").write_bytes(answer)
+        (work / "echo.py").write_text(ECHO_APP)
+        port = free_port()
+        echo = spawn(
+            [sys.executable, str(work / "echo.py"), str(work / "answer.json"), str(port)], env, work / "echo.log"
+        )
+        procs.append(echo)
+        wait_http(f"http://127.0.0.1:{port}/")
+        results["bare uvicorn echo (same bodies)"] = asyncio.run(load(port, body, args.clients, args.seconds))
+        stop(echo)
+
+        floor = results["bare uvicorn echo (same bodies)"][0]
+        print(
+            f"RPC over TCP: {args.clients} keep-alive clients, {args.seconds:g} s each,"
+            f" request {len(body) / 1024:.0f} KiB, answer {len(answer) / 1024:.0f} KiB"
+            f" ({args.messages}-message session, snapshot hits)"
+        )
+        print(f"{'server':<34} {'req/s':>8} {'p50 ms':>8} {'of the floor':>13}")
+        for name, (rate, p50) in results.items():
+            print(f"{name:<34} {rate:>8,.0f} {p50:>8.2f} {rate / floor:>12.0%}")
+    finally:
+        for proc in procs:
+            stop(proc)
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
