@@ -40,6 +40,9 @@ def add_fake_ov_arguments(parser: argparse.ArgumentParser) -> None:
         help="listen port (default: the port of baseUrl, else 1933; 0 picks a free one)",
     )
     parser.add_argument(
+        "--latency-ms", type=float, default=0.0, help="added to every call: an OV under load (benchmarks)"
+    )
+    parser.add_argument(
         "--api-key",
         action="append",
         default=[],
@@ -63,6 +66,7 @@ def cli_fake_ov(settings: Settings, args: argparse.Namespace) -> int:
     host = args.host
     port = _default_port(settings) if args.port is None else args.port
     fake = FakeOV(api_keys=_api_keys(args.api_key) or None)
+    fake.latency_s = args.latency_ms / 1000
     log.info("fake OV %s on http://%s:%s (%s mode)", "0.5.2", host, port, "api-key" if fake.auth_enabled else "dev")
     uvicorn.run(fake.asgi_app(), host=host, port=port, log_config=None, access_log=False)
     return 0

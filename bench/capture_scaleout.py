@@ -1,0 +1,144 @@
+"""Capture scale-out: throughput with 1, 2, 4 and 8 ``ovstream capture`` processes over 16
+shards, against an OV that takes ``--ov-latency-ms`` per call (the FakeOV over HTTP,
+``ovstream fake-ov --latency-ms``), as ratios to one process, measured in one run.
+Prints figures; not a test.
+
+Per run: a fresh key prefix and a fresh fake OV; ``--events`` turn events of
+``--sessions`` sessions are published while capture is away (the groups made first), then
+the processes start together; the clock runs until every shard's backlog is applied.
+
+    .venv/bin/python bench/capture_scaleout.py [--events 4000] [--sessions 400] [--ov-latency-ms 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx
+import redis
+
+from core.config import Settings
+from core.events import TurnEvent
+from workers.dev.local_redis import free_port, start_redis_server
+from workers.store.keys import Keys
+from workers.store.status import read_backlog
+from workers.store.streams import publish_turn
+
+ROOT = Path(__file__).resolve().parents[1]
+OVSTREAM = [sys.executable, "-m", "workers.cli"]
+SHARDS = 16
+
+
+def turn(session: str, index: int) -> TurnEvent:
+    messages = [
+        {"role": "user", "content": f"{session} question {index}: " + "words " * 30},
+        {"role": "assistant", "content": [{"type": "text", "text": f"{session} answer {index}: " + "words " * 60}]},
+    ]
+    return TurnEvent(
+        event_id=uuid.uuid4().hex,
+        session_id=session,
+        messages=messages,
+        advancement_key=f"{session}:{index}",
+        published_at=time.time(),
+    )
+
+
+def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:
+        return subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def run(processes: int, args: argparse.Namespace, redis_url: str, work: Path) -> float:
+    """Events per second for ``processes`` capture processes."""
+    ov_port = free_port()
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")}
+    prefix = f"scale{processes}x{uuid.uuid4().hex[:6]}"
+    env = {
+        **base,
+        "OVSTREAM_REDIS_URL": redis_url,
+        "OVSTREAM_BASE_URL": f"http://127.0.0.1:{ov_port}",
+        "OVSTREAM_KEY_PREFIX": prefix,
+        "OVSTREAM_SHARDS": str(SHARDS),
+        "OVSTREAM_COMMIT_TOKEN_THRESHOLD": "100000000",  # capture only: no commits
+    }
+    ov = spawn(
+        [*OVSTREAM, "fake-ov", "--port", str(ov_port), "--latency-ms", str(args.ov_latency_ms)], env, work / "ov.log"
+    )
+    settings = Settings(redis_url=redis_url, key_prefix=prefix, shards=SHARDS)
+    client = redis.Redis.from_url(redis_url)
+    workers: list[subprocess.Popen[bytes]] = []
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{ov_port}/health", timeout=1)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        keys = Keys(prefix)
+        for shard in range(SHARDS):
+            client.xgroup_create(keys.stream(shard), settings.consumer_group, id="0", mkstream=True)
+        sessions = [f"s{i}" for i in range(args.sessions)]
+        for i in range(args.events):
+            publish_turn(client, settings, turn(sessions[i % len(sessions)], i // len(sessions)))
+        started = time.monotonic()
+        for n in range(processes):
+            workers.append(spawn([*OVSTREAM, "--log-level", "WARNING", "capture"], env, work / f"capture{n}.log"))
+        while any(s.oldest_unapplied is not None for s in read_backlog(client, settings)):
+            if any(w.poll() is not None for w in workers):
+                raise RuntimeError(f"a capture process exited; see {work}")
+            time.sleep(0.05)
+        return args.events / (time.monotonic() - started)
+    finally:
+        for proc in [*workers, ov]:
+            stop(proc)
+        client.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=4000)
+    parser.add_argument("--sessions", type=int, default=400)
+    parser.add_argument("--ov-latency-ms", type=float, default=20.0)
+    parser.add_argument("--processes", default="1,2,4,8")
+    args = parser.parse_args()
+    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"ovstream-scaleout-{os.getpid()}"
+    work.mkdir(parents=True, exist_ok=True)
+    server = start_redis_server()
+    try:
+        rates = {int(n): run(int(n), args, server.url, work) for n in args.processes.split(",")}
+    finally:
+        server.stop()
+    one = rates[min(rates)]
+    print(
+        f"capture scale-out: {args.events} turn events ({args.sessions} sessions, 2 messages each), {SHARDS} shards,"
+        f" OV latency {args.ov_latency_ms:g} ms per call, {os.cpu_count()} CPUs"
+    )
+    print(f"{'processes':>9} {'events/s':>9} {'x one':>6}")
+    for n, rate in rates.items():
+        print(f"{n:>9} {rate:>9,.0f} {rate / one:>6.2f}")
+
+
+if __name__ == "__main__":
+    main()
