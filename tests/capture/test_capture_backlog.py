@@ -20,14 +20,14 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from core.config import Settings
-from core.events import TurnEvent
+from core.events import CommitOutcome, TurnEvent, encode
 from tests.helpers.capture import expected_texts, make_worker, ov_texts, pending_count, publish, turn
 from workers.cli import main
 from workers.dev.fake_ov.app import FakeOV
 from workers.dev.local_redis import start_redis_server
 from workers.store.keys import Keys, shard_of
 from workers.store.scripts import TRIM_APPLIED
-from workers.store.status import read_backlog
+from workers.store.status import format_status, read_backlog, read_status
 
 SESSIONS = 20
 TURNS = 150
@@ -154,3 +154,15 @@ def test_the_trim_never_takes_an_unread_or_pending_entry(
     finally:
         client.delete(stream)
         client.close()
+
+
+def test_status_counts_commit_jobs_and_the_last_hours_outcomes(redis_client, settings) -> None:
+    stream = Keys(settings.key_prefix).commit_outcomes()
+    hour_ago_ms = int(time.time() * 1000) - 3_700_000
+    for entry_id, status in ((f"{hour_ago_ms}-0", "failed"), ("*", "completed"), ("*", "completed"), ("*", "timeout")):
+        outcome = CommitOutcome(commit_id="c", ov_session_id="s", agent_id="main", status=status)
+        redis_client.xadd(stream, {"o": encode(outcome)}, id=entry_id)
+    status = read_status(redis_client, settings)
+    assert status.outcomes_last_hour == {"completed": 2, "timeout": 1}  # the older failure is not counted
+    assert status.commit_jobs == {"queued": 0, "scheduled": 0, "running": 0, "failed": 0}
+    assert "outcomes in the last hour: completed 2, timeout 1" in format_status(status)

@@ -12,15 +12,14 @@ import logging
 import time
 from collections import Counter as Tally
 from collections.abc import Iterator
-from typing import Any
 
-import msgspec
 import redis
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from core.config import Settings
+from workers.store.commit_records import outcome_status
 from workers.store.connection import stream_entries, text
 from workers.store.keys import Keys
 from workers.store.status import read_backlog
@@ -52,17 +51,6 @@ _LATENCY_BUCKETS = (
 _OUTCOME_SCAN_BATCH = 1000
 _OUTCOME_SCAN_MAX_PER_SCRAPE = 20_000
 """Bound on commit-outcome entries read per scrape, so a scrape stays cheap; the rest next time."""
-
-
-_OUTCOME_FIELDS = frozenset({"o", "e"})
-"""Stream entry fields holding an encoded CommitOutcome (workers.store.commit_records writes ``o``)."""
-
-
-class _StatusOnly(msgspec.Struct):
-    status: str = "unknown"
-
-
-_status_decoder = msgspec.json.Decoder(_StatusOnly)
 
 
 class StreamLagCollector(Collector):
@@ -128,24 +116,11 @@ class CommitOutcomeCollector(Collector):
             if not entries:
                 return
             for entry_id, fields in entries:
-                self._tally[self._status_of(fields)] += 1
+                self._tally[outcome_status(fields)] += 1
                 self._last_id = text(entry_id)
             read += len(entries)
             if len(entries) < _OUTCOME_SCAN_BATCH:
                 return
-
-    @staticmethod
-    def _status_of(fields: dict[Any, Any]) -> str:
-        for name, value in fields.items():
-            key = text(name)
-            if key == "status":
-                return text(value)
-            if key in _OUTCOME_FIELDS:
-                try:
-                    return _status_decoder.decode(value).status
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    return "unreadable"
-        return "unknown"
 
     def collect(self) -> Iterator[Metric]:
         try:

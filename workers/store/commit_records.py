@@ -14,12 +14,14 @@ import logging
 import time
 from typing import Any
 
+import msgspec
 import redis as redis_lib
 import redis.asyncio as aioredis
 
 from core.config import Settings
 from core.events import CommitOutcome, CommitRequest, CommitStatus, decode, encode
 from core.session import SessionAddress
+from workers.store.connection import text
 from workers.store.keys import Keys, SessionKeys
 
 log = logging.getLogger(__name__)
@@ -162,3 +164,26 @@ class CommitRecords:
         raw = self.redis.hgetall(self.session_keys(address).commits)
         outcomes = [decode(v, CommitOutcome) for v in raw.values()]
         return sorted(outcomes, key=lambda o: (o.requested_at, o.commit_id))
+
+
+class _StatusOnly(msgspec.Struct):
+    status: str = "unknown"
+
+
+_status_decoder = msgspec.json.Decoder(_StatusOnly)
+_OUTCOME_FIELDS = frozenset({OUTCOME_FIELD, "e"})
+"""Outcome-stream fields holding an encoded CommitOutcome (``e``: what older versions wrote)."""
+
+
+def outcome_status(fields: dict[Any, Any]) -> str:
+    """The status of one commit-outcomes stream entry, reading only that field."""
+    for name, value in fields.items():
+        key = text(name)
+        if key == "status":
+            return text(value)
+        if key in _OUTCOME_FIELDS:
+            try:
+                return _status_decoder.decode(value).status
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                return "unreadable"
+    return "unknown"

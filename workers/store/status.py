@@ -10,6 +10,7 @@ import argparse
 import json
 import socket
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -17,7 +18,9 @@ import redis
 
 from core.config import Settings
 from workers.store.applied import parse_id
-from workers.store.connection import connect, optional_text, text
+from workers.store.commit_queue import commit_queue
+from workers.store.commit_records import outcome_status
+from workers.store.connection import connect, optional_text, stream_entries, text
 from workers.store.health import ProcessHealth, read_health
 from workers.store.keys import Keys
 
@@ -103,6 +106,10 @@ class DeploymentStatus:
     processes: list[ProcessHealth]
     capture_consumers: list[str]
     commits_in_flight: int
+    commit_jobs: dict[str, int]
+    """The commit queue's jobs by state (queued, scheduled, running, failed)."""
+    outcomes_last_hour: dict[str, int]
+    """Commit outcomes recorded in the last hour, by status."""
     dead_letters: int
     now_ms: int
 
@@ -113,6 +120,8 @@ class DeploymentStatus:
             "processes": [asdict(p) for p in self.processes],
             "capture_consumers": self.capture_consumers,
             "commits_in_flight": self.commits_in_flight,
+            "commit_jobs": self.commit_jobs,
+            "outcomes_last_hour": self.outcomes_last_hour,
             "dead_letters": self.dead_letters,
         }
 
@@ -125,9 +134,26 @@ def read_status(client: redis.Redis, settings: Settings) -> DeploymentStatus:
     pipe.zrangebyscore(keys.capture_workers(), now_ms, "+inf")
     pipe.zcard(keys.commits_in_flight())
     pipe.xlen(keys.dead_letters())
-    consumers, in_flight, dead = pipe.execute()
-    processes = read_health(client, settings)
-    return DeploymentStatus(shards, processes, sorted(text(c) for c in consumers), int(in_flight), int(dead), now_ms)
+    pipe.xrange(keys.commit_outcomes(), min=f"{now_ms - 3_600_000}-0", max="+")
+    consumers, in_flight, dead, recent = pipe.execute()
+    queue = commit_queue(client, settings)
+    jobs = {
+        "queued": queue.count,
+        "scheduled": queue.scheduled_job_registry.count,
+        "running": queue.started_job_registry.count,
+        "failed": queue.failed_job_registry.count,
+    }
+    outcomes = Counter(outcome_status(fields) for _, fields in stream_entries(recent))
+    return DeploymentStatus(
+        shards=shards,
+        processes=read_health(client, settings),
+        capture_consumers=sorted(text(c) for c in consumers),
+        commits_in_flight=int(in_flight),
+        commit_jobs=jobs,
+        outcomes_last_hour=dict(sorted(outcomes.items())),
+        dead_letters=int(dead),
+        now_ms=now_ms,
+    )
 
 
 def format_status(status: DeploymentStatus) -> str:
@@ -140,6 +166,9 @@ def format_status(status: DeploymentStatus) -> str:
         facts = " ".join(f"{k}={v}" for k, v in sorted(p.facts.items()))
         lines.append(f"{p.role:>8} {p.name} on {p.host} pid {p.pid}: {p.state}, heard {p.heard_s_ago:.1f}s ago {facts}")
     lines.append(f"capture consumers: {', '.join(status.capture_consumers) or 'none'}")
+    jobs = ", ".join(f"{state} {count}" for state, count in status.commit_jobs.items())
+    outcomes = ", ".join(f"{state} {count}" for state, count in status.outcomes_last_hour.items()) or "none"
+    lines.append(f"commit jobs: {jobs}; outcomes in the last hour: {outcomes}")
     lines.append(f"commits in flight: {status.commits_in_flight}; dead letters: {status.dead_letters}")
     return "\n".join(lines)
 
