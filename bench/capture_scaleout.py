@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,9 +21,11 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
 import redis
+from processes import OVSTREAM, spawn, stop  # bench/processes.py
 
 from core.config import Settings
 from core.events import TurnEvent
@@ -33,8 +34,6 @@ from workers.store.keys import Keys
 from workers.store.status import read_backlog
 from workers.store.streams import publish_turn
 
-ROOT = Path(__file__).resolve().parents[1]
-OVSTREAM = [sys.executable, "-m", "workers.cli"]
 SHARDS = 16
 
 
@@ -50,21 +49,6 @@ def turn(session: str, index: int) -> TurnEvent:
         advancement_key=f"{session}:{index}",
         published_at=time.time(),
     )
-
-
-def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "wb") as out:
-        return subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def run(processes: int, args: argparse.Namespace, redis_url: str, work: Path) -> float:

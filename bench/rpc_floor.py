@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -25,17 +24,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
 import redis
+from processes import OVSTREAM, spawn, stop, wait_http  # bench/processes.py
 
 from core.config import Settings
 from core.events import TurnEvent
 from workers.dev.local_redis import free_port, start_redis_server
 from workers.store.streams import publish_turn
-
-ROOT = Path(__file__).resolve().parents[1]
-OVSTREAM = [sys.executable, "-m", "workers.cli"]
 
 ECHO_APP = """
 import sys
@@ -71,32 +69,6 @@ def conversation(messages: int) -> list[dict[str, Any]]:
         else:
             out.append({"role": "assistant", "content": [{"type": "text", "text": f"Answer {i}: {words}"}]})
     return out
-
-
-def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "wb") as out:
-        return subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def wait_http(url: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(url, timeout=1)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 async def one_client(port: int, request: bytes, until: float, latencies: list[float]) -> None:
