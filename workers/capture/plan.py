@@ -106,6 +106,10 @@ class SessionRound:
     intent: Intent | None = None
     added: int = 0
     pending_tokens: int | None = None
+    active_after: int | None = None
+    """OV's active message count after this round's write (its answer's ``message_count``)."""
+    round_start: str | None = None
+    """The session's applied stream id before this round (``plan_round`` sets it)."""
     done: bool = False
 
     @property
@@ -144,7 +148,7 @@ def plan_round(
     settings: Settings, session: SessionRef, entries: list[Entry], state: AppliedState, *, isolate: bool = False
 ) -> SessionRound:
     """The units of this round, in stream order; stops before an entry that fails to convert."""
-    plan = SessionRound(session, state)
+    plan = SessionRound(session, state, round_start=state.last_id)
     seen = set(state.advancements)
     seen_events = set(state.event_ids)
     writing = False

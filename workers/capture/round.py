@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -35,6 +36,7 @@ import redis.asyncio as aioredis
 from core.config import Settings
 from core.events import ContextSnapshot
 from core.ov.client import OVClient, OVError, OVUnavailable
+from core.snapshot_growth import grown_records
 from workers import logs
 from workers.capture.fence import HashWrite, ShardFence
 from workers.capture.plan import (
@@ -48,7 +50,7 @@ from workers.capture.plan import (
 )
 from workers.capture.services import CaptureServices
 from workers.store.applied import INTENT, PARTIAL_ID, PARTIAL_SKIP, AppliedState
-from workers.store.snapshots import fetch_snapshot, store_snapshot, stored_snapshot
+from workers.store.snapshots import fetch_snapshot, grown_snapshot, read_snapshot, store_snapshot, stored_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +174,7 @@ async def _write(c: RoundHost, run: _Run) -> None:
     c.check_lease()
     c.worker.fault("before_write")
     result = await run.ov.add_messages(plan.session.ov_session_id, plan.messages)
-    plan.added, plan.pending_tokens = result.added, result.pending_tokens
+    plan.added, plan.pending_tokens, plan.active_after = result.added, result.pending_tokens, result.message_count
     c.worker.fault("after_write")
 
 
@@ -287,6 +289,9 @@ async def _follow_up(c: RoundHost, written: list[_Run]) -> None:
 
     async def fetch(run: _Run) -> tuple[ContextSnapshot, int] | None:
         ref, state = run.plan.session, run.plan.state
+        grown = await _grown(c, run)
+        if grown is not None:  # what OV holds now, known without asking it (core.snapshot_growth)
+            return grown, int(time.time() * 1000)
         try:
             async with worker.ov_slots:
                 return await fetch_snapshot(run.ov, settings, ref.address, state)
@@ -303,3 +308,17 @@ async def _follow_up(c: RoundHost, written: list[_Run]) -> None:
         replies = await pipe.execute()
     for (snapshot, _), reply in zip(fetched, replies):
         worker.snapshot_refreshed(stored_snapshot(snapshot, reply))
+
+
+async def _grown(c: RoundHost, run: _Run) -> ContextSnapshot | None:
+    """The stored snapshot grown by this round's messages, or None when OV must be read."""
+    plan = run.plan
+    if plan.active_after is None:
+        return None
+    stored = await read_snapshot(c.redis, c.settings, plan.session.address)
+    records = grown_records(
+        stored, plan.messages, round_start=plan.round_start, added=plan.added, active_after=plan.active_after
+    )
+    if stored is None or records is None:
+        return None
+    return grown_snapshot(stored, records, plan.state)

@@ -25,6 +25,7 @@ from redis.typing import EncodableT
 
 from core.config import Settings
 from core.events import ContextSnapshot, decode, encode
+from core.messages.tokens import compact_json, estimate_tokens
 from core.session import SessionAddress
 from workers.store.applied import AppliedState
 from workers.store.keys import session_keys
@@ -66,13 +67,30 @@ async def fetch_snapshot(
         estimated_tokens=ctx.estimated_tokens,
         total_archives=ctx.stats.total_archives,
         failed_archives=ctx.stats.failed_archives,
-        applied_stream_id=applied.last_id or ZERO_ID,
-        captured_through=applied.captured,
-        event_ids=list(applied.event_ids),
-        advancements=list(applied.advancements),
-        refreshed_at=time.time(),
+        **_applied_tags(applied),
     )
     return snapshot, fetched_ms
+
+
+def _applied_tags(applied: AppliedState) -> dict[str, Any]:
+    """The fields of a snapshot that say which applied entries it reflects."""
+    return {
+        "applied_stream_id": applied.last_id or ZERO_ID,
+        "captured_through": applied.captured,
+        "event_ids": list(applied.event_ids),
+        "advancements": list(applied.advancements),
+        "refreshed_at": time.time(),
+    }
+
+
+def grown_snapshot(stored: ContextSnapshot, records: list[dict[str, Any]], applied: AppliedState) -> ContextSnapshot:
+    """``stored`` with ``records`` as its messages (core.snapshot_growth decided they are what
+    OV holds) and the tags of ``applied``; its token estimate grows by the new records'."""
+    new = records[len(stored.messages) :]
+    added_tokens = estimate_tokens(compact_json([m.get("parts") for m in new]))
+    return msgspec.structs.replace(
+        stored, messages=records, estimated_tokens=stored.estimated_tokens + added_tokens, **_applied_tags(applied)
+    )
 
 
 async def store_snapshot(

@@ -1,0 +1,55 @@
+"""When capture may grow a session's snapshot by what it wrote, instead of reading OV.
+
+Pure. After a batch write, the snapshot OV ``/context`` would now return is the stored one
+plus the written messages, exactly when: the stored snapshot reflects every entry before
+this round (its stream id is the round's starting point), OV's active count after the
+write is the stored records plus what this round added (nothing else moved: no commit, no
+earlier write the snapshot lacks, no budget trimming by ``/context``), and no written tool
+output is long enough for OV to keep only a stub of it. Otherwise only a read can tell.
+Assemble reads records by role and parts only, so appended bodies convert as OV's would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from core.events import ContextSnapshot
+
+SAFE_TOOL_OUTPUT_CHARS = 16_000
+"""Longest tool output a grown snapshot takes: OV externalizes long outputs (a stub and a
+``tool_output_ref``; 20,000 characters by default where OV documents it), which only its
+own ``/context`` shows."""
+
+
+def _long_output(message: Mapping[str, Any]) -> bool:
+    for part in message.get("parts") or ():
+        if isinstance(part, Mapping) and part.get("type") == "tool":
+            output = part.get("tool_output")
+            if not isinstance(output, str) or len(output) >= SAFE_TOOL_OUTPUT_CHARS:
+                return True
+    return False
+
+
+def grown_records(
+    snapshot: ContextSnapshot | None,
+    written: Sequence[Mapping[str, Any]],
+    *,
+    round_start: str | None,
+    added: int,
+    active_after: int,
+) -> list[dict[str, Any]] | None:
+    """The snapshot's message records with ``written`` appended, when that is what OV's
+    ``/context`` would return now; None when it may not be (read OV then).
+
+    ``round_start``: the stream id the session's applied offset had before this round;
+    ``added``: what OV says this round added; ``active_after``: OV's active message count
+    after the write (``message_count`` of its answer).
+    """
+    if snapshot is None or round_start is None or snapshot.applied_stream_id != round_start:
+        return None
+    if added != len(written) or len(snapshot.messages) + added != active_after:
+        return None
+    if any(_long_output(m) for m in written):
+        return None
+    return [*snapshot.messages, *(dict(m) for m in written)]
