@@ -1,0 +1,64 @@
+"""core.snapshot_growth: when a stored snapshot plus the written messages is OV's /context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from core.events import ContextSnapshot
+from core.snapshot_growth import SAFE_TOOL_OUTPUT_CHARS, grown_records
+
+STORED = ContextSnapshot(
+    ov_session_id="s",
+    agent_id="main",
+    messages=[{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}],
+    applied_stream_id="5-0",
+)
+TEXT = {"role": "assistant", "parts": [{"type": "text", "text": "hello"}]}
+
+
+def tool(output: Any) -> dict[str, Any]:
+    return {"role": "assistant", "parts": [{"type": "tool", "tool_id": "c", "tool_output": output}]}
+
+
+@pytest.mark.parametrize(
+    ("stored", "written", "round_start", "added", "active_after", "grows"),
+    [
+        (STORED, [TEXT], "5-0", 1, 2, True),
+        (STORED, [TEXT, tool("ok")], "5-0", 2, 3, True),
+        (None, [TEXT], "5-0", 1, 2, False),  # no snapshot yet
+        (STORED, [TEXT], None, 1, 2, False),  # the session's first round
+        (STORED, [TEXT], "4-0", 1, 2, False),  # the snapshot lags behind the round's start
+        (STORED, [TEXT], "5-0", 1, 3, False),  # OV holds more than the snapshot knows of
+        (STORED, [TEXT], "5-0", 1, 1, False),  # a commit archived messages meanwhile
+        (STORED, [TEXT], "5-0", 0, 1, False),  # OV added fewer than written
+        (STORED, [tool("x" * SAFE_TOOL_OUTPUT_CHARS)], "5-0", 1, 2, False),  # OV may stub it
+        (STORED, [tool(None)], "5-0", 1, 2, False),  # no output to vouch for
+    ],
+    ids=[
+        "text",
+        "text-and-tool",
+        "no-snapshot",
+        "first-round",
+        "snapshot-behind",
+        "ov-has-more",
+        "commit-between",
+        "fewer-added",
+        "long-tool-output",
+        "tool-without-output",
+    ],
+)
+def test_grown_records(
+    stored: ContextSnapshot | None,
+    written: list[dict[str, Any]],
+    round_start: str | None,
+    added: int,
+    active_after: int,
+    grows: bool,
+) -> None:
+    records = grown_records(stored, written, round_start=round_start, added=added, active_after=active_after)
+    if not grows:
+        assert records is None
+        return
+    assert stored is not None and records == [*stored.messages, *written]
