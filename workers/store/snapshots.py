@@ -1,7 +1,8 @@
 """The session's ContextSnapshot: OV /context cached in Redis for assemble.
 
-Capture refreshes it after every applied batch, the commit jobs after each
-commit; assemble reads it. A snapshot is tagged with the last stream entry it
+Capture updates it after every applied batch (grown by the written messages when
+core.snapshot_growth says that is OV's answer, else read from OV), the commit jobs
+after each commit; assemble reads it. A snapshot is tagged with the last stream entry it
 reflects, and a Lua script keeps the stored one from going back in time: a
 write lands only when its stream id is newer, or equal and its OV read began
 no earlier than the stored one's (a commit changes the context without a new
