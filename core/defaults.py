@@ -113,7 +113,8 @@ STREAM_TRIM_INTERVAL_S = 1.0
 group has applied (workers.store.scripts.TRIM_APPLIED). Nothing else trims a turn stream."""
 
 DEAD_LETTER_MAXLEN = 100_000
-"""Approximate cap on the dead-letter stream's length (also what ``dlq replay`` reads at most)."""
+"""Most dead letters one ``dlq replay --all`` reads. The dead-letter stream itself is never
+capped: each entry is a turn kept for an operator (``ovstream status`` counts them)."""
 
 REDIS_SOCKET_TIMEOUT_MARGIN_S = 10.0
 """Socket timeout over the longest blocking read a connection declares (XREADGROUP BLOCK)."""

@@ -380,9 +380,7 @@ class ShardConsumer:
                         deliveries=entry.deliveries,
                         consumer=self.consumer,
                     ),
-                    maxlen=self.settings.dead_letter_maxlen,
-                    approximate=True,
-                )
+                )  # uncapped: a dead letter is a turn kept for an operator, never dropped
             await pipe.execute()
         await self.fence.apply([], [e.id for e, _, _ in items])
         gone = {e.id for e, _, _ in items}
