@@ -289,3 +289,16 @@ def test_due_jobs_move_with_an_orphaned_rq_scheduler_lock_and_exactly_once(redis
     assert sum(moved) == 40 and queue.count == 40
     assert sorted(queue.job_ids) == sorted(f"{settings.key_prefix}-due-{i}" for i in range(40))
     assert queue.scheduled_job_registry.count == 0
+
+
+async def test_a_snapshot_that_cannot_be_refreshed_after_a_commit_is_dropped(redis_client, settings, fake_ov):
+    # Capture stores a snapshot (and would grow it); the commit then changes OV under it.
+    publish(redis_client, settings, [turn("s", 0), turn("s", 1)])
+    await make_worker(settings, fake_ov, burst=True).run()
+    address = SessionAddress("s", "main", None)
+    assert stored_snapshot(redis_client, settings, address) is not None
+    fake_ov.fail_next(10, status=500, code="INTERNAL", route="get_context")  # every refresh after it fails
+    request = _request(redis_client, settings)
+    assert wait_for_outcome(redis_client, settings, request).status == "completed"
+    # Never the pre-commit snapshot: the next reader goes to OV (and capture reads, not grows).
+    assert stored_snapshot(redis_client, settings, address) is None

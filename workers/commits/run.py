@@ -10,6 +10,7 @@ the ``key_prefix`` it carries.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from workers.store import commit_queue as jobs
 from workers.store import tenant_lock as jobs_tenant
 from workers.store.commit_queue import finish_commit, record_outcome
 from workers.store.commit_records import FINAL_STATUSES, CommitRecords, outcome_of
-from workers.store.snapshots import refresh_snapshot
+from workers.store.snapshots import refresh_snapshot, snapshot_key
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +219,13 @@ def _patiently(request: CommitRequest, step: Callable[[], CommitOutcome]) -> Com
 async def _refresh_quietly(ctx: JobContext, ov: OVClient, request: CommitRequest) -> None:
     try:
         await refresh_snapshot(ctx.redis, ov, ctx.settings, request.address)
-    except (OVError, redis_lib.RedisError) as exc:  # the commit stands; the next batch or commit refreshes
+    except OVError as exc:
+        # The commit stands. The stored snapshot predates it, and capture must not grow it
+        # (core.snapshot_growth trusts it): drop it, so the next read goes to OV.
+        log.warning("snapshot of %s not refreshed after commit (%s); dropped", request.ov_session_id, exc)
+        with contextlib.suppress(redis_lib.RedisError):  # Redis away too: the count check is left
+            await ctx.redis.delete(snapshot_key(ctx.settings, request.address))
+    except redis_lib.RedisError as exc:  # nothing stored, nothing stale: the next batch reads OV
         log.warning("snapshot of %s not refreshed after commit: %s", request.ov_session_id, exc)
 
 
