@@ -21,7 +21,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core.config import RpcCredential, Settings
-from workers.rpc.context import RpcError
+from workers.rpc.context import RpcError, bearer_token
 from workers.rpc.metrics import RpcMetrics
 from workers.rpc.responses import error_response
 
@@ -33,11 +33,8 @@ CREDENTIAL_STATE = "ovstream_credential"
 
 
 def token_of(headers: Mapping[str, str]) -> str | None:
-    token = (headers.get(TOKEN_HEADER) or "").strip()
-    if token:
-        return token
-    scheme, _, value = (headers.get("authorization") or "").strip().partition(" ")
-    return value.strip() or None if scheme.lower() == "bearer" else None
+    """The RPC token a request sends: ``X-Ovstream-Token``, else ``Authorization: Bearer``."""
+    return (headers.get(TOKEN_HEADER) or "").strip() or bearer_token(headers)
 
 
 def match(credentials: Mapping[str, RpcCredential], token: str | None) -> tuple[str, RpcCredential] | None:

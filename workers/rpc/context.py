@@ -58,17 +58,19 @@ def rpc_error_for(exc: OVError) -> RpcError:
     return RpcError(status, exc.code, exc.message or exc.code)
 
 
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    """The token of ``Authorization: Bearer <token>`` (None without one)."""
+    scheme, _, token = (headers.get("authorization") or "").strip().partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+
 def api_key_from_headers(headers: Mapping[str, str], *, bearer: bool = True) -> str | None:
     """The caller's OV key: ``X-OpenViking-API-Key``, else (``bearer``: when the RPC has no
     tokens of its own) ``Authorization: Bearer``."""
     key = (headers.get(API_KEY_HEADER) or "").strip()
     if key or not bearer:
         return key or None
-    auth = (headers.get("authorization") or "").strip()
-    scheme, _, token = auth.partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        return token.strip()
-    return None
+    return bearer_token(headers)
 
 
 def tenant_for_api_key(settings: Settings, api_key: str | None) -> str | None:
