@@ -18,7 +18,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import fakeredis
@@ -130,14 +130,18 @@ class _Waiting:
         self.delay = REDIS_WAIT_S
         self.since: float | None = None
 
-    def failed(self, exc: BaseException) -> float:
+    def pauses(self, exc: BaseException, stopping: Callable[[], bool]) -> Iterator[float]:
+        """The sleeps before the next PING after ``exc``, in tenths of a second so that a stop
+        is heard at once; the wait doubles each time, up to REDIS_WAIT_MAX_S."""
         if isinstance(exc, redis.AuthenticationError | redis.ResponseError):
             raise RedisConfigError(f"redis_url: Redis at {self.where} refuses us: {exc}") from None
         if self.since is None:
             self.since = time.monotonic()
             log.warning("%s: waiting for Redis at %s: %s", self.who, self.where, _unreachable_reason(exc))
-        delay, self.delay = self.delay, min(REDIS_WAIT_MAX_S, self.delay * 2)
-        return delay
+        left, self.delay = self.delay, min(REDIS_WAIT_MAX_S, self.delay * 2)
+        while left > 0 and not stopping():
+            yield min(left, 0.1)
+            left -= 0.1
 
     def reached(self) -> None:
         if self.since is not None:
@@ -156,10 +160,8 @@ async def await_redis(
         try:
             await client.ping()
         except _UNREACHABLE as exc:
-            pause = waiting.failed(exc)
-            while pause > 0 and not stopping():  # a stop is heard within a tenth of a second
-                await asyncio.sleep(min(pause, 0.1))
-                pause -= 0.1
+            for pause in waiting.pauses(exc, stopping):
+                await asyncio.sleep(pause)
             continue
         waiting.reached()
         return True
@@ -175,10 +177,8 @@ def wait_for_redis(
         try:
             client.ping()
         except _UNREACHABLE as exc:
-            pause = waiting.failed(exc)
-            while pause > 0 and not stopping():
-                time.sleep(min(pause, 0.1))
-                pause -= 0.1
+            for pause in waiting.pauses(exc, stopping):
+                time.sleep(pause)
             continue
         waiting.reached()
         return True

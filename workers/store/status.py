@@ -1,7 +1,8 @@
 """What a running deployment looks like, read from Redis: per shard, what waits in its
 turn stream (length, unread, pending, the oldest entry not yet applied and its age) and
-which capture consumer owns it; the live capture consumers, commits in flight and dead
-letters. ``/metrics`` and ``ovstream status`` both read it here.
+which capture consumer owns it; every process's liveness (workers.store.health), the
+commit jobs by state, the last hour's commit outcomes and the dead letters. ``/metrics``,
+``ovstream status``, ``GET /v1/status`` and ``ovstream health`` read it here.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A session's events always go to the shard ``shard_of(ov_session_id(...))``,
 so one consumer sees them in the order they were published. The entry is
 ``{"e": encode(TurnEvent)}``. Nothing caps the stream here: a producer cannot
 know what capture has applied, so a backlog (capture or OV away) stays whole;
-capture trims what it applied (``trim_applied``). With the XADD, in the same
+capture trims what it applied (``AppliedTrim``). With the XADD, in the same
 round trip, ``Keys.last_turn`` names the session's newest turn (the plugin's
 publisher does the same).
 """
