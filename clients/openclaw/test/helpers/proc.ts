@@ -127,26 +127,36 @@ export function redisServerPath(): string | undefined {
 
 /** Start `redis-server --port N --save "" --appendonly no` and wait for PONG. */
 export async function startRedis(port?: number): Promise<RedisServer> {
+  const p = port ?? (await freePort());
+  return launchRedis("redis-server", p, `redis://127.0.0.1:${p}/0`, ["--port", String(p), "--protected-mode", "no"], () => redisPing(p));
+}
+
+/**
+ * `redis-server` on loopback port `port` with `args` (besides bind, persistence off and
+ * a temp dir), ready once `ready()`; stopped (and its dir removed) by `stop()`.
+ */
+async function launchRedis(
+  what: string, port: number, url: string, args: string[], ready: () => Promise<boolean>,
+): Promise<RedisServer> {
   const exe = redisServerPath();
   if (!exe) {
     throw new Error("redis-server is not installed (apt-get install redis-server)");
   }
-  const p = port ?? (await freePort());
   const dir = mkdtempSync(join(tmpdir(), "ovstream-node-redis-"));
   const child = track(
-    spawn(exe, ["--port", String(p), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, "--protected-mode", "no"], {
+    spawn(exe, [...args, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir], {
       stdio: ["ignore", "ignore", "pipe"],
     }),
   );
   let stderr = "";
   child.stderr?.on("data", (d) => (stderr += d.toString()));
-  await waitFor(`redis-server on port ${p}`, async () => {
+  await waitFor(`${what} on port ${port}`, async () => {
     if (child.exitCode !== null) throw new Error(`redis-server exited ${child.exitCode}: ${stderr}`);
-    return redisPing(p);
+    return ready();
   }, 15_000, 25);
   return {
-    port: p,
-    url: `redis://127.0.0.1:${p}/0`,
+    port,
+    url,
     async stop() {
       await stopChild(child);
       rmSync(dir, { recursive: true, force: true });
@@ -226,32 +236,13 @@ export function makePki(): TlsFiles {
 
 /** `redis-server` on a TLS-only port that requires client certificates; `url` is rediss://. */
 export async function startTlsRedis(pki: TlsFiles): Promise<RedisServer> {
-  const exe = redisServerPath();
-  if (!exe) {
-    throw new Error("redis-server is not installed (apt-get install redis-server)");
-  }
   const p = await freePort();
-  const dir = mkdtempSync(join(tmpdir(), "ovstream-node-tls-redis-"));
   const args = [
-    "--port", "0", "--tls-port", String(p), "--bind", "127.0.0.1",
+    "--port", "0", "--tls-port", String(p),
     "--tls-cert-file", pki.certFile, "--tls-key-file", pki.keyFile, "--tls-ca-cert-file", pki.caFile,
-    "--tls-auth-clients", "yes", "--save", "", "--appendonly", "no", "--dir", dir,
+    "--tls-auth-clients", "yes",
   ];
-  const child = track(spawn(exe, args, { stdio: ["ignore", "ignore", "pipe"] }));
-  let stderr = "";
-  child.stderr?.on("data", (d) => (stderr += d.toString()));
-  await waitFor(`TLS redis-server on port ${p}`, async () => {
-    if (child.exitCode !== null) throw new Error(`redis-server exited ${child.exitCode}: ${stderr}`);
-    return portOpen(p);
-  }, 15_000, 25);
-  return {
-    port: p,
-    url: `rediss://127.0.0.1:${p}/0`,
-    async stop() {
-      await stopChild(child);
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
+  return launchRedis("TLS redis-server", p, `rediss://127.0.0.1:${p}/0`, args, () => portOpen(p));
 }
 
 function portOpen(port: number): Promise<boolean> {
