@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
@@ -101,6 +101,12 @@ class Settings(BaseSettings):
     redis_cert_file: str | None = Field(None)
     redis_key_file: str | None = Field(None)
     """Client certificate and key, for a Redis that requires them (``tls-auth-clients yes``)."""
+    redis_cluster: bool = Field(False)
+    """``redis_url`` names one node of a Redis Cluster: streams, session records and leases are
+    spread over its masters by their ``{s<n>}`` hash tags (needs ``queue_redis_url``)."""
+    queue_redis_url: str | None = Field(None, repr=False)
+    """The Redis of the RQ commit queue (default: ``redis_url``). RQ does not speak Redis
+    Cluster, so with ``redis_cluster`` the queue lives on a plain Redis of its own."""
     key_prefix: str = Field(d.KEY_PREFIX, min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     shards: int = Field(d.SHARDS, ge=1, le=1024)
     consumer_group: str = Field(d.CONSUMER_GROUP, min_length=1)
@@ -170,12 +176,24 @@ class Settings(BaseSettings):
             raise ValueError("must start with http:// or https://")
         return v.rstrip("/")
 
-    @field_validator("redis_url")
+    @field_validator("redis_url", "queue_redis_url")
     @classmethod
-    def _redis_url(cls, v: str) -> str:
-        if not v.startswith(("redis://", "rediss://", "unix://", "fakeredis://")):
+    def _redis_url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("redis://", "rediss://", "unix://", "fakeredis://")):
             raise ValueError("must be a redis://, rediss://, unix:// or fakeredis:// URL")
         return v
+
+    @model_validator(mode="after")
+    def _cluster_needs_its_queue(self) -> Settings:
+        if self.redis_cluster:
+            if not self.redis_url.startswith(("redis://", "rediss://")):
+                raise ValueError("redisCluster: redisUrl must be a redis:// or rediss:// URL of a cluster node")
+            if self.queue_redis_url is None:
+                raise ValueError(
+                    "redisCluster: set queueRedisUrl to a plain (non-cluster) Redis for the RQ commit queue;"
+                    " RQ does not speak Redis Cluster"
+                )
+        return self
 
     @field_validator("bypass_session_patterns", mode="before")
     @classmethod
@@ -197,15 +215,20 @@ class Settings(BaseSettings):
         return self.redis_url.startswith("fakeredis://")
 
     @property
+    def rq_redis_url(self) -> str:
+        """Where the RQ commit queue lives: ``queue_redis_url``, else ``redis_url``."""
+        return self.queue_redis_url or self.redis_url
+
+    @property
     def credentials(self) -> dict[str, RpcCredential]:
         """Every RPC caller: ``rpc_credentials``, plus ``rpc_token`` as ``default``."""
         if self.rpc_token is None:
             return dict(self.rpc_credentials)
         return {"default": RpcCredential.model_validate({"token": self.rpc_token}), **self.rpc_credentials}
 
-    def redacted_redis_url(self) -> str:
-        """``redis_url`` without its credentials, for logs."""
-        scheme, sep, rest = self.redis_url.partition("://")
+    def redacted_redis_url(self, url: str | None = None) -> str:
+        """``url`` (default ``redis_url``) without its credentials, for logs."""
+        scheme, sep, rest = (url or self.redis_url).partition("://")
         return scheme + sep + rest.rsplit("@", 1)[-1]
 
 

@@ -118,6 +118,10 @@ capped: each entry is a turn kept for an operator (``ovstream status`` counts th
 
 REDIS_SOCKET_TIMEOUT_MARGIN_S = 10.0
 """Socket timeout over the longest blocking read a connection declares (XREADGROUP BLOCK)."""
+REDIS_FAIL_FAST_CONNECT_TIMEOUT_S = 1.0
+REDIS_FAIL_FAST_TIMEOUT_S = 2.0
+"""Connect and command timeouts of the RPC's Redis clients: it only runs short commands, and a
+slow Redis must not hold requests up (assemble falls back to the messages it was given)."""
 
 # --- the capture worker -------------------------------------------------------------
 

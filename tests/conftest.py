@@ -2,13 +2,14 @@
 
 ``redis_server`` starts a real ``redis-server`` on a free loopback port for the
 whole test session and stops it at the end; tests marked ``redis`` use it via
-``redis_url`` / ``redis_client`` (flushed before each test).
+``redis_url`` / ``redis_client`` (flushed before each test), and ``redis_settings``.
 """
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -36,6 +37,12 @@ def redis_url(redis_server: str) -> str:
     client.flushall()
     client.close()
     return redis_server
+
+
+@pytest.fixture
+def redis_settings(redis_url: str) -> dict[str, Any]:
+    """The Redis part of the tiers' Settings (tests/cluster puts the store on a cluster)."""
+    return {"redis_url": redis_url}
 
 
 @pytest.fixture

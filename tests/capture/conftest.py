@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,9 +35,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
-def settings(redis_url: str) -> Settings:
+def settings(redis_settings: dict[str, Any]) -> Settings:
     return Settings(
-        redis_url=redis_url,
+        **redis_settings,
         key_prefix=f"t{next(_prefixes)}",
         shards=4,
         capture_block_ms=50,

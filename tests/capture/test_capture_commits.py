@@ -24,6 +24,7 @@ from workers.commits.worker import drain_jobs, jobs_waiting
 from workers.store import commit_queue
 from workers.store.commit_queue import request_commit, wait_commit_outcome
 from workers.store.commit_records import CommitRecords
+from workers.store.connection import queue_client
 from workers.store.keys import Keys
 
 FINAL = ("completed", "failed", "timeout", "skipped")
@@ -213,7 +214,8 @@ def test_wait_gives_a_timeout_outcome_when_nothing_runs_the_job(redis_client, se
 def test_a_lost_commit_job_is_enqueued_again(redis_client, settings, fake_ov):
     _seed(fake_ov, "s")
     request = _request(redis_client, settings)
-    Job.fetch(request.commit_id, connection=redis_client).delete()  # as if the enqueue never happened
+    # as if the enqueue never happened
+    Job.fetch(request.commit_id, connection=queue_client(redis_client, settings)).delete()
     assert jobs_waiting(redis_client, settings) == 0
     assert _request(redis_client, settings).commit_id == request.commit_id
     assert wait_for_outcome(redis_client, settings, request).status == "completed"
@@ -238,8 +240,9 @@ def test_commit_snapshot_shows_the_archive_overview(redis_client, settings, fake
 
 
 def test_ovstream_commits_prints_the_table(redis_client, settings, fake_ov, monkeypatch, capsys):
-    monkeypatch.setenv("OVSTREAM_REDIS_URL", settings.redis_url)
-    monkeypatch.setenv("OVSTREAM_KEY_PREFIX", settings.key_prefix)
+    for key in ("redis_url", "redis_cluster", "queue_redis_url", "key_prefix"):
+        if getattr(settings, key) is not None:
+            monkeypatch.setenv(f"OVSTREAM_{key.upper()}", str(getattr(settings, key)))
     assert main(["commits", "nothing-here"]) == 0
     assert "no commits recorded for session nothing-here" in capsys.readouterr().out
 
@@ -277,7 +280,7 @@ def test_due_jobs_move_with_an_orphaned_rq_scheduler_lock_and_exactly_once(redis
     """A SIGKILLed worker leaves RQ's scheduler lock behind; the polls must move anyway,
     each once however many workers move at the same moment."""
     queue = commit_queue.commit_queue(redis_client, settings)
-    redis_client.set(f"rq:scheduler-lock:{queue.name}", "dead-worker", ex=60)
+    queue.connection.set(f"rq:scheduler-lock:{queue.name}", "dead-worker", ex=60)
     for i in range(40):
         queue.enqueue_in(timedelta(seconds=0), "builtins.print", i, job_id=f"{settings.key_prefix}-due-{i}")
     moved: list[int] = []

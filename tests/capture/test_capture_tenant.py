@@ -25,6 +25,7 @@ from workers.store import commit_queue
 from workers.store import tenant_lock as jobs_tenant
 from workers.store.commit_queue import request_commit
 from workers.store.commit_records import FINAL_STATUSES, CommitRecords
+from workers.store.connection import queue_client
 from workers.store.keys import Keys
 
 
@@ -71,7 +72,7 @@ def test_a_tenants_second_commit_waits_for_the_first_outcome(redis_client, setti
         Keys(settings.key_prefix).session(second.address, settings.shards).commit_inflight, "job"
     ).decode()
     assert job_id.startswith(second.commit_id + "_wait")
-    assert Job.fetch(job_id, connection=redis_client).get_status() == JobStatus.SCHEDULED
+    assert Job.fetch(job_id, connection=queue_client(redis_client, settings)).get_status() == JobStatus.SCHEDULED
     assert _request(redis_client, settings, "b").commit_id == second.commit_id
 
     done = run_poll(

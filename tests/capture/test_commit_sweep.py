@@ -11,6 +11,7 @@ from workers.commits.worker import drain_jobs
 from workers.store import commit_sweep
 from workers.store.commit_queue import commit_queue, request_commit
 from workers.store.commit_records import CommitRecords
+from workers.store.connection import queue_client
 from workers.store.keys import Keys
 
 
@@ -25,7 +26,7 @@ def _commit(redis_client, settings, fake, sid: str):
     request = request_commit(
         redis_client, settings, SessionAddress(sid, "main", None), reason="compact", keep_recent_count=0
     )
-    return request, Job.fetch(request.commit_id, connection=redis_client)
+    return request, Job.fetch(request.commit_id, connection=queue_client(redis_client, settings))
 
 
 def _started_by(redis_client, settings, job: Job, worker_name: str) -> None:

@@ -67,7 +67,7 @@ def test_workers_started_before_redis_and_ov_become_ready_without_a_restart(tmp_
         for name in ("capture", "worker"):
             wait_until(lambda n=name: _logged(deploy, n, "Redis reachable at"), f"{name} finding Redis")
         client = redis.Redis.from_url(server.url)
-        load = Load(server.url, deploy.settings, ["late"], rate=50).start()
+        load = Load(deploy.settings, ["late"], rate=50).start()
         time.sleep(0.2)
         load.finish(timeout_s=30)
         wait_until(lambda: _logged(deploy, "capture", "OV unavailable"), "capture finding OV away")
@@ -105,14 +105,14 @@ def test_sigterm_under_load_hands_the_shards_over_and_loses_nothing(
     deploy = Deployment(_values(redis_url, fake_ov_url, capture_lease_ms=30_000), tmp_path)
     sessions = [f"ops{i}" for i in range(8)]
     client = redis.Redis.from_url(redis_url)
-    ledger = Ledger(redis_url, deploy.settings, fake_ov_url, sessions)
+    ledger = Ledger(deploy.settings, fake_ov_url, sessions)
     try:
         deploy.start("capture-a")
         wait_until(lambda: {s.owner for s in read_backlog(client, deploy.settings)} - {None}, "capture-a owning shards")
         deploy.start("capture-b")
         owners = lambda: {s.owner for s in read_backlog(client, deploy.settings)}  # noqa: E731
         wait_until(lambda: len(owners() - {None}) == 2, "the shards split between the two")
-        load = Load(redis_url, deploy.settings, sessions, rate=40).start()
+        load = Load(deploy.settings, sessions, rate=40).start()
         time.sleep(1.0)
         leaving = _consumer_name(deploy, "capture-a")
         assert leaving in owners()

@@ -61,8 +61,8 @@ def _freeze_ov(world: ChaosWorld) -> None:
 
 def test_faults_under_load_lose_repeat_and_reorder_nothing(world: ChaosWorld) -> None:
     deployment = world.deployment
-    ledger = Ledger(world.redis.url, deployment.settings, world.ov.url, SESSIONS)
-    load = Load(world.redis.url, deployment.settings, SESSIONS, RATE).start()
+    ledger = Ledger(deployment.settings, world.ov.url, SESSIONS)
+    load = Load(deployment.settings, SESSIONS, RATE).start()
     try:
         time.sleep(3)
         _recover(world, ledger, load, "capture SIGKILL", lambda: deployment.restart("capture-a"))
@@ -100,7 +100,7 @@ def test_faults_under_load_lose_repeat_and_reorder_nothing(world: ChaosWorld) ->
 
 def test_a_commit_whose_worker_is_killed_completes_within_30_s(world: ChaosWorld) -> None:
     deployment = world.deployment
-    ledger = Ledger(world.redis.url, deployment.settings, world.ov.url, SESSIONS)
+    ledger = Ledger(deployment.settings, world.ov.url, SESSIONS)
     session = SESSIONS[0]
     try:
         before = ledger.ov_ids(session)

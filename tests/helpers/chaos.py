@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 import redis
+from redis.exceptions import ClusterDownError, RedisClusterException, TryAgainError
 
 from core.config import Settings
 from core.events import CommitOutcome, TurnEvent
@@ -31,7 +32,7 @@ from tests.helpers.e2e import ovstream_command, settings_env
 from tests.helpers.waiting import wait_until
 from workers.store.applied import parse_id
 from workers.store.commit_records import CommitRecords
-from workers.store.connection import text
+from workers.store.connection import connect, text
 from workers.store.keys import Keys
 from workers.store.streams import publish_turn
 
@@ -124,12 +125,23 @@ class Deployment:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
 
+REDIS_AWAY = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.BusyLoadingError,
+    ClusterDownError,
+    TryAgainError,
+    RedisClusterException,
+)
+"""What a publisher sees while Redis, or a cluster node, is down or starting again."""
+
+
 class Load:
     """Publishes turns of each session, round robin, ``rate`` turns a second, until ``finish``
     (then to the end of the round: every session has as many turns)."""
 
-    def __init__(self, redis_url: str, settings: Settings, sessions: list[str], rate: float) -> None:
-        self.client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+    def __init__(self, settings: Settings, sessions: list[str], rate: float) -> None:
+        self.client = connect(settings, fail_fast=True)
         self.settings, self.sessions, self.rate = settings, sessions, rate
         self.finishing = threading.Event()
         self.published: dict[str, int] = dict.fromkeys(sessions, 0)
@@ -148,7 +160,7 @@ class Load:
         while True:
             try:
                 return publish_turn(self.client, self.settings, event)
-            except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
+            except REDIS_AWAY:
                 self.resends += 1  # the same event again: capture drops a copy by its event id
                 time.sleep(0.2)
 
@@ -192,8 +204,8 @@ class Load:
 class Ledger:
     """What Redis and OV say about the deployment's sessions (read-only)."""
 
-    def __init__(self, redis_url: str, settings: Settings, ov_url: str, sessions: list[str]) -> None:
-        self.redis = redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=2)
+    def __init__(self, settings: Settings, ov_url: str, sessions: list[str]) -> None:
+        self.redis = connect(settings, fail_fast=True)
         self.settings, self.sessions = settings, sessions
         self.ov = httpx.Client(base_url=ov_url, timeout=30, trust_env=False)
 

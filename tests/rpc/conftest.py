@@ -15,12 +15,12 @@ from typing import Any
 import httpx
 import pytest
 import redis
-import redis.asyncio
 
 from core.config import Settings
 from tests.helpers.rpc import TEST_SETTINGS, Rpc, running_worker
 from workers.dev.fake_ov.app import FakeOV
 from workers.rpc.app import create_app
+from workers.store.connection import connect, connect_async
 
 
 @pytest.fixture
@@ -29,16 +29,14 @@ def fake() -> FakeOV:
 
 
 @pytest.fixture
-async def make_rpc(redis_url: str) -> AsyncIterator[Callable[..., Any]]:
+async def make_rpc(redis_settings: dict[str, Any]) -> AsyncIterator[Callable[..., Any]]:
     """Factory: ``await make_rpc(fake, **settings)`` -> Rpc (closed at teardown)."""
     opened: list[tuple[httpx.AsyncClient, Any, redis.Redis]] = []
 
     async def make(fake: FakeOV, **overrides: Any) -> Rpc:
-        settings = Settings(redis_url=redis_url, **{**TEST_SETTINGS, **overrides})
-        rds = redis.Redis.from_url(redis_url)
-        app = create_app(
-            settings, redis=redis.asyncio.Redis.from_url(redis_url), commit_redis=rds, ov_transport=fake.transport()
-        )
+        settings = Settings(**{**TEST_SETTINGS, **redis_settings, **overrides})
+        rds = connect(settings)
+        app = create_app(settings, redis=connect_async(settings), commit_redis=rds, ov_transport=fake.transport())
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://rpc")
         opened.append((client, app, rds))
         return Rpc(client, fake, rds, settings, app)

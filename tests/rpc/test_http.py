@@ -7,13 +7,12 @@ import time
 from typing import Any
 
 import pytest
-import redis
-import redis.asyncio
 
 from core.config import Settings
 from core.events import CommitOutcome, encode
 from workers.cli import build_parser
-from workers.rpc.app import add_rpc_arguments, create_app, fail_fast
+from workers.rpc.app import add_rpc_arguments, create_app
+from workers.store.connection import connect, connect_async
 from workers.store.keys import Keys
 
 pytestmark = pytest.mark.redis
@@ -91,10 +90,12 @@ async def test_healthz_without_redis_is_down(fake: Any, redis_url: str) -> None:
     import httpx
 
     # as the app sets up its own clients
-    dead = fail_fast(redis.asyncio.Redis(host="127.0.0.1", port=1))
-    dead_commits = fail_fast(redis.Redis(host="127.0.0.1", port=1))
+    dead = Settings(redis_url="redis://127.0.0.1:1/0")
     app = create_app(
-        Settings(redis_url=redis_url), redis=dead, commit_redis=dead_commits, ov_transport=fake.transport()
+        Settings(redis_url=redis_url),
+        redis=connect_async(dead, fail_fast=True),
+        commit_redis=connect(dead, fail_fast=True),
+        ov_transport=fake.transport(),
     )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://rpc") as client:
         r = await client.get("/healthz")

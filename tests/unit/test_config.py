@@ -62,6 +62,9 @@ def test_environment_beats_file(tmp_path, monkeypatch):
         ({"recall_score_threshold": 2}, "recall_score_threshold"),
         ({"capture_batch": 10}, "capture_batch"),
         ({"unknownKey": 1}, "unknownKey"),
+        ({"queueRedisUrl": "http://x"}, "queueRedisUrl"),
+        ({"redisCluster": True}, "queueRedisUrl"),
+        ({"redisCluster": True, "redisUrl": "fakeredis://", "queueRedisUrl": "redis://q"}, "redisCluster"),
     ],
 )
 def test_bad_values_name_the_key(overrides, named):
@@ -157,3 +160,9 @@ def test_a_bad_credential_names_the_key_and_not_the_token(credential):
     with pytest.raises(ConfigError) as info:
         load_settings(None, rpc_credentials={"ops": credential})
     assert "rpc_credentials" in str(info.value) and "long-enough-token" not in str(info.value)
+
+
+def test_the_commit_queue_shares_the_store_unless_told_otherwise():
+    assert load_settings(redisUrl="redis://a:6379/0").rq_redis_url == "redis://a:6379/0"
+    both = load_settings(redisUrl="redis://a:6379", redisCluster=True, queueRedisUrl="redis://q:6379/0")
+    assert (both.redis_cluster, both.rq_redis_url) == (True, "redis://q:6379/0")

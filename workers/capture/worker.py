@@ -44,7 +44,7 @@ from workers.capture.plan import SessionRef
 from workers.capture.services import CaptureStats
 from workers.capture.shard import ShardConsumer
 from workers.store.commit_queue import request_commit
-from workers.store.connection import RedisConfigError, await_redis, connect, connect_async
+from workers.store.connection import REDIS_AWAY, REDIS_ERRORS, RedisConfigError, await_redis, connect, connect_async
 from workers.store.health import forget_health, record_health
 from workers.store.keys import Keys
 from workers.store.scripts import LEASE_ACQUIRE, LEASE_RENEW
@@ -168,7 +168,7 @@ class CaptureWorker:
             while True:
                 try:
                     await self._tick(acquire=not self.stopping)
-                except (redis_lib.ConnectionError, redis_lib.TimeoutError) as exc:
+                except REDIS_AWAY as exc:
                     # Redis away: nothing can be read or acked; the leases lapse and are taken again
                     log.warning("capture worker %s: Redis unreachable (%s); retrying", self.consumer, exc)
                 if first and self.burst:  # a burst covers the shards it could take at the start
@@ -206,7 +206,7 @@ class CaptureWorker:
                 for shard in self.shards:
                     await self.ensure_group(shard)
                 return True
-            except (redis_lib.ConnectionError, redis_lib.TimeoutError):
+            except REDIS_AWAY:
                 continue  # lost again right after the PING: wait again
         return False
 
@@ -332,7 +332,7 @@ class CaptureWorker:
                 pipe.zrem(self.keys.capture_workers(), self.consumer)
                 forget_health(pipe, self.settings, self.consumer)
                 await pipe.execute()
-        except redis_lib.RedisError as exc:
+        except REDIS_ERRORS as exc:
             log.warning("could not unregister %s: %s", self.consumer, exc)
         await self.close()
         log.info("capture worker %s stopped: %s", self.consumer, self.stats)

@@ -25,7 +25,7 @@ import httpx
 from core.config import Settings, load_settings
 from core.ov.client import OVClient
 from core.session import SessionAddress
-from workers.store.connection import connect_async
+from workers.store.connection import connect, connect_async
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -47,6 +47,8 @@ class JobContext:
         self._ov: OVClient | None = None
         self.redis = connect_async(settings)
         """Used on the context's loop only (``run``)."""
+        self.store = connect(settings)
+        """The jobs' sync store client (streams and records; the queue's is RQ's own)."""
 
     def ov(self, address: SessionAddress) -> OVClient:
         """The shared pool, acting as ``address``'s agent with its tenant's API key (call on the loop)."""
@@ -66,6 +68,7 @@ class JobContext:
     def close(self) -> None:
         """Close the OV pool and the Redis client, then stop the loop (bounded: a stuck
         job must not hold a shutdown up)."""
+        self.store.close()
         closing = [self.redis.aclose()]
         if self._ov is not None:
             closing.append(self._ov.aclose())

@@ -31,19 +31,13 @@ from workers.store import commit_queue as jobs
 from workers.store import tenant_lock as jobs_tenant
 from workers.store.commit_queue import finish_commit, record_outcome
 from workers.store.commit_records import FINAL_STATUSES, CommitRecords, outcome_of
+from workers.store.connection import REDIS_AWAY, REDIS_ERRORS
 from workers.store.snapshots import refresh_snapshot, snapshot_key
 
 log = logging.getLogger(__name__)
 
 REDIS_PATIENCE_S = 120.0
 """How long a commit OV accepted waits for Redis to record it before its job gives up."""
-
-
-def _current_redis() -> redis_lib.Redis:
-    job = get_current_job()
-    if job is None:
-        raise RuntimeError("commit jobs run inside an RQ worker (or call run_commit/run_poll)")
-    return job.connection
 
 
 def commit_session(request_json: str, key_prefix: str, attempt: int = 0) -> str:
@@ -54,9 +48,10 @@ def commit_session(request_json: str, key_prefix: str, attempt: int = 0) -> str:
     job = get_current_job()
     request = decode(request_json, CommitRequest)
     with _logged_as(request):
+        ctx = context_for(key_prefix)
         return run_commit(
-            _current_redis(),
-            context_for(key_prefix),
+            ctx.store,
+            ctx,
             request,
             may_retry=bool(job and job.retries_left),
             attempt=attempt,
@@ -67,9 +62,10 @@ def poll_phase2(request_json: str, key_prefix: str, deadline_at: float, failed_r
     """RQ job: read the phase-2 task once; record a final outcome or schedule the next read."""
     request = decode(request_json, CommitRequest)
     with _logged_as(request):
+        ctx = context_for(key_prefix)
         return run_poll(
-            _current_redis(),
-            context_for(key_prefix),
+            ctx.store,
+            ctx,
             request,
             deadline_at=deadline_at,
             failed_reads=failed_reads,
@@ -81,7 +77,8 @@ def recheck_phase2(request_json: str, key_prefix: str, round_: int) -> str:
     """RQ job: read a timed-out commit's task once more; correct the record when OV says it ended."""
     request = decode(request_json, CommitRequest)
     with _logged_as(request):
-        return run_recheck(_current_redis(), context_for(key_prefix), request, round_=round_).status
+        ctx = context_for(key_prefix)
+        return run_recheck(ctx.store, ctx, request, round_=round_).status
 
 
 def _logged_as(request: CommitRequest) -> AbstractContextManager[None]:
@@ -208,7 +205,7 @@ def _patiently(request: CommitRequest, step: Callable[[], CommitOutcome]) -> Com
     while True:
         try:
             return step()
-        except (redis_lib.ConnectionError, redis_lib.TimeoutError) as exc:
+        except REDIS_AWAY as exc:
             if time.monotonic() > deadline:
                 raise
             log.warning("commit %s taken by OV; Redis away (%s): recording it in %.1fs", request.commit_id, exc, delay)
@@ -223,9 +220,9 @@ async def _refresh_quietly(ctx: JobContext, ov: OVClient, request: CommitRequest
         # The commit stands. The stored snapshot predates it, and capture must not grow it
         # (core.snapshot_growth trusts it): drop it, so the next read goes to OV.
         log.warning("snapshot of %s not refreshed after commit (%s); dropped", request.ov_session_id, exc)
-        with contextlib.suppress(redis_lib.RedisError):  # Redis away too: the count check is left
+        with contextlib.suppress(*REDIS_ERRORS):  # Redis away too: the count check is left
             await ctx.redis.delete(snapshot_key(ctx.settings, request.address))
-    except redis_lib.RedisError as exc:  # nothing stored, nothing stale: the next batch reads OV
+    except REDIS_ERRORS as exc:  # nothing stored, nothing stale: the next batch reads OV
         log.warning("snapshot of %s not refreshed after commit: %s", request.ov_session_id, exc)
 
 

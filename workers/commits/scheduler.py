@@ -22,7 +22,7 @@ from rq.job import Job
 from core.config import Settings
 from workers.store import commit_sweep
 from workers.store.commit_queue import commit_queue
-from workers.store.connection import text
+from workers.store.connection import REDIS_ERRORS, text
 from workers.store.health import forget_health, record_health
 from workers.store.scripts import CLAIM_DUE_JOBS
 
@@ -37,12 +37,12 @@ DUE_JOBS_PER_TICK = 500
 def move_due_jobs(redis: redis_lib.Redis, settings: Settings) -> int:
     """Enqueue the commit queue's scheduled jobs that are due; returns how many."""
     queue = commit_queue(redis, settings)
-    due = CLAIM_DUE_JOBS(redis, [queue.scheduled_job_registry.key], [int(time.time()), DUE_JOBS_PER_TICK])
+    due = CLAIM_DUE_JOBS(queue.connection, [queue.scheduled_job_registry.key], [int(time.time()), DUE_JOBS_PER_TICK])
     ids = [text(i) for i in due]
     if not ids:
         return 0
-    jobs = [job for job in Job.fetch_many(ids, connection=redis) if job is not None]
-    with redis.pipeline() as pipe:
+    jobs = [job for job in Job.fetch_many(ids, connection=queue.connection) if job is not None]
+    with queue.connection.pipeline() as pipe:
         for job in jobs:
             # RQ's scheduler enqueues due jobs the same way (Queue._enqueue_job).
             queue._enqueue_job(job, pipeline=pipe, at_front=job.should_enqueue_at_front())
@@ -81,7 +81,7 @@ class DueJobMover(threading.Thread):
                 if failing:
                     log.info("due commit jobs move again")
                 failing = False
-            except redis_lib.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 if not failing:
                     log.warning("due commit jobs not moved (Redis: %s); trying every %.1fs", exc, DUE_JOBS_TICK_S)
                 failing = True
@@ -92,5 +92,5 @@ class DueJobMover(threading.Thread):
             with self._redis.pipeline(transaction=False) as pipe:
                 forget_health(pipe, self._settings, self.worker_name)
                 pipe.execute()
-        except redis_lib.RedisError:
+        except REDIS_ERRORS:
             pass  # the record lapses on its own

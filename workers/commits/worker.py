@@ -35,7 +35,7 @@ from workers.commits.scheduler import DueJobMover, move_due_jobs
 from workers.store import commit_sweep
 from workers.store.commit_queue import commit_queue
 from workers.store.commit_records import CommitRecords
-from workers.store.connection import RedisConfigError, connect, wait_for_redis
+from workers.store.connection import REDIS_AWAY, REDIS_ERRORS, RedisConfigError, connect, queue_client, wait_for_redis
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,8 @@ def make_worker(redis: redis_lib.Redis, settings: Settings, *, embedded: bool = 
     # (workers.commits.context) keeps one event loop, OV pool and Redis client for all.
     cls: type[BaseWorker] = EmbeddedWorker if embedded else SimpleWorker
     # Registries (abandoned jobs of a killed worker among them) are cleaned this often.
-    return cls([commit_queue(redis, settings)], connection=redis, maintenance_interval=MAINTENANCE_INTERVAL_S)
+    queue = commit_queue(redis, settings)
+    return cls([queue], connection=queue.connection, maintenance_interval=MAINTENANCE_INTERVAL_S)
 
 
 def jobs_waiting(redis: redis_lib.Redis, settings: Settings) -> int:
@@ -129,7 +130,7 @@ def cli_worker(settings: Settings, args: argparse.Namespace) -> int:
         log.error("redis_url is fakeredis:// (in-process): run the worker inside `ovstream up` instead")
         return 2
     redis = connect(settings)
-    if not _redis_answers(redis, settings):
+    if not (_redis_answers(redis, settings) and _redis_answers(queue_client(redis, settings), settings, queue=True)):
         return 0 if _STOP.is_set() else 2
     worker = make_worker(redis, settings)
     burst = bool(getattr(args, "burst", False))
@@ -151,12 +152,14 @@ _STOP = threading.Event()
 """SIGTERM or SIGINT while the worker waits for Redis (RQ's own handlers come with ``work``)."""
 
 
-def _redis_answers(redis: redis_lib.Redis, settings: Settings) -> bool:
-    """Wait for Redis before RQ touches it (start order does not matter): True once it
-    answers; False when stopped while waiting, or Redis refuses us (logged, a config error)."""
+def _redis_answers(redis: redis_lib.Redis, settings: Settings, *, queue: bool = False) -> bool:
+    """Wait for Redis (the store, or the ``queue``'s) before RQ touches it (start order does not
+    matter): True once it answers; False when stopped while waiting, or Redis refuses us
+    (logged, a config error)."""
     previous = {sig: signal.signal(sig, lambda *_: _STOP.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return wait_for_redis(redis, settings, "ovstream worker", _STOP.is_set)
+        url = settings.rq_redis_url if queue else settings.redis_url
+        return wait_for_redis(redis, settings, "ovstream worker", _STOP.is_set, url=url)
     except RedisConfigError as exc:
         log.error("%s", exc)
         return False
@@ -176,7 +179,7 @@ def work_through_outages(redis: redis_lib.Redis, settings: Settings, worker: Bas
         try:
             worker.work()
             return
-        except (redis_lib.ConnectionError, redis_lib.TimeoutError) as exc:
+        except REDIS_AWAY as exc:
             if getattr(worker, "_stop_requested", False):
                 return
             log.warning("RQ worker %s lost Redis (%s); a new worker in %.1fs", worker.name, exc, delay)
@@ -184,7 +187,7 @@ def work_through_outages(redis: redis_lib.Redis, settings: Settings, worker: Bas
         delay = min(REDIS_RETRY_MAX_S, delay * 2)
         try:
             worker = make_worker(redis, settings)
-        except redis_lib.RedisError:
+        except REDIS_ERRORS:
             continue
         mover.worker_name = worker.name
         delay = REDIS_RETRY_S

@@ -8,6 +8,7 @@ the chaos tier can SIGKILL it and start it again (``restart``) with nothing lost
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import subprocess
@@ -63,6 +64,8 @@ class RedisServer:
     workdir: str
     exe: str = "redis-server"
     durable: bool = False
+    extra: tuple[str, ...] = ()
+    """More redis-server arguments (a cluster node's)."""
 
     @property
     def port(self) -> int:
@@ -77,7 +80,7 @@ class RedisServer:
     def restart(self) -> None:
         """Start it again on the same port and directory (after ``kill``); waits for PING."""
         self.kill()
-        self.proc = _spawn(self.exe, self.port, self.workdir, self.durable)
+        self.proc = _spawn(self.exe, self.port, self.workdir, self.durable, self.extra)
         _wait_answering(self)
 
     def stop(self) -> None:
@@ -91,10 +94,10 @@ class RedisServer:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _spawn(exe: str, port: int, workdir: str, durable: bool) -> subprocess.Popen[bytes]:
+def _spawn(exe: str, port: int, workdir: str, durable: bool, extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
     persistence = ["--appendonly", "yes", "--appendfsync", "always"] if durable else ["--appendonly", "no"]
     return subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", *persistence, "--dir", workdir],
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", *persistence, "--dir", workdir, *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         stdin=subprocess.DEVNULL,
@@ -125,3 +128,86 @@ def start_redis_server(exe: str | None = None, *, durable: bool = False) -> Redi
     server = RedisServer(_spawn(exe, port, workdir, durable), f"redis://127.0.0.1:{port}/0", workdir, exe, durable)
     _wait_answering(server)
     return server
+
+
+@dataclass
+class RedisClusterServers:
+    """A Redis Cluster of ``len(nodes)`` masters (no replicas) this process started."""
+
+    nodes: list[RedisServer]
+
+    @property
+    def url(self) -> str:
+        """A seed node's URL: a cluster client discovers the others from it."""
+        return self.nodes[0].url
+
+    def wait_ok(self) -> None:
+        """Until every node says ``cluster_state:ok`` (after a node's restart, say)."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not all(_cluster_ok(n.url) for n in self.nodes):
+            if time.monotonic() > deadline:
+                raise LocalRedisError("the cluster did not reach cluster_state:ok")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+def start_redis_cluster(masters: int = 3, exe: str | None = None, *, durable: bool = False) -> RedisClusterServers:
+    """``masters`` cluster-enabled ``redis-server``s on free loopback ports, joined by
+    ``redis-cli --cluster create`` (the 16,384 slots split between them); waits until every
+    node says ``cluster_state:ok``. ``durable`` as in ``start_redis_server``: a node can be
+    killed and ``restart``ed with its data and its place in the cluster (nodes.conf)."""
+    exe = exe or shutil.which("redis-server")
+    cli = shutil.which("redis-cli")
+    if exe is None or cli is None:
+        raise LocalRedisError("redis-server and redis-cli must be on PATH for a cluster")
+    nodes: list[RedisServer] = []
+    try:
+        for _ in range(masters):
+            port, workdir = _cluster_port(), tempfile.mkdtemp(prefix="ovstream-redis-cluster-")
+            extra = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+            url = f"redis://127.0.0.1:{port}"
+            server = RedisServer(_spawn(exe, port, workdir, durable, extra), url, workdir, exe, durable, extra)
+            nodes.append(server)
+            _wait_answering(server)
+        addresses = [f"127.0.0.1:{n.port}" for n in nodes]
+        created = subprocess.run(
+            [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if created.returncode != 0:
+            raise LocalRedisError(f"redis-cli --cluster create failed: {created.stdout[-500:]}{created.stderr[-500:]}")
+        cluster = RedisClusterServers(nodes)
+        cluster.wait_ok()
+    except BaseException:
+        for node in nodes:
+            node.stop()
+        raise
+    return cluster
+
+
+CLUSTER_BUS_OFFSET = 10_000
+"""A cluster node also listens on its port + 10,000 (the cluster bus)."""
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port is free too (both below 65,536)."""
+    for _ in range(200):
+        port = random.randint(20_000, 65_535 - CLUSTER_BUS_OFFSET)
+        if port_free(port) and port_free(port + CLUSTER_BUS_OFFSET):
+            return port
+    raise LocalRedisError("no free port pair for a cluster node")
+
+
+def _cluster_ok(url: str) -> bool:
+    client = redis.Redis.from_url(url, socket_timeout=1.0)
+    try:
+        return b"cluster_state:ok" in client.execute_command("CLUSTER", "INFO")
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()

@@ -21,7 +21,7 @@ import os
 import signal
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import redis as redis_lib
@@ -29,9 +29,6 @@ import redis.asyncio as aioredis
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
-from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from core.config import Settings, load_settings
 from core.ov.client import OVClient
@@ -54,40 +51,15 @@ from workers.rpc.models import (
 )
 from workers.rpc.responses import ERROR_ANSWERS, BodyLimit, install_error_handlers, json_response
 from workers.rpc.tools.registry import run_tool, tools
-from workers.store.connection import connect, connect_async
+from workers.store.connection import REDIS_ERRORS, connect, connect_async
 from workers.store.status import read_status
 
 log = logging.getLogger(__name__)
-
-RedisT = TypeVar("RedisT", redis_lib.Redis, aioredis.Redis)
 
 LOG_LEVEL_ENV = "OVSTREAM_LOG_LEVEL"
 """The CLI's --log-level, handed to the processes of ``ovstream rpc --workers N``."""
 HEALTH_TIMEOUT_S = 2.0
 """How long /healthz waits for Redis and for OV before calling either unreachable."""
-
-REDIS_CONNECT_TIMEOUT_S = 1.0
-REDIS_SOCKET_TIMEOUT_S = 2.0
-"""The RPC only runs short commands; a slow Redis must not hold requests up."""
-
-_FAIL_FAST = {"socket_connect_timeout": REDIS_CONNECT_TIMEOUT_S, "socket_timeout": REDIS_SOCKET_TIMEOUT_S}
-
-
-def fail_fast(client: RedisT) -> RedisT:
-    """Make a client the RPC owns give up quickly when Redis is away.
-
-    redis-py's default retries with exponential back-off for seconds, so every
-    request in flight would wait that long. One immediate retry (a pooled
-    connection gone stale after a Redis restart) and short timeouts let
-    assemble fall back at once.
-    """
-    if isinstance(client, aioredis.Redis):
-        client.connection_pool.connection_kwargs.update(_FAIL_FAST)
-        client.set_retry(AsyncRetry(NoBackoff(), 1))
-    else:
-        client.get_connection_kwargs().update(_FAIL_FAST)
-        client.set_retry(Retry(NoBackoff(), 1))
-    return client
 
 
 def create_app(
@@ -105,8 +77,8 @@ def create_app(
     of the snapshot (the benchmark's comparison)."""
     own_redis = redis is None
     own_commit_redis = commit_redis is None
-    redis_client = redis if redis is not None else fail_fast(connect_async(settings))
-    commit_client = commit_redis if commit_redis is not None else fail_fast(connect(settings))
+    redis_client = redis if redis is not None else connect_async(settings, fail_fast=True)
+    commit_client = commit_redis if commit_redis is not None else connect(settings, fail_fast=True)
     ov = OVClient.from_settings(settings, transport=ov_transport)
     svc = Services(
         settings=settings,
@@ -246,7 +218,7 @@ async def _redis_health(svc: Services) -> str:
         return "ok"
     except TimeoutError:
         return "unreachable: no answer"
-    except redis_lib.RedisError as exc:
+    except REDIS_ERRORS as exc:
         return f"unreachable: {exc}"
 
 

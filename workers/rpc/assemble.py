@@ -21,8 +21,6 @@ import logging
 import time
 from typing import Any, cast
 
-import redis
-
 from core.assemble_plan import (
     FullContext,
     Overlay,
@@ -45,6 +43,7 @@ from workers.rpc.assemble_turn import cached_recall, keep_recall, pending_turns,
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest
 from workers.rpc.recall import recall_block
+from workers.store.connection import REDIS_ERRORS
 from workers.store.snapshots import ZERO_ID
 
 log = logging.getLogger(__name__)
@@ -192,7 +191,7 @@ async def _full_path(svc: Services, req: AssembleRequest, caller: Caller) -> Pas
         return await _direct_full_path(svc, req, caller)
     try:
         snap, last_turn = await cached_snap(svc, caller)
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         log.warning("assemble: Redis unavailable, reading OV directly: %s", exc)
         return await _direct_full_path(svc, req, caller)
     if snap is None:

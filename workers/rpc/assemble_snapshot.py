@@ -10,14 +10,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import redis
-
 from core.assemble_plan import Passthrough, SessionBase, build_session_base, snapshot_base
 from core.events import ContextSnapshot
 from core.ov.client import OVError, OVUnavailable
 from core.session import SessionAddress
 from workers.rpc.context import Caller, Services
-from workers.store.connection import optional_text
+from workers.store.connection import REDIS_ERRORS, optional_text
 from workers.store.scripts import SNAPSHOT_VERSION
 from workers.store.snapshots import ZERO_ID, read_snapshot, refresh_snapshot
 
@@ -131,7 +129,7 @@ async def refresh(svc: Services, caller: Caller) -> ContextSnapshot | Passthroug
             return Passthrough("session_not_found")
         log.warning("assemble: OV /context failed for session=%s: %s", caller.ov_session_id, exc)
         return Passthrough("ov_error")
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         log.warning("assemble: snapshot not stored, Redis unavailable: %s", exc)
         return Passthrough("redis_unavailable")
 

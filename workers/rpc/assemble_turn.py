@@ -15,13 +15,11 @@ import json
 import logging
 import time
 
-import redis
-
 from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
 from core.turns import PendingTurn, address_of, last_event_id, recall_turn_key, uncaptured_turns
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest
-from workers.store.connection import optional_text, stream_entries
+from workers.store.connection import REDIS_ERRORS, optional_text, stream_entries
 from workers.store.snapshots import ZERO_ID
 
 log = logging.getLogger(__name__)
@@ -86,7 +84,7 @@ async def pending_turns(
         if last_turn is not None and last_turn not in known:
             try:
                 events += await scan_session_events(svc, caller, after_id)
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 log.warning(
                     "assemble: stream of session=%s unreadable, using the plugin's turns only: %s",
                     caller.ov_session_id,
@@ -137,7 +135,7 @@ async def cached_recall(svc: Services, key: str) -> str | None:
         return kept[1]
     try:
         block = optional_text(await svc.redis.get(key))
-    except redis.RedisError:
+    except REDIS_ERRORS:
         return None
     return None if block is None else _settled(svc, key, block)
 
@@ -150,6 +148,6 @@ async def keep_recall(svc: Services, key: str, block: str | None) -> str | None:
             return _settled(svc, key, block or "") or None
         winner = optional_text(await svc.redis.get(key))
         return block if winner is None else (_settled(svc, key, winner) or None)
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         log.info("assemble: recall block not kept (Redis: %s); the next request of the turn searches again", exc)
         return block

@@ -19,7 +19,6 @@ import time
 from typing import Any
 
 import msgspec
-import redis
 
 from core.assemble_plan import FullContext, build_full_context, snapshot_base
 from core.defaults import PHASE2_READ_BACKOFF_MAX_S
@@ -31,6 +30,7 @@ from workers.rpc.models import CompactRequest
 from workers.store.applied import AppliedState
 from workers.store.commit_queue import request_commit
 from workers.store.commit_records import FINAL_STATUSES, CommitRecords, final_or_timeout
+from workers.store.connection import REDIS_ERRORS
 from workers.store.snapshots import fetch_snapshot, read_snapshot, refresh_snapshot
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ async def commit_and_wait(svc: Services, caller: Caller, ov_session_id: str, *, 
             keep_recent_count=KEEP_RECENT_ON_COMPACT,
         )
         return await _await_outcome(svc, request)
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         log.warning("commit of %s: Redis unavailable: %s", ov_session_id, exc)
         raise RpcError(503, "redis_unavailable", "the commit queue (Redis) is unreachable") from None
 
@@ -151,7 +151,7 @@ async def _context_estimate(svc: Services, caller: Caller, ov_session_id: str, b
         snapshot = await read_snapshot(svc.redis, svc.settings, caller.address(ov_session_id))
         if snapshot is not None:
             return assembled_tokens(snapshot, budget)
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         log.info("compact: no snapshot estimate (Redis: %s)", exc)
     try:
         snapshot, _ = await fetch_snapshot(
@@ -257,7 +257,7 @@ async def _compact(svc: Services, req: CompactRequest, caller: Caller) -> dict[s
     try:
         snapshot = await refresh_snapshot(svc.redis, ov, svc.settings, caller.address(ov_sid))
         summary, tokens_after = snapshot.latest_archive_overview.strip(), assembled_tokens(snapshot, budget)
-    except (OVError, redis.RedisError) as exc:
+    except (OVError, *REDIS_ERRORS) as exc:
         log.warning("compact: session %s committed, but its context could not be re-read: %s", ov_sid, exc)
         details["contextError"] = str(exc)
     first_kept = (outcome.archive_uri or "").rstrip("/").rsplit("/", 1)[-1]

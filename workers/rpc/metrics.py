@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 from core.config import Settings
 from workers.store.commit_records import outcome_status
-from workers.store.connection import stream_entries, text
+from workers.store.connection import REDIS_ERRORS, stream_entries, text
 from workers.store.keys import Keys
 from workers.store.status import read_backlog
 
@@ -81,7 +81,7 @@ class StreamLagCollector(Collector):
         )
         try:
             shards = read_backlog(self._redis, self._settings)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             log.warning("metrics: cannot read the turn streams: %s", exc)
             return
         now_ms = int(time.time() * 1000)
@@ -125,7 +125,7 @@ class CommitOutcomeCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         try:
             self._catch_up()
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             log.warning("metrics: cannot read commit outcomes: %s", exc)
         family = CounterMetricFamily(
             "ovstream_commit_outcomes", "Commit outcomes recorded, by status", labels=["status"]

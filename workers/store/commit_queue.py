@@ -48,7 +48,7 @@ from core.ov.tasks import next_read_delay
 from core.session import SessionAddress
 from workers.store import tenant_lock
 from workers.store.commit_records import FINAL_STATUSES, CommitRecords, final_or_timeout, load_outcome, outcome_of
-from workers.store.connection import optional_text
+from workers.store.connection import optional_text, queue_client
 from workers.store.keys import Keys, session_keys
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,8 @@ def _poll_job_id(request: CommitRequest, attempt: int) -> str:
 
 
 def commit_queue(redis: redis_lib.Redis, settings: Settings) -> Queue:
-    return Queue(settings.commit_queue_name, connection=redis)
+    """The RQ commit queue, bound to the queue's Redis (``queue_client`` of the store ``redis``)."""
+    return Queue(settings.commit_queue_name, connection=queue_client(redis, settings))
 
 
 def _inflight_key(settings: Settings, request: CommitRequest) -> str:
@@ -134,17 +135,17 @@ def job_state(redis: redis_lib.Redis, settings: Settings, job_id: str | None) ->
     commit_sweep) takes a stranded job for lost."""
     if not job_id:
         return "lost", None
+    queue = commit_queue(redis, settings)
     try:
-        job = Job.fetch(job_id, connection=redis)
+        job = Job.fetch(job_id, connection=queue.connection)
     except NoSuchJobError:
         return "lost", None
     status = job.get_status(refresh=False)
     if status not in _LIVE_JOB_STATUSES:
         return ("crashed" if status == JobStatus.FAILED else "lost"), job
-    queue = commit_queue(redis, settings)
-    if status == JobStatus.QUEUED and redis.lpos(queue.key, job_id) is None:
+    if status == JobStatus.QUEUED and queue.connection.lpos(queue.key, job_id) is None:
         return "stranded", job
-    if status == JobStatus.SCHEDULED and redis.zscore(queue.scheduled_job_registry.key, job_id) is None:
+    if status == JobStatus.SCHEDULED and queue.connection.zscore(queue.scheduled_job_registry.key, job_id) is None:
         return "stranded", job
     if status == JobStatus.STARTED and job.worker_name and not _beating(redis, settings, job.worker_name):
         return "lost", job
@@ -187,7 +188,7 @@ def request_commit(
 ) -> CommitRequest:
     """Enqueue a commit of the session, or return the one already in flight."""
     ks = session_keys(settings, address)
-    with redis.pipeline() as pipe:
+    with redis.pipeline(transaction=True) as pipe:  # WATCH: the cluster client asks for it by name
         while True:
             try:
                 pipe.watch(ks.commit_inflight, ks.commit_generation)

@@ -93,7 +93,7 @@ class CommitRecords:
     def record(self, request: CommitRequest, outcome: CommitOutcome) -> bool:
         """Store ``outcome`` unless a final one is stored; a final one also ends the in-flight slot."""
         ks = self.session_keys(request.address)
-        with self.redis.pipeline() as pipe:
+        with self.redis.pipeline(transaction=True) as pipe:  # WATCH: the cluster client asks for it by name
             while True:
                 try:
                     pipe.watch(ks.commits, ks.commit_inflight)
@@ -131,7 +131,7 @@ class CommitRecords:
         """Replace a recorded ``timeout`` by the final state OV reported later (a recheck);
         any other stored outcome stands. True when corrected."""
         key = self.session_keys(request.address).commits
-        with self.redis.pipeline() as pipe:
+        with self.redis.pipeline(transaction=True) as pipe:  # WATCH: the cluster client asks for it by name
             while True:
                 try:
                     pipe.watch(key)

@@ -3,7 +3,13 @@
 ``redis_url = "fakeredis://"`` embeds Redis: every connection made in this
 process, sync or asyncio, talks to one shared in-memory ``FakeServer``, so
 capture, the RQ worker and the RPC of ``ovstream up`` see the same data
-without a redis-server. Any other URL goes to ``redis.Redis.from_url``.
+without a redis-server. Any other URL goes to ``redis.Redis.from_url``, or with
+``redis_cluster`` to redis-py's cluster client, which routes each command by its key's slot.
+
+Two Redis roles: the *store* (streams, session records, leases: ``connect`` /
+``connect_async``) and the RQ commit *queue* (``queue_client``). They are one server unless
+``queue_redis_url`` says otherwise; with Redis Cluster they must be two, as RQ's keys carry
+no hash tags and its scripts span keys.
 
 RQ needs raw bytes (``decode_responses=False``); so does everything here.
 
@@ -24,9 +30,17 @@ from typing import Any, cast
 import fakeredis
 import redis
 import redis.asyncio as aioredis
+import redis.asyncio.cluster as aiocluster
+import redis.cluster
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
+from redis.retry import Retry
 from redis.typing import EncodableT, FieldT
 
 from core.config import Settings
+from core.defaults import REDIS_FAIL_FAST_CONNECT_TIMEOUT_S as FAIL_FAST_CONNECT_TIMEOUT_S
+from core.defaults import REDIS_FAIL_FAST_TIMEOUT_S as FAIL_FAST_TIMEOUT_S
 from core.defaults import REDIS_SOCKET_TIMEOUT_MARGIN_S as SOCKET_TIMEOUT_MARGIN_S
 from core.defaults import REDIS_WAIT_MAX_S, REDIS_WAIT_S
 
@@ -60,10 +74,10 @@ def _socket_timeout(block_ms: int | None) -> float | None:
     return block_ms / 1000 + SOCKET_TIMEOUT_MARGIN_S
 
 
-def _tls(settings: Settings) -> dict[str, Any]:
+def _tls(settings: Settings, url: str) -> dict[str, Any]:
     """TLS options of a ``rediss://`` URL: the CA that verifies the server, and a client
     certificate when Redis asks for one (``tls-auth-clients``)."""
-    if not settings.redis_url.startswith("rediss://"):
+    if not url.startswith("rediss://"):
         return {}
     options: dict[str, Any] = {"ssl_cert_reqs": "required"}
     if settings.redis_ca_file:
@@ -74,18 +88,96 @@ def _tls(settings: Settings) -> dict[str, Any]:
     return options
 
 
-def connect(settings: Settings, *, block_ms: int | None = None) -> redis.Redis:
-    """A sync client for ``settings.redis_url``; ``block_ms`` = longest blocking read it will do."""
+def _options(settings: Settings, block_ms: int | None, fail_fast: bool) -> dict[str, Any]:
+    if fail_fast:
+        # redis-py's default retries with back-off for seconds, and every request in flight
+        # would wait that long: one immediate retry (a pooled connection gone stale after a
+        # restart) and short timeouts let a caller that has a fallback take it at once.
+        timeouts: dict[str, float | None] = {
+            "socket_connect_timeout": FAIL_FAST_CONNECT_TIMEOUT_S,
+            "socket_timeout": FAIL_FAST_TIMEOUT_S,
+        }
+    else:
+        timeouts = {"socket_timeout": _socket_timeout(block_ms)}
+    return {**timeouts, **_tls(settings, settings.redis_url)}
+
+
+# The cluster clients are typed as the plain ones they stand in for: they speak the same
+# commands (both are redis-py's command mixins), and every multi-key call here stays in one
+# hash-tagged slot (workers.store.keys), which is all the cluster client asks of its callers.
+
+
+def connect(settings: Settings, *, block_ms: int | None = None, fail_fast: bool = False) -> redis.Redis:
+    """A sync store client for ``settings.redis_url``; ``block_ms`` = longest blocking read it
+    will do; ``fail_fast``: short timeouts and one immediate retry (the RPC's)."""
     if settings.embedded_redis:
         return fakeredis.FakeRedis(server=fake_server())
-    return redis.Redis.from_url(settings.redis_url, socket_timeout=_socket_timeout(block_ms), **_tls(settings))
+    options = _options(settings, block_ms, fail_fast)
+    if settings.redis_cluster:
+        retry = {"retry": Retry(NoBackoff(), 1)} if fail_fast else {}
+        url = settings.redis_url
+        return cast(redis.Redis, LazyCluster(lambda: redis.cluster.RedisCluster.from_url(url, **options, **retry)))
+    client = redis.Redis.from_url(settings.redis_url, **options)
+    if fail_fast:
+        client.set_retry(Retry(NoBackoff(), 1))
+    return client
 
 
-def connect_async(settings: Settings, *, block_ms: int | None = None) -> aioredis.Redis:
-    """An asyncio client for ``settings.redis_url`` (same embedded server for ``fakeredis://``)."""
+def connect_async(settings: Settings, *, block_ms: int | None = None, fail_fast: bool = False) -> aioredis.Redis:
+    """An asyncio store client for ``settings.redis_url`` (same embedded server for ``fakeredis://``)."""
     if settings.embedded_redis:
         return fakeredis.FakeAsyncRedis(server=fake_server())
-    return aioredis.Redis.from_url(settings.redis_url, socket_timeout=_socket_timeout(block_ms), **_tls(settings))
+    options = _options(settings, block_ms, fail_fast)
+    if settings.redis_cluster:
+        retry = {"retry": AsyncRetry(NoBackoff(), 1)} if fail_fast else {}
+        return cast(aioredis.Redis, aiocluster.RedisCluster.from_url(settings.redis_url, **options, **retry))
+    client = aioredis.Redis.from_url(settings.redis_url, **options)
+    if fail_fast:
+        client.set_retry(AsyncRetry(NoBackoff(), 1))
+    return client
+
+
+class LazyCluster:
+    """A sync ``RedisCluster`` made on first use. Its constructor connects (it asks a node for
+    the slot map), and a process that starts before the cluster must be able to wait for it
+    (``wait_for_redis``) rather than die in its constructor; each use before the cluster
+    answers raises as a call would."""
+
+    def __init__(self, make: Callable[[], redis.cluster.RedisCluster]) -> None:
+        self._make = make
+        self._client: redis.cluster.RedisCluster | None = None
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._make()
+                client = self._client
+        return getattr(client, name)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+_queue_clients: dict[str, redis.Redis] = {}
+_queue_clients_lock = threading.Lock()
+
+
+def queue_client(store: redis.Redis, settings: Settings) -> redis.Redis:
+    """The client of the RQ commit queue, for code holding a store client: ``store`` itself
+    when the queue shares its (plain) server, else this process's one client of
+    ``queue_redis_url`` (thread-safe, as redis-py clients are)."""
+    url = settings.rq_redis_url
+    if settings.embedded_redis or (url == settings.redis_url and not settings.redis_cluster):
+        return store
+    with _queue_clients_lock:
+        client = _queue_clients.get(url)
+        if client is None:
+            client = _queue_clients[url] = redis.Redis.from_url(url, **_tls(settings, url))
+        return client
 
 
 def text(value: object) -> str:
@@ -124,8 +216,8 @@ def _unreachable_reason(exc: BaseException) -> str:
 class _Waiting:
     """The log lines of one wait for Redis: one when it starts, one when Redis answers."""
 
-    def __init__(self, settings: Settings, who: str) -> None:
-        self.where = settings.redacted_redis_url()
+    def __init__(self, settings: Settings, who: str, url: str | None) -> None:
+        self.where = settings.redacted_redis_url(url)
         self.who = who
         self.delay = REDIS_WAIT_S
         self.since: float | None = None
@@ -148,14 +240,26 @@ class _Waiting:
             log.info("%s: Redis reachable at %s (after %.1fs)", self.who, self.where, time.monotonic() - self.since)
 
 
-_UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, OSError)
+REDIS_AWAY = (redis.ConnectionError, redis.TimeoutError, ClusterError, TryAgainError, RedisClusterException)
+"""Redis, or a part of a cluster, is away for now (down, restarting, failing over, its slots
+moving): what a loop waits out and tries again."""
+REDIS_ERRORS = (redis.RedisError, RedisClusterException)
+"""Any failure of a Redis call; a cluster client's ``RedisClusterException`` (no node reachable,
+a slot no node serves) is not a ``RedisError``."""
+_UNREACHABLE = (*REDIS_AWAY, OSError)
+"""What waiting for Redis may outlast."""
 
 
 async def await_redis(
-    client: aioredis.Redis, settings: Settings, who: str, stopping: Callable[[], bool] = lambda: False
+    client: aioredis.Redis,
+    settings: Settings,
+    who: str,
+    stopping: Callable[[], bool] = lambda: False,
+    *,
+    url: str | None = None,
 ) -> bool:
-    """Wait until Redis answers PING (True), or ``stopping()`` (False)."""
-    waiting = _Waiting(settings, who)
+    """Wait until Redis (at ``url``, default the store's) answers PING (True), or ``stopping()`` (False)."""
+    waiting = _Waiting(settings, who, url)
     while not stopping():
         try:
             await client.ping()
@@ -169,10 +273,15 @@ async def await_redis(
 
 
 def wait_for_redis(
-    client: redis.Redis, settings: Settings, who: str, stopping: Callable[[], bool] = lambda: False
+    client: redis.Redis,
+    settings: Settings,
+    who: str,
+    stopping: Callable[[], bool] = lambda: False,
+    *,
+    url: str | None = None,
 ) -> bool:
     """``await_redis`` for a sync client."""
-    waiting = _Waiting(settings, who)
+    waiting = _Waiting(settings, who, url)
     while not stopping():
         try:
             client.ping()

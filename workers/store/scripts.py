@@ -8,7 +8,8 @@ otherwise ask SCRIPT EXISTS before every execute, one round trip more than
 the text costs.
 
 Each script touches only keys of one shard's hash tag (or one lease), so all
-of them run unchanged on Redis Cluster.
+of them run unchanged on Redis Cluster (where a pipeline's scripts go as EVAL, to the node of
+their first key).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, cast
 
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterPipeline
 from redis.commands.core import AsyncScript, Script
 from redis.exceptions import NoScriptError
 from redis.typing import EncodableT, KeyT
@@ -46,8 +48,9 @@ class Lua:
         keys: Sequence[KeyT],
         args: Sequence[EncodableT],
     ) -> Any:
-        if isinstance(client, aioredis.client.Pipeline):
-            return await client.eval(self.source, len(keys), *keys, *args)
+        if isinstance(client, aioredis.client.Pipeline | ClusterPipeline):
+            # queued, not awaited: awaiting a cluster pipeline runs what it holds so far
+            return client.eval(self.source, len(keys), *keys, *args)
         # On a client, EVALSHA straight away (the hot path of assemble): AsyncScript's
         # per-call bookkeeping costs about a tenth of a loopback round trip.
         try:

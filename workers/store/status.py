@@ -21,7 +21,7 @@ from core.config import Settings
 from workers.store.applied import parse_id
 from workers.store.commit_queue import commit_queue
 from workers.store.commit_records import outcome_status
-from workers.store.connection import connect, optional_text, stream_entries, text
+from workers.store.connection import REDIS_ERRORS, connect, optional_text, stream_entries, text
 from workers.store.health import ProcessHealth, read_health
 from workers.store.keys import Keys
 
@@ -187,7 +187,7 @@ def cli_status(settings: Settings, args: argparse.Namespace) -> int:
         while True:
             try:
                 status = read_status(client, settings)
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 print(f"ovstream status: Redis unreachable at {settings.redacted_redis_url()}: {exc}", flush=True)
                 if not watch:
                     return 1
@@ -216,7 +216,7 @@ def cli_health(settings: Settings, args: argparse.Namespace) -> int:
     client = connect(settings)
     try:
         processes = read_health(client, settings)
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         print(f"unhealthy: Redis unreachable: {exc}")
         return 1
     finally:

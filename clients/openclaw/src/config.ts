@@ -25,6 +25,8 @@ export interface PluginConfig {
   bypassSessionPatterns: string[];
   // --- ovstream ---
   redisUrl: string;
+  /** redisUrl names a node of a Redis Cluster (the service's redisCluster). */
+  redisCluster: boolean;
   rpcUrl: string;
   shards: number;
   keyPrefix: string;
@@ -60,6 +62,7 @@ export const DEFAULTS: Readonly<PluginConfig> = Object.freeze({
   recallPreferAbstract: false,
   bypassSessionPatterns: [] as string[],
   redisUrl: "redis://127.0.0.1:6379/0",
+  redisCluster: false,
   rpcUrl: "http://127.0.0.1:8787",
   shards: 4,
   keyPrefix: "ovstream",
@@ -117,6 +120,7 @@ export const KEY_SPECS: Record<keyof PluginConfig, KeySpec> = {
   recallPreferAbstract: { kind: "boolean", description: "Inject abstracts instead of full memory text (applied by the service)" },
   bypassSessionPatterns: { kind: "patterns", description: "Globs on the sessionKey (else sessionId) that skip ovstream entirely; * stays in one ':' segment, ** spans anything" },
   redisUrl: { kind: "string", pattern: /^rediss?:\/\/[^\s]+$/, patternHelp: "a redis:// or rediss:// URL", description: "Redis holding the turn streams" },
+  redisCluster: { kind: "boolean", description: "redisUrl is one node of a Redis Cluster; must equal the service's redisCluster" },
   rpcUrl: { kind: "string", pattern: HTTP_URL, patternHelp: "an http(s) URL", description: "Where the ovstream RPC listens" },
   shards: { kind: "int", min: 1, max: 1024, description: "Number of turn streams; must equal the service's shards" },
   keyPrefix: { kind: "string", pattern: /^[A-Za-z0-9_.-]+$/, patternHelp: "letters, digits, _ . -", description: "Prefix of every Redis key; must equal the service's keyPrefix" },

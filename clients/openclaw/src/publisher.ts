@@ -23,15 +23,18 @@
  */
 
 import { mkdirSync, readdirSync, readFileSync, unlinkSync, writeFileSync } from "node:fs";
-import { connect as tlsConnect } from "node:tls";
 import { join } from "node:path";
 
-import { createClient, ErrorReply } from "redis";
+import { ErrorReply } from "redis";
+
+import { openConnection, safeDestroy, type RedisConnection, type RedisTlsFiles } from "./connection.js";
 
 import type { PluginLogger } from "./types.js";
 
 export interface PublisherOptions {
   redisUrl: string;
+  /** redisUrl names one node of a Redis Cluster; each command goes to its key's node. */
+  redisCluster?: boolean;
   logger: PluginLogger;
   /** Buffer caps; the oldest events go first when either is exceeded. */
   maxEvents: number;
@@ -48,60 +51,6 @@ export interface PublisherOptions {
   spoolDir?: string;
   /** For a rediss:// URL: PEM files of the CA verifying Redis, and a client certificate. */
   tls?: RedisTlsFiles;
-}
-
-export interface RedisTlsFiles {
-  caFile?: string;
-  certFile?: string;
-  keyFile?: string;
-}
-
-/**
- * For a rediss:// URL: one TLS connection of our own that must answer PING before node-redis
- * connects. A Redis that refuses the client (no or a wrong client certificate: TLS 1.3
- * says so only after the handshake) resets the connection twice, and node-redis 5 listens
- * for one socket error only: the second would be an uncaught exception in the host.
- */
-async function tlsPreflight(url: string, files: RedisTlsFiles | undefined, timeoutMs: number): Promise<void> {
-  if (!url.startsWith("rediss://")) return;
-  const parsed = new URL(url);
-  const options = redisTlsSocket(url, files);
-  await new Promise<void>((resolve, reject) => {
-    const socket = tlsConnect({
-      host: parsed.hostname,
-      port: Number(parsed.port || 6379),
-      servername: parsed.hostname,
-      ca: options.ca as Buffer | undefined,
-      cert: options.cert as Buffer | undefined,
-      key: options.key as Buffer | undefined,
-    });
-    const finish = (err?: Error) => {
-      clearTimeout(timer);
-      socket.removeAllListeners("data");
-      socket.on("error", () => undefined);  // whatever else the dying socket says
-      socket.destroy();
-      if (err) reject(err);
-      else resolve();
-    };
-    const timer = setTimeout(() => finish(new Error(`TLS check of ${parsed.host} timed out`)), timeoutMs);
-    let reply = "";
-    socket.on("error", (err) => finish(err));
-    socket.once("secureConnect", () => socket.write("PING\r\n"));
-    socket.on("data", (chunk: Buffer) => {
-      reply += chunk.toString();
-      if (reply.includes("\r\n")) finish();  // +PONG, or -NOAUTH (node-redis authenticates)
-    });
-  });
-}
-
-/** node-redis socket options for a rediss:// URL (files read once per connection). */
-export function redisTlsSocket(url: string, files: RedisTlsFiles | undefined): Record<string, unknown> {
-  if (!url.startsWith("rediss://")) return {};
-  const socket: Record<string, unknown> = { tls: true };
-  if (files?.caFile) socket.ca = readFileSync(files.caFile);
-  if (files?.certFile) socket.cert = readFileSync(files.certFile);
-  if (files?.keyFile) socket.key = readFileSync(files.keyFile);
-  return socket;
 }
 
 /** What the publisher knows of an event besides its stream and payload. */
@@ -125,8 +74,6 @@ interface SpoolRecord extends EventTags {
   payload: string;
 }
 
-type Client = ReturnType<typeof createClient>;
-
 export interface PublisherStats {
   pending: number;
   pendingBytes: number;
@@ -147,21 +94,12 @@ function errorText(err: unknown): string {
   return String(err);
 }
 
-/** destroy() throws on a client that is not open; here that is never an error. */
-function safeDestroy(client: Client): void {
-  try {
-    client.destroy();
-  } catch {
-    // already closed
-  }
-}
-
 export class TurnPublisher {
   private readonly opts: Required<PublisherOptions>;
   private readonly queue: Pending[] = [];
   private head = 0;
   private queuedBytes = 0;
-  private client: Client | null = null;
+  private client: RedisConnection | null = null;
   private running = false;
   private closed = false;
   private retryTimer: NodeJS.Timeout | null = null;
@@ -183,6 +121,7 @@ export class TurnPublisher {
       commandTimeoutMs: 15_000,
       spoolDir: "",
       tls: {},
+      redisCluster: false,
       ...options,
     };
     this.backoffMs = this.opts.initialBackoffMs;
@@ -438,35 +377,23 @@ export class TurnPublisher {
     }
   }
 
-  private async connected(): Promise<Client> {
+  private async connected(): Promise<RedisConnection> {
     if (this.client?.isReady) {
       return this.client;
     }
     this.dropClient();
-    await tlsPreflight(this.opts.redisUrl, this.opts.tls, this.opts.connectTimeoutMs);
-    const client = createClient({
+    const pending = openConnection({
       url: this.opts.redisUrl,
-      disableOfflineQueue: true,
-      socket: {
-        reconnectStrategy: false,
-        connectTimeout: this.opts.connectTimeoutMs,
-        ...redisTlsSocket(this.opts.redisUrl, this.opts.tls),
-      } as never,
+      cluster: this.opts.redisCluster,
+      tls: this.opts.tls,
+      connectTimeoutMs: this.opts.connectTimeoutMs,
+      logger: this.opts.logger,
     });
-    // Without a listener an 'error' event would crash the host process.
-    client.on("error", (err: unknown) => {
-      this.opts.logger.debug?.(`ovstream: redis client error: ${errorText(err)}`);
-    });
+    const client = await pending;
     this.client = client;
-    try {
-      await client.connect();
-    } catch (err) {
-      if (this.client === client) this.client = null;
-      safeDestroy(client);
-      throw err;
-    }
-    if (this.closed || this.client !== client) {
+    if (this.closed) {
       // close() ran while we were connecting: this connection must not linger.
+      this.client = null;
       safeDestroy(client);
       throw new Error("publisher closed");
     }
@@ -481,17 +408,17 @@ export class TurnPublisher {
     }
   }
 
-  private async sendBatch(client: Client): Promise<void> {
+  private async sendBatch(client: RedisConnection): Promise<void> {
     const end = Math.min(this.queue.length, this.head + this.opts.batchSize);
     const batch = this.queue.slice(this.head, end);
     // Commands issued in one tick go out as one pipeline; a turn's mark follows its XADD.
     const replies = batch.map((item) => {
       // No MAXLEN: a producer cannot know what capture applied; capture trims that itself.
-      const reply = client.sendCommand(["XADD", item.key, "*", "e", item.payload]);
+      const reply = client.send(item.key, ["XADD", item.key, "*", "e", item.payload]);
       const mark = item.lastTurn;
       if (mark) {
         // Best effort: without it assemble misses only another process's lagging turn.
-        client.sendCommand(["SET", mark.key, mark.eventId, "EX", String(mark.ttlS)]).catch(() => undefined);
+        client.send(mark.key, ["SET", mark.key, mark.eventId, "EX", String(mark.ttlS)]).catch(() => undefined);
       }
       return reply;
     });
@@ -589,10 +516,14 @@ export class TurnPublisher {
 
 /**
  * Error replies that say "not now" rather than "never": a full Redis (maxmemory with
- * noeviction), one still loading its data, a replica or a cluster mid-failover. The
- * event is kept and sent again; any other error reply (WRONGTYPE, say) drops it.
+ * noeviction), one still loading its data, a replica or a cluster mid-failover, or a
+ * cluster node answering a client not configured for a cluster (MOVED/ASK: `redisCluster`
+ * is off; the warning names the reply, and nothing is lost while the operator fixes it).
+ * The event is kept and sent again; any other error reply (WRONGTYPE, say) drops it.
  */
-const TRANSIENT_REPLIES = ["OOM", "LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS"];
+const TRANSIENT_REPLIES = [
+  "OOM", "LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS", "MOVED", "ASK",
+];
 
 export function isTransient(reply: ErrorReply): boolean {
   const code = reply.message.split(" ", 1)[0] ?? "";

@@ -130,6 +130,7 @@ export class PluginRuntime {
     this.stateDir = pluginStateDir(config);
     this.publisher = new TurnPublisher({
       redisUrl: config.redisUrl,
+      redisCluster: config.redisCluster,
       logger,
       maxEvents: config.bufferMaxEvents,
       maxBytes: config.bufferMaxBytes,

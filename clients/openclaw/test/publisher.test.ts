@@ -1,11 +1,14 @@
 import assert from "node:assert/strict";
 import { after, describe, it } from "node:test";
 
-import { createClient } from "redis";
+import { spawnSync } from "node:child_process";
 
-import { redisTlsSocket, TurnPublisher } from "../src/publisher.js";
+import { createClient, createCluster } from "redis";
+
+import { redisTlsSocket } from "../src/connection.js";
+import { TurnPublisher } from "../src/publisher.js";
 import { MemoryLogger } from "./helpers/fakes.js";
-import { freePort, makePki, pythonHasModule, startRedis, startTlsRedis, waitFor, type RedisServer } from "./helpers/proc.js";
+import { freePort, makePki, pythonHasModule, startRedis, startRedisCluster, startTlsRedis, waitFor, type RedisServer } from "./helpers/proc.js";
 
 const KEY = "t:{s0}:turns";
 
@@ -100,6 +103,38 @@ describe("TurnPublisher", () => {
     await pub.drained();
     // A fresh (empty, non-persistent) server: only what was buffered arrives.
     assert.deepEqual(await readStream(again.url), ["c", "d"]);
+  });
+
+  it("publishes to a Redis Cluster: every shard's stream on its node, in order, with its last-turn mark", async () => {
+    const cluster = await startRedisCluster(3);
+    servers.push({ port: 0, url: cluster.url, stop: cluster.stop });
+    const log = new MemoryLogger();
+    const pub = publisher(cluster.url, log, { redisCluster: true });
+    publishers.push(pub);
+    const shards = 16;
+    for (let i = 0; i < 20; i++) {
+      for (let shard = 0; shard < shards; shard++) {
+        const key = `c:{s${shard}}:turns`;
+        pub.enqueue(key, `e${i}`, { lastTurn: { key: `c:{s${shard}}:last-turn:x`, eventId: `e${i}`, ttlS: 60 } });
+      }
+    }
+    await pub.drained();
+    assert.equal(pub.getStats().delivered, 20 * shards, JSON.stringify([pub.getStats(), log.lines]));
+    const reader = createCluster({ rootNodes: [{ url: cluster.url }] });
+    reader.on("error", () => {});
+    await reader.connect();
+    try {
+      for (let shard = 0; shard < shards; shard++) {
+        const entries = await reader.xRange(`c:{s${shard}}:turns`, "-", "+");
+        assert.deepEqual(entries.map((e) => String(e.message.e)), Array.from({ length: 20 }, (_, i) => `e${i}`));
+        assert.equal(await reader.get(`c:{s${shard}}:last-turn:x`), "e19");
+      }
+      // the streams really are spread: every master holds some of them
+      const holding = cluster.nodes.map((n) => Number(spawnSync("redis-cli", ["-p", String(n.port), "dbsize"], { encoding: "utf8" }).stdout.trim()));
+      assert.ok(holding.every((keys) => keys > 0), `keys per node: ${holding}`);
+    } finally {
+      await reader.close();
+    }
   });
 
   it("caps the buffer by bytes too, always keeping the newest event", async () => {

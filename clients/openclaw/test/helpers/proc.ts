@@ -131,6 +131,57 @@ export async function startRedis(port?: number): Promise<RedisServer> {
   return launchRedis("redis-server", p, `redis://127.0.0.1:${p}/0`, ["--port", String(p), "--protected-mode", "no"], () => redisPing(p));
 }
 
+export interface RedisCluster {
+  nodes: RedisServer[];
+  /** A seed node's URL. */
+  url: string;
+  stop(): Promise<void>;
+}
+
+/** A free loopback port whose cluster bus port (+10000) is free too. */
+async function clusterPort(): Promise<number> {
+  for (let i = 0; i < 200; i++) {
+    const port = 20_000 + Math.floor(Math.random() * 35_000);
+    if ((await portFree(port)) && (await portFree(port + 10_000))) return port;
+  }
+  throw new Error("no free port pair for a cluster node");
+}
+
+function portFree(port: number): Promise<boolean> {
+  return new Promise((res) => {
+    const srv = createServer();
+    srv.unref();
+    srv.once("error", () => res(false));
+    srv.listen(port, "127.0.0.1", () => srv.close(() => res(true)));
+  });
+}
+
+/** `masters` cluster-enabled redis-servers joined by `redis-cli --cluster create`, no replicas. */
+export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
+  const nodes: RedisServer[] = [];
+  for (let i = 0; i < masters; i++) {
+    const p = await clusterPort();
+    const args = ["--port", String(p), "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"];
+    nodes.push(await launchRedis("a cluster node", p, `redis://127.0.0.1:${p}`, args, () => redisPing(p)));
+  }
+  const stopAll = async () => {
+    for (const node of nodes) await node.stop();
+  };
+  const created = spawnSync(
+    "redis-cli",
+    ["--cluster", "create", ...nodes.map((n) => `127.0.0.1:${n.port}`), "--cluster-replicas", "0", "--cluster-yes"],
+    { encoding: "utf8", timeout: 60_000 },
+  );
+  if (created.status !== 0) {
+    await stopAll();
+    throw new Error(`redis-cli --cluster create failed: ${created.stdout}${created.stderr}`);
+  }
+  await waitFor("cluster_state:ok on every node", () =>
+    nodes.every((n) => spawnSync("redis-cli", ["-p", String(n.port), "cluster", "info"], { encoding: "utf8" }).stdout.includes("cluster_state:ok")),
+  15_000, 50);
+  return { nodes, url: nodes[0]!.url, stop: stopAll };
+}
+
 /**
  * `redis-server` on loopback port `port` with `args` (besides bind, persistence off and
  * a temp dir), ready once `ready()`; stopped (and its dir removed) by `stop()`.

@@ -1,0 +1,9 @@
+"""Capture on Redis Cluster: order, crashes at every step, takeovers, snapshots, commits."""
+
+from tests.capture.test_capture_commits import *  # noqa: F403
+from tests.capture.test_capture_crash import *  # noqa: F403
+from tests.capture.test_capture_order import *  # noqa: F403
+from tests.capture.test_capture_snapshots import *  # noqa: F403
+from tests.capture.test_capture_takeover import *  # noqa: F403
+from tests.capture.test_capture_tenant import *  # noqa: F403
+from tests.capture.test_commit_sweep import *  # noqa: F403
