@@ -49,6 +49,7 @@ from workers.rpc.app import create_app
 from workers.rpc.assemble import assemble
 from workers.rpc.context import resolve_caller
 from workers.rpc.models import decode_assemble_request
+from workers.rpc.responses import json_response
 from workers.store.applied import CAPTURED_THROUGH, EVENT_IDS, LAST_ID
 from workers.store.keys import Keys, scope_of, shard_of
 from workers.store.streams import publish_turn
@@ -226,7 +227,7 @@ async def run(args: argparse.Namespace) -> None:
             caller = resolve_caller(
                 settings, session_id=SESSION_ID, session_key=None, runtime_context=None, api_key=None
             )
-            first = await assemble(svc, request, caller)
+            first = msgspec.json.decode(json_response(await assemble(svc, request, caller)).body)
             assert len(first["messages"]) >= args.messages // 2, "assemble did not use the session"
             # The body is encoded once: a client's own JSON encoding is not the server's latency.
             payload = json.dumps(sent).encode()

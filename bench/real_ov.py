@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
+import msgspec  # noqa: E402
 import redis  # noqa: E402
 import redis.asyncio  # noqa: E402
 import uvloop  # noqa: E402
@@ -57,6 +58,7 @@ from workers.rpc.app import create_app  # noqa: E402
 from workers.rpc.assemble import assemble  # noqa: E402
 from workers.rpc.context import resolve_caller  # noqa: E402
 from workers.rpc.models import decode_assemble_request  # noqa: E402
+from workers.rpc.responses import json_response  # noqa: E402
 from workers.store.applied import CAPTURED_THROUGH, LAST_ID  # noqa: E402
 from workers.store.keys import Keys, scope_of, shard_of  # noqa: E402
 from workers.store.streams import publish_turn  # noqa: E402
@@ -117,7 +119,7 @@ async def bench_assemble(settings: Settings, rds: redis.Redis, args: argparse.Na
         out_count = 0
         for name, app in (("snapshot", snapshot_app), ("direct", direct_app)):
             svc = app.state.services
-            first = await assemble(svc, request, caller)
+            first = msgspec.json.decode(json_response(await assemble(svc, request, caller)).body)
             out_count = len(first["messages"])
             assert out_count >= args.messages // 2, f"{name}: assemble did not use the session"
             headers = {"content-type": "application/json"}

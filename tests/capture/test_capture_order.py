@@ -97,3 +97,26 @@ async def test_order_holds_while_shards_move_between_joining_workers(redis_clien
     # the first worker started with every shard and handed three back
     assert workers[0].stats.applied < len(sessions) * turns
     assert sum(w.stats.applied for w in workers) == len(sessions) * turns
+
+
+async def test_a_stop_that_arrives_while_a_shard_is_being_taken_still_stops_the_worker(
+    redis_client, settings, fake_ov, monkeypatch
+):
+    """stop() lands while the worker's tick awaits a lease it then wins: the consumer it starts
+    must stop too (it once ran on, and the worker with it: a hang in CI, a SIGTERM ignored)."""
+    from workers.capture import worker as worker_module
+
+    worker = make_worker(settings, fake_ov, consumer="late")
+    acquire = worker_module.LEASE_ACQUIRE
+
+    class StopMidAcquire:
+        async def run(self, *args, **kwargs):
+            taken = await acquire.run(*args, **kwargs)
+            worker.stop()  # as a SIGTERM or a test's stop() arriving during the await
+            return taken
+
+    monkeypatch.setattr(worker_module, "LEASE_ACQUIRE", StopMidAcquire())
+    await asyncio.wait_for(worker.run(), timeout=10)
+    assert not worker.consumers
+    owners = [redis_client.hget(Keys(settings.key_prefix).capture_lease(s), "id") for s in range(settings.shards)]
+    assert owners == [None] * settings.shards  # every lease it took was given back

@@ -295,6 +295,10 @@ class CaptureWorker:
 
     def _start(self, shard: int) -> None:
         consumer = ShardConsumer(self, shard)
+        if self.stopping:
+            # stop() came while the tick awaited this shard's lease: born stopping, the consumer
+            # gives the lease straight back (else it would run on, and the worker with it)
+            consumer.request_stop()
         consumer.started_at = self.clock()
         consumer.task = asyncio.create_task(consumer.run(), name=f"capture-shard-{shard}")
         consumer.task.add_done_callback(lambda _: self._wake.set())

@@ -19,7 +19,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, cast
+
+import msgspec
 
 from core.assemble_plan import (
     FullContext,
@@ -43,6 +46,7 @@ from workers.rpc.assemble_turn import cached_recall, keep_recall, pending_turns,
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest
 from workers.rpc.recall import recall_block
+from workers.rpc.responses import encode_body
 from workers.store.connection import REDIS_ERRORS
 from workers.store.snapshots import ZERO_ID
 
@@ -53,10 +57,27 @@ def _passthrough(messages: list[dict[str, Any]]) -> dict[str, Any]:
     return {"messages": messages, "estimatedTokens": estimate_message_tokens(messages)}
 
 
-async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[str, Any]:
-    """The answer body ``{messages, estimatedTokens, systemPromptAddition?}``."""
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """An assembled context with its answer body encoded once: a cached result (the same
+    snapshot, budget and recall block) is answered with these bytes, not encoded again."""
+
+    context: FullContext
+    body: msgspec.Raw
+
+    @classmethod
+    def of(cls, context: FullContext) -> Answered:
+        body: dict[str, Any] = {"messages": context.messages, "estimatedTokens": context.estimated_tokens}
+        if context.system_prompt_addition:
+            body["systemPromptAddition"] = context.system_prompt_addition
+        return cls(context, msgspec.Raw(encode_body(body)))
+
+
+async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[str, Any] | msgspec.Raw:
+    """The answer body ``{messages, estimatedTokens, systemPromptAddition?}`` (already encoded
+    for an assembled context)."""
     started = time.perf_counter()
-    outcome: Passthrough | FullContext | dict[str, Any]
+    outcome: Passthrough | Answered | dict[str, Any]
     path = "bypass" if caller.bypassed else "full" if req.is_main_call() else "recall"
     if caller.bypassed:
         outcome = Passthrough("session_bypassed")
@@ -76,13 +97,11 @@ async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[
             )
             outcome = Passthrough("assemble_timeout")
 
+    body: dict[str, Any] | msgspec.Raw
     if isinstance(outcome, Passthrough):
         body, reason = _passthrough(req.messages), outcome.reason
-    elif isinstance(outcome, FullContext):
-        body = {"messages": outcome.messages, "estimatedTokens": outcome.estimated_tokens}
-        if outcome.system_prompt_addition:
-            body["systemPromptAddition"] = outcome.system_prompt_addition
-        reason = "lag_overlay" if outcome.tail_count else "assembled"
+    elif isinstance(outcome, Answered):
+        body, reason = outcome.body, "lag_overlay" if outcome.context.tail_count else "assembled"
     else:
         body, reason = outcome, "recalled"
     svc.metrics.assemble_seconds.labels(path).observe(time.perf_counter() - started)
@@ -186,7 +205,7 @@ _NEW_SESSION = frozenset({"session_not_found", "no_ov_data"})
 """Passthrough reasons of a session OV does not have yet (its turns may be in flight)."""
 
 
-async def _full_path(svc: Services, req: AssembleRequest, caller: Caller) -> Passthrough | FullContext:
+async def _full_path(svc: Services, req: AssembleRequest, caller: Caller) -> Passthrough | Answered:
     if svc.direct:
         return await _direct_full_path(svc, req, caller)
     try:
@@ -208,7 +227,7 @@ async def _full_path(svc: Services, req: AssembleRequest, caller: Caller) -> Pas
     return await _answer(svc, req, caller, snap, last_turn=last_turn)
 
 
-async def _direct_full_path(svc: Services, req: AssembleRequest, caller: Caller) -> Passthrough | FullContext:
+async def _direct_full_path(svc: Services, req: AssembleRequest, caller: Caller) -> Passthrough | Answered:
     """The reference plugin's way: OV /context on every call, converted every time.
     With Redis away only the turns the plugin still holds can be added to it."""
     if not svc.ov_breaker.allows():
@@ -272,20 +291,20 @@ async def _answer(
     *,
     last_turn: str | None = None,
     direct: bool = False,
-) -> Passthrough | FullContext:
+) -> Passthrough | Answered:
     """``last_turn``: the session's newest published turn; ``direct``: OV read without Redis."""
     lag = await _lag_tail(svc, req, caller, snap, last_turn=last_turn, direct=direct)
     if isinstance(lag, Passthrough):
         # Nothing of ours to assemble (a new session, say), but the turn still gets its memories.
         recall = await _turn_recall(svc, caller, req, snap.event_ids, [])
-        return lag if recall is None else passthrough_with(req.messages, recall)
+        return lag if recall is None else Answered.of(passthrough_with(req.messages, recall))
     tail_raw, pending = lag
     recall = await _turn_recall(svc, caller, req, snap.event_ids, pending)
     budget = _budget(req)
     version = snap.version
     cache_key = (version, budget, recall or "") if version is not None and not tail_raw else None
     if cache_key is not None and (cached := svc.results.get(cache_key)) is not None:
-        return cast(FullContext, cached)
+        return cast(Answered, cached)
     try:
         tail = parse_messages(tail_raw) if tail_raw else []
     except MessageFormatError:  # the request model only admits objects; defensive
@@ -299,6 +318,9 @@ async def _answer(
             len(pending),
         )
     result = build_full_context(snap.base, tail, budget, recall_block=recall)
-    if cache_key is not None and isinstance(result, FullContext):
-        svc.results.put(cache_key, result)
-    return result
+    if isinstance(result, Passthrough):
+        return result
+    answered = Answered.of(result)
+    if cache_key is not None:
+        svc.results.put(cache_key, answered)
+    return answered

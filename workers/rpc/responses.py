@@ -38,12 +38,17 @@ ERROR_ANSWERS: dict[int | str, dict[str, Any]] = {
 _encoder = msgspec.json.Encoder()
 
 
-def json_response(body: Any, status: int = 200) -> Response:
+def encode_body(body: Any) -> bytes:
+    """``body`` as JSON bytes (a ``msgspec.Raw`` as it is)."""
     try:
-        content = _encoder.encode(body)
+        return _encoder.encode(body)
     except (OverflowError, TypeError, msgspec.EncodeError):
         # Integers beyond 64 bits, which a caller's messages may carry: json copes.
-        content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), default=str).encode()
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), default=str).encode()
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    content = bytes(body) if isinstance(body, msgspec.Raw) else encode_body(body)
     return Response(content=content, status_code=status, media_type="application/json")
 
 
