@@ -3,9 +3,9 @@ shards, against an OV that takes ``--ov-latency-ms`` per call (the FakeOV over H
 ``ovstream fake-ov --latency-ms``), as ratios to one process, measured in one run.
 Prints figures; not a test.
 
-Per run: a fresh key prefix and a fresh fake OV; ``--events`` turn events of
-``--sessions`` sessions are published while capture is away (the groups made first), then
-the processes start together; the clock runs until every shard's backlog is applied.
+Per run: a fresh key prefix and a fresh fake OV; the processes start and split the shards;
+then ``--events`` turn events of ``--sessions`` sessions are published at once, and the
+clock runs from the publish until every shard's backlog is applied.
 
     .venv/bin/python bench/capture_scaleout.py [--events 4000] [--sessions 400] [--ov-latency-ms 20]
 """
@@ -84,11 +84,19 @@ def run(processes: int, args: argparse.Namespace, redis_url: str, work: Path) ->
         for shard in range(SHARDS):
             client.xgroup_create(keys.stream(shard), settings.consumer_group, id="0", mkstream=True)
         sessions = [f"s{i}" for i in range(args.sessions)]
-        for i in range(args.events):
-            publish_turn(client, settings, turn(sessions[i % len(sessions)], i // len(sessions)))
-        started = time.monotonic()
+        events = [turn(sessions[i % len(sessions)], i // len(sessions)) for i in range(args.events)]
         for n in range(processes):
             workers.append(spawn([*OVSTREAM, "--log-level", "WARNING", "capture"], env, work / f"capture{n}.log"))
+        # The clock starts once every process owns its share of the shards: what is measured
+        # is capture, not Python starting up or the shards being split.
+        deadline = time.monotonic() + 60
+        while len({s.owner for s in read_backlog(client, settings)} - {None}) < processes:
+            if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
+                raise RuntimeError(f"the capture processes did not split the shards; see {work}")
+            time.sleep(0.05)
+        started = time.monotonic()
+        for event in events:
+            publish_turn(client, settings, event)
         while any(s.oldest_unapplied is not None for s in read_backlog(client, settings)):
             if any(w.poll() is not None for w in workers):
                 raise RuntimeError(f"a capture process exited; see {work}")
