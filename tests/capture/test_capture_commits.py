@@ -14,7 +14,7 @@ from core.config import Settings
 from core.events import CommitRequest
 from core.ov.tasks import memories_extracted
 from core.session import SessionAddress
-from tests.helpers.capture import make_worker, ov_texts, publish, stored_snapshot, turn
+from tests.helpers.capture import cli_uses, make_worker, ov_texts, publish, stored_snapshot, turn
 from workers.cli import main
 from workers.commits import context as jobs
 from workers.commits.context import context_of
@@ -240,9 +240,7 @@ def test_commit_snapshot_shows_the_archive_overview(redis_client, settings, fake
 
 
 def test_ovstream_commits_prints_the_table(redis_client, settings, fake_ov, monkeypatch, capsys):
-    for key in ("redis_url", "redis_cluster", "queue_redis_url", "key_prefix"):
-        if getattr(settings, key) is not None:
-            monkeypatch.setenv(f"OVSTREAM_{key.upper()}", str(getattr(settings, key)))
+    cli_uses(monkeypatch, settings)
     assert main(["commits", "nothing-here"]) == 0
     assert "no commits recorded for session nothing-here" in capsys.readouterr().out
 

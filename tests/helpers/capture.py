@@ -97,3 +97,13 @@ def pending_count(client: redis.Redis, settings: Settings) -> int:
 def stored_snapshot(client: redis.Redis, settings: Settings, address: SessionAddress) -> ContextSnapshot | None:
     """The session's stored snapshot, read with a test's sync client."""
     return parse_stored(client.hget(snapshot_key(settings, address), "data"))
+
+
+REDIS_SETTING_KEYS = ("redis_url", "redis_cluster", "queue_redis_url", "key_prefix")
+
+
+def cli_uses(monkeypatch: Any, settings: Settings) -> None:
+    """The CLI (``workers.cli.main``) in this process reaches ``settings``' Redis and deployment."""
+    for key in REDIS_SETTING_KEYS:
+        if getattr(settings, key) is not None:
+            monkeypatch.setenv(f"OVSTREAM_{key.upper()}", str(getattr(settings, key)))

@@ -45,6 +45,7 @@ from workers.capture.services import CaptureStats
 from workers.capture.shard import ShardConsumer
 from workers.store.commit_queue import request_commit
 from workers.store.connection import REDIS_AWAY, REDIS_ERRORS, RedisConfigError, await_redis, connect, connect_async
+from workers.store.deployment import check_deployment_async
 from workers.store.health import forget_health, record_health
 from workers.store.keys import Keys
 from workers.store.scripts import LEASE_ACQUIRE, LEASE_RENEW
@@ -203,6 +204,7 @@ class CaptureWorker:
         who = f"capture worker {self.consumer}"
         while await await_redis(self.redis, self.settings, who, lambda: self.stopping):
             try:
+                await check_deployment_async(self.redis, self.settings)  # DeploymentMismatch: exit 2
                 for shard in self.shards:
                     await self.ensure_group(shard)
                 return True

@@ -36,6 +36,7 @@ from workers.store import commit_sweep
 from workers.store.commit_queue import commit_queue
 from workers.store.commit_records import CommitRecords
 from workers.store.connection import REDIS_AWAY, REDIS_ERRORS, RedisConfigError, connect, queue_client, wait_for_redis
+from workers.store.deployment import DeploymentMismatch, check_deployment
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,11 @@ def cli_worker(settings: Settings, args: argparse.Namespace) -> int:
     redis = connect(settings)
     if not (_redis_answers(redis, settings) and _redis_answers(queue_client(redis, settings), settings, queue=True)):
         return 0 if _STOP.is_set() else 2
+    try:
+        check_deployment(redis, settings)
+    except DeploymentMismatch as exc:
+        log.error("%s", exc)
+        return 2
     worker = make_worker(redis, settings)
     burst = bool(getattr(args, "burst", False))
     log.info("RQ worker %s on queue %s (moving due jobs itself)", worker.name, settings.commit_queue_name)

@@ -52,6 +52,7 @@ from workers.rpc.models import (
 from workers.rpc.responses import ERROR_ANSWERS, BodyLimit, install_error_handlers, json_response
 from workers.rpc.tools.registry import run_tool, tools
 from workers.store.connection import REDIS_ERRORS, connect, connect_async
+from workers.store.deployment import DeploymentMismatch, check_deployment
 from workers.store.status import read_status
 
 log = logging.getLogger(__name__)
@@ -262,6 +263,24 @@ class StopsCleanly(uvicorn.Server):
                 loop.remove_signal_handler(sig)
 
 
+def _deployment_agrees(settings: Settings) -> bool:
+    """False (logged) when the deployment in Redis runs with other ``shards``; Redis away: the
+    RPC serves anyway (assemble passes through until it is back), so this is not waited for."""
+    if settings.embedded_redis:
+        return True
+    client = connect(settings, fail_fast=True)
+    try:
+        check_deployment(client, settings)
+    except DeploymentMismatch as exc:
+        log.error("%s", exc)
+        return False
+    except REDIS_ERRORS as exc:
+        log.warning("could not compare shards with the deployment's (Redis: %s); serving anyway", exc)
+    finally:
+        client.close()
+    return True
+
+
 def cli_rpc(settings: Settings, args: argparse.Namespace) -> int:
     host = getattr(args, "host", None) or settings.rpc_host
     port = getattr(args, "port", None) or settings.rpc_port
@@ -275,6 +294,8 @@ def cli_rpc(settings: Settings, args: argparse.Namespace) -> int:
             "anyone reaching it acts as this service",
             host,
         )
+    if not _deployment_agrees(settings):
+        return 2
     tls = settings.rpc_tls_cert_file is not None
     log.info(
         "ovstream rpc listening on %s://%s:%d (OV %s, Redis %s, %d RPC credential(s))",

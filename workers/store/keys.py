@@ -75,6 +75,11 @@ class Keys:
         only when the session has a turn it does not know of."""
         return f"{self.prefix}:{{s{shard}}}:last-turn:{ov_session_id}"
 
+    def deployment(self) -> str:
+        """Hash: what every process of the deployment must agree on (``shards``), recorded by
+        the first to start (workers.store.deployment)."""
+        return f"{self.prefix}:deployment"
+
     def dead_letters(self) -> str:
         """Dead-letter stream: entries that could not be handled, with the reason."""
         return f"{self.prefix}:dlq"

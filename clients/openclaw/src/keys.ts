@@ -25,5 +25,13 @@ export function lastTurnKey(prefix: string, shard: number, ovSessionId: string):
   return `${prefix}:{s${shard}}:last-turn:${ovSessionId}`;
 }
 
+/**
+ * Hash of what every process of the deployment must agree on; `shards` is recorded by the
+ * service's first process (workers/store/deployment.py, Keys.deployment).
+ */
+export function deploymentKey(prefix: string): string {
+  return `${prefix}:deployment`;
+}
+
 /** How long that marker is kept (core/defaults.py LAST_TURN_TTL_S). */
 export const LAST_TURN_TTL_S = 7 * 24 * 3600;

@@ -35,6 +35,12 @@ export interface PublisherOptions {
   redisUrl: string;
   /** redisUrl names one node of a Redis Cluster; each command goes to its key's node. */
   redisCluster?: boolean;
+  /**
+   * The shard count the plugin publishes with, checked on connecting against the one the
+   * service recorded (`deploymentKey`): on a mismatch nothing is published, the events stay
+   * buffered and the warning says why (they would land on streams capture does not read).
+   */
+  shards?: { count: number; deploymentKey: string };
   logger: PluginLogger;
   /** Buffer caps; the oldest events go first when either is exceeded. */
   maxEvents: number;
@@ -122,6 +128,7 @@ export class TurnPublisher {
       spoolDir: "",
       tls: {},
       redisCluster: false,
+      shards: { count: 0, deploymentKey: "" },
       ...options,
     };
     this.backoffMs = this.opts.initialBackoffMs;
@@ -390,6 +397,12 @@ export class TurnPublisher {
       logger: this.opts.logger,
     });
     const client = await pending;
+    try {
+      await this.checkShards(client);
+    } catch (err) {
+      safeDestroy(client);
+      throw err;
+    }
     this.client = client;
     if (this.closed) {
       // close() ran while we were connecting: this connection must not linger.
@@ -398,6 +411,18 @@ export class TurnPublisher {
       throw new Error("publisher closed");
     }
     return client;
+  }
+
+  private async checkShards(client: RedisConnection): Promise<void> {
+    const { count, deploymentKey } = this.opts.shards;
+    if (!deploymentKey) return;
+    const recorded = await client.send(deploymentKey, ["HGET", deploymentKey, "shards"]);
+    if (recorded !== null && recorded !== undefined && String(recorded) !== String(count)) {
+      throw new Error(
+        `shards = ${count} in the plugin's config, but the ovstream service runs with shards = ${String(recorded)}; ` +
+          "set the plugin's shards to the service's (turns stay buffered until then)",
+      );
+    }
   }
 
   private dropClient(): void {

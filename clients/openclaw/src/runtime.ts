@@ -15,7 +15,7 @@ import { join } from "node:path";
 import type { PluginConfig } from "./config.js";
 import { buildTurnEvent, encodeTurnEvent, type TurnEvent, type TurnInput } from "./events.js";
 import { ovSessionId } from "./ids.js";
-import { LAST_TURN_TTL_S, lastTurnKey, shardOf, streamKey } from "./keys.js";
+import { deploymentKey, LAST_TURN_TTL_S, lastTurnKey, shardOf, streamKey } from "./keys.js";
 import { TurnPublisher, type PublisherOptions } from "./publisher.js";
 import { RpcClient } from "./rpc.js";
 import type { AgentMessage, PluginLogger } from "./types.js";
@@ -131,6 +131,7 @@ export class PluginRuntime {
     this.publisher = new TurnPublisher({
       redisUrl: config.redisUrl,
       redisCluster: config.redisCluster,
+      shards: { count: config.shards, deploymentKey: deploymentKey(config.keyPrefix) },
       logger,
       maxEvents: config.bufferMaxEvents,
       maxBytes: config.bufferMaxBytes,

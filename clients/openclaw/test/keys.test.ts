@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
-import { lastTurnKey, LAST_TURN_TTL_S, shardOf, streamKey } from "../src/keys.js";
+import { deploymentKey, LAST_TURN_TTL_S, lastTurnKey, shardOf, streamKey } from "../src/keys.js";
 import { pythonHasModule, runPython } from "./helpers/proc.js";
 
 // Pinned from workers.store.keys.shard_of so a change on either side shows here.
@@ -59,12 +59,14 @@ from workers.store.keys import Keys, shard_of
 cases = json.load(sys.stdin)
 json.dump({"shards": [shard_of(s, n) for s, n in cases],
            "keys": [Keys("pfx").stream(shard_of(s, n)) for s, n in cases],
-           "last": [Keys("pfx").last_turn(shard_of(s, n), s) for s, n in cases], "ttl": LAST_TURN_TTL_S}, sys.stdout)
+           "last": [Keys("pfx").last_turn(shard_of(s, n), s) for s, n in cases], "ttl": LAST_TURN_TTL_S,
+           "deployment": Keys("pfx").deployment()}, sys.stdout)
 `;
-    const py = runPython<{ shards: number[]; keys: string[]; last: string[]; ttl: number }>(code, cases);
+    const py = runPython<{ shards: number[]; keys: string[]; last: string[]; ttl: number; deployment: string }>(code, cases);
     assert.deepEqual(py.shards, cases.map(([s, n]) => shardOf(s, n)));
     assert.deepEqual(py.keys, cases.map(([s, n]) => streamKey("pfx", shardOf(s, n))));
     assert.deepEqual(py.last, cases.map(([s, n]) => lastTurnKey("pfx", shardOf(s, n), s)));
     assert.equal(py.ttl, LAST_TURN_TTL_S);
+    assert.equal(py.deployment, deploymentKey("pfx"));
   });
 });

@@ -137,6 +137,27 @@ describe("TurnPublisher", () => {
     }
   });
 
+  it("publishes nothing while the service runs with another shard count, and says so", async () => {
+    const redis = await startRedis();
+    servers.push(redis);
+    const admin = createClient({ url: redis.url });
+    await admin.connect();
+    await admin.hSet("t:deployment", "shards", "8");  // as the service's first process records it
+    const log = new MemoryLogger();
+    const pub = publisher(redis.url, log, { shards: { count: 4, deploymentKey: "t:deployment" } });
+    publishers.push(pub);
+    pub.enqueue(KEY, "kept");
+    await waitFor("a refused connection", () => pub.getStats().failures >= 1);
+    assert.equal(pub.getStats().pending, 1);
+    assert.deepEqual(await readStream(redis.url), []);
+    assert.ok(log.at("warn").some((m) => m.includes("shards = 4 in the plugin's config, but the ovstream service runs with shards = 8")), log.at("warn").join("\n"));
+    await admin.hSet("t:deployment", "shards", "4");  // the config fixed (here: the record)
+    pub.flush();
+    await pub.drained();
+    assert.deepEqual(await readStream(redis.url), ["kept"]);
+    await admin.close();
+  });
+
   it("caps the buffer by bytes too, always keeping the newest event", async () => {
     const port = await freePort();
     const log = new MemoryLogger();
