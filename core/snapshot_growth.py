@@ -7,6 +7,9 @@ write is the stored records plus what this round added (nothing else moved: no c
 earlier write the snapshot lacks, no budget trimming by ``/context``), and no written tool
 output is long enough for OV to keep only a stub of it. Otherwise only a read can tell.
 Assemble reads records by role and parts only, so appended bodies convert as OV's would.
+
+A session OV never held a message of (its total count was 0 before the round) needs no
+stored snapshot: ``/context`` is then exactly what the round wrote (``first_records``).
 """
 
 from __future__ import annotations
@@ -53,3 +56,16 @@ def grown_records(
     if any(_long_output(m) for m in written):
         return None
     return [*snapshot.messages, *(dict(m) for m in written)]
+
+
+def first_records(
+    written: Sequence[Mapping[str, Any]], *, ov_total_before: int | None, added: int, active_after: int
+) -> list[dict[str, Any]] | None:
+    """The message records OV's ``/context`` returns after the first write to a session it
+    never held a message of (``ov_total_before`` 0: no archive, nothing active), when the
+    write added exactly ``written``; None when that is not certain (read OV then)."""
+    if ov_total_before != 0 or added != len(written) or active_after != added:
+        return None
+    if any(_long_output(m) for m in written):
+        return None
+    return [dict(m) for m in written]

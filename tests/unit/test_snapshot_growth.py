@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from core.events import ContextSnapshot
-from core.snapshot_growth import SAFE_TOOL_OUTPUT_CHARS, grown_records
+from core.snapshot_growth import SAFE_TOOL_OUTPUT_CHARS, first_records, grown_records
 
 STORED = ContextSnapshot(
     ov_session_id="s",
@@ -62,3 +62,23 @@ def test_grown_records(
         assert records is None
         return
     assert stored is not None and records == [*stored.messages, *written]
+
+
+@pytest.mark.parametrize(
+    ("written", "ov_total_before", "added", "active_after", "known"),
+    [
+        ([TEXT], 0, 1, 1, True),
+        ([TEXT, tool("ok")], 0, 2, 2, True),
+        ([TEXT], None, 1, 1, False),  # OV's count before the round not known
+        ([TEXT], 3, 1, 1, False),  # OV held messages (archived, say): only /context knows them
+        ([TEXT], 0, 1, 2, False),  # OV holds more than this round wrote
+        ([TEXT, TEXT], 0, 1, 1, False),  # OV added fewer than written
+        ([tool("x" * SAFE_TOOL_OUTPUT_CHARS)], 0, 1, 1, False),  # OV may stub it
+    ],
+    ids=["text", "text-and-tool", "count-unknown", "ov-had-messages", "ov-has-more", "fewer-added", "long-output"],
+)
+def test_first_records(
+    written: list[dict[str, Any]], ov_total_before: int | None, added: int, active_after: int, known: bool
+) -> None:
+    records = first_records(written, ov_total_before=ov_total_before, added=added, active_after=active_after)
+    assert records == ([dict(m) for m in written] if known else None)

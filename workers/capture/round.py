@@ -36,7 +36,7 @@ import redis.asyncio as aioredis
 from core.config import Settings
 from core.events import ContextSnapshot
 from core.ov.client import OVClient, OVError, OVUnavailable
-from core.snapshot_growth import grown_records
+from core.snapshot_growth import first_records, grown_records
 from workers import logs
 from workers.capture.fence import HashWrite, ShardFence
 from workers.capture.plan import (
@@ -311,14 +311,20 @@ async def _follow_up(c: RoundHost, written: list[_Run]) -> None:
 
 
 async def _grown(c: RoundHost, run: _Run) -> ContextSnapshot | None:
-    """The stored snapshot grown by this round's messages, or None when OV must be read."""
+    """The stored snapshot grown by this round's messages (or, for a session new to OV, the
+    messages alone), or None when OV must be read."""
     plan = run.plan
     if plan.active_after is None:
         return None
-    stored = await read_snapshot(c.redis, c.settings, plan.session.address)
-    records = grown_records(
-        stored, plan.messages, round_start=plan.round_start, added=plan.added, active_after=plan.active_after
-    )
-    if stored is None or records is None:
-        return None
-    return grown_snapshot(stored, records, plan.state)
+    address = plan.session.address
+    stored = await read_snapshot(c.redis, c.settings, address)
+    if stored is None:
+        records = first_records(
+            plan.messages, ov_total_before=plan.base, added=plan.added, active_after=plan.active_after
+        )
+        stored = ContextSnapshot(ov_session_id=address.ov_session_id, agent_id=address.agent_id, user=address.tenant)
+    else:
+        records = grown_records(
+            stored, plan.messages, round_start=plan.round_start, added=plan.added, active_after=plan.active_after
+        )
+    return None if records is None else grown_snapshot(stored, records, plan.state)

@@ -32,7 +32,7 @@ from workers.capture.fence import ShardFence
 from workers.capture.plan import Entry, LeaseLost, session_of
 from workers.capture.round import RoundOutcome, run_round
 from workers.capture.services import CaptureServices
-from workers.store.connection import REDIS_AWAY, text
+from workers.store.connection import redis_went_away, text
 from workers.store.dead_letters import (
     REASON_FAILED,
     REASON_REDELIVERED,
@@ -101,7 +101,9 @@ class ShardConsumer:
                 await self._process()
         except LeaseLost:
             self.lost = True
-        except REDIS_AWAY as exc:
+        except Exception as exc:
+            if not redis_went_away(exc):
+                raise
             # Redis away (a restart, a failover): not this consumer's fault, so no crash and no
             # backoff; the worker takes the shard again (its own lease, if it survived) once
             # Redis answers, and the new consumer starts by draining what this one held.

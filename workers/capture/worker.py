@@ -44,7 +44,15 @@ from workers.capture.plan import SessionRef
 from workers.capture.services import CaptureStats
 from workers.capture.shard import ShardConsumer
 from workers.store.commit_queue import request_commit
-from workers.store.connection import REDIS_AWAY, REDIS_ERRORS, RedisConfigError, await_redis, connect, connect_async
+from workers.store.connection import (
+    REDIS_AWAY,
+    REDIS_ERRORS,
+    RedisConfigError,
+    await_redis,
+    connect,
+    connect_async,
+    redis_went_away,
+)
 from workers.store.deployment import check_deployment_async
 from workers.store.health import forget_health, record_health
 from workers.store.keys import Keys
@@ -169,7 +177,9 @@ class CaptureWorker:
             while True:
                 try:
                     await self._tick(acquire=not self.stopping)
-                except REDIS_AWAY as exc:
+                except Exception as exc:
+                    if not redis_went_away(exc):
+                        raise
                     # Redis away: nothing can be read or acked; the leases lapse and are taken again
                     log.warning("capture worker %s: Redis unreachable (%s); retrying", self.consumer, exc)
                 if first and self.burst:  # a burst covers the shards it could take at the start

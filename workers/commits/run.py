@@ -31,7 +31,7 @@ from workers.store import commit_queue as jobs
 from workers.store import tenant_lock as jobs_tenant
 from workers.store.commit_queue import finish_commit, record_outcome
 from workers.store.commit_records import FINAL_STATUSES, CommitRecords, outcome_of
-from workers.store.connection import REDIS_AWAY, REDIS_ERRORS
+from workers.store.connection import REDIS_ERRORS, redis_went_away
 from workers.store.snapshots import refresh_snapshot, snapshot_key
 
 log = logging.getLogger(__name__)
@@ -49,12 +49,9 @@ def commit_session(request_json: str, key_prefix: str, attempt: int = 0) -> str:
     request = decode(request_json, CommitRequest)
     with _logged_as(request):
         ctx = context_for(key_prefix)
-        return run_commit(
-            ctx.store,
-            ctx,
+        return _patiently(
             request,
-            may_retry=bool(job and job.retries_left),
-            attempt=attempt,
+            lambda: run_commit(ctx.store, ctx, request, may_retry=bool(job and job.retries_left), attempt=attempt),
         ).status
 
 
@@ -63,13 +60,11 @@ def poll_phase2(request_json: str, key_prefix: str, deadline_at: float, failed_r
     request = decode(request_json, CommitRequest)
     with _logged_as(request):
         ctx = context_for(key_prefix)
-        return run_poll(
-            ctx.store,
-            ctx,
+        return _patiently(
             request,
-            deadline_at=deadline_at,
-            failed_reads=failed_reads,
-            attempt=attempt,
+            lambda: run_poll(
+                ctx.store, ctx, request, deadline_at=deadline_at, failed_reads=failed_reads, attempt=attempt
+            ),
         ).status
 
 
@@ -78,7 +73,7 @@ def recheck_phase2(request_json: str, key_prefix: str, round_: int) -> str:
     request = decode(request_json, CommitRequest)
     with _logged_as(request):
         ctx = context_for(key_prefix)
-        return run_recheck(ctx.store, ctx, request, round_=round_).status
+        return _patiently(request, lambda: run_recheck(ctx.store, ctx, request, round_=round_)).status
 
 
 def _logged_as(request: CommitRequest) -> AbstractContextManager[None]:
@@ -199,16 +194,19 @@ def _accepted(
 
 
 def _patiently(request: CommitRequest, step: Callable[[], CommitOutcome]) -> CommitOutcome:
-    """``step()`` again while Redis is unreachable (each part of it is idempotent), for up to
-    ``REDIS_PATIENCE_S``; a Redis restart takes seconds."""
+    """``step()`` again while Redis is unreachable (each part of it is idempotent against the
+    commit's record), for up to ``REDIS_PATIENCE_S``; a Redis restart takes seconds. A job
+    body runs this way too: with the commit queue on a Redis of its own (``queueRedisUrl``),
+    RQ would otherwise record the job as failed while only the store is away, and the sweep
+    would take that for a crash and fail the commit."""
     deadline, delay = time.monotonic() + REDIS_PATIENCE_S, 0.2
     while True:
         try:
             return step()
-        except REDIS_AWAY as exc:
-            if time.monotonic() > deadline:
+        except Exception as exc:
+            if not redis_went_away(exc) or time.monotonic() > deadline:
                 raise
-            log.warning("commit %s taken by OV; Redis away (%s): recording it in %.1fs", request.commit_id, exc, delay)
+            log.warning("commit %s: Redis away (%s); going on in %.1fs", request.commit_id, exc, delay)
             time.sleep(delay)
             delay = min(5.0, delay * 2)
 

@@ -246,6 +246,32 @@ moving): what a loop waits out and tries again."""
 REDIS_ERRORS = (redis.RedisError, RedisClusterException)
 """Any failure of a Redis call; a cluster client's ``RedisClusterException`` (no node reachable,
 a slot no node serves) is not a ``RedisError``."""
+
+
+def leaked_by_redis_py(exc: BaseException) -> bool:
+    """An ``AttributeError``/``TypeError`` (asyncio) or ``RuntimeError`` (uvloop: "unable to
+    perform operation on <TCPTransport closed=True>") raised in redis-py's asyncio connection
+    while it wrote to a connection the peer had closed (a restarted cluster node, say): redis-py
+    8.1 lets these escape instead of a ``ConnectionError`` (redis/redis-py#4287)."""
+    if not isinstance(exc, AttributeError | TypeError | RuntimeError):
+        return False
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.endswith(_REDIS_ASYNC_CONNECTION):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+_REDIS_ASYNC_CONNECTION = "redis/asyncio/connection.py"
+
+
+def redis_went_away(exc: BaseException) -> bool:
+    """``exc`` says Redis (or a cluster node) is away for now: ``REDIS_AWAY``, or the same
+    fault as redis-py leaks it (``leaked_by_redis_py``)."""
+    return isinstance(exc, REDIS_AWAY) or leaked_by_redis_py(exc)
+
+
 _UNREACHABLE = (*REDIS_AWAY, OSError)
 """What waiting for Redis may outlast."""
 
