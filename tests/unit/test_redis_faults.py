@@ -6,7 +6,8 @@ import pytest
 import redis
 from redis.exceptions import ClusterDownError, RedisClusterException
 
-from workers.store.connection import leaked_by_redis_py, redis_went_away
+from core.config import Settings
+from workers.store.connection import RedisConfigError, leaked_by_redis_py, redis_went_away, wait_for_redis
 
 
 def _raised_in(filename: str, exc: BaseException) -> BaseException:
@@ -53,3 +54,34 @@ REDIS_CONNECTION = "/venv/lib/python3.11/site-packages/redis/asyncio/connection.
 def test_redis_went_away(exc: BaseException, leaked: bool, away: bool) -> None:
     assert leaked_by_redis_py(exc) is leaked
     assert redis_went_away(exc) is away
+
+
+@pytest.mark.parametrize(
+    ("exc", "refused"),
+    [
+        (redis.AuthenticationError("WRONGPASS invalid username-password pair"), True),
+        (ClusterDownError("The cluster is down"), False),  # a cluster starting, or a master restarting
+        (redis.ConnectionError("Connection refused"), False),
+    ],
+    ids=["wrong-password", "cluster-down", "refused"],
+)
+def test_waiting_for_redis_outlasts_a_down_cluster_but_not_a_refusal(exc: BaseException, refused: bool) -> None:
+    settings = Settings(redis_url="redis://127.0.0.1:1/0")
+    if refused:
+        with pytest.raises(RedisConfigError, match="refuses us"):
+            wait_for_redis(_Failing(exc), settings, "test")
+    else:
+        pings: list[int] = []
+        assert not wait_for_redis(_Failing(exc, pings), settings, "test", stopping=lambda: len(pings) >= 2)
+        assert len(pings) == 2  # it kept asking
+
+
+class _Failing:
+    """A client whose PING always fails with ``exc``."""
+
+    def __init__(self, exc: BaseException, pings: list[int] | None = None) -> None:
+        self.exc, self.pings = exc, pings if pings is not None else []
+
+    def ping(self) -> bool:
+        self.pings.append(1)
+        raise self.exc

@@ -225,7 +225,11 @@ class _Waiting:
     def pauses(self, exc: BaseException, stopping: Callable[[], bool]) -> Iterator[float]:
         """The sleeps before the next PING after ``exc``, in tenths of a second so that a stop
         is heard at once; the wait doubles each time, up to REDIS_WAIT_MAX_S."""
-        if isinstance(exc, redis.AuthenticationError | redis.ResponseError):
+        # An error reply is a refusal (a wrong password or user, no permission), except a
+        # cluster's "not now" (CLUSTERDOWN, TRYAGAIN), which are error replies too.
+        if isinstance(exc, redis.AuthenticationError) or (
+            isinstance(exc, redis.ResponseError) and not isinstance(exc, REDIS_AWAY)
+        ):
             raise RedisConfigError(f"redis_url: Redis at {self.where} refuses us: {exc}") from None
         if self.since is None:
             self.since = time.monotonic()
@@ -248,6 +252,9 @@ REDIS_ERRORS = (redis.RedisError, RedisClusterException)
 a slot no node serves) is not a ``RedisError``."""
 
 
+_REDIS_ASYNC_CONNECTION = "redis/asyncio/connection.py"
+
+
 def leaked_by_redis_py(exc: BaseException) -> bool:
     """An ``AttributeError``/``TypeError`` (asyncio) or ``RuntimeError`` (uvloop: "unable to
     perform operation on <TCPTransport closed=True>") raised in redis-py's asyncio connection
@@ -261,9 +268,6 @@ def leaked_by_redis_py(exc: BaseException) -> bool:
             return True
         tb = tb.tb_next
     return False
-
-
-_REDIS_ASYNC_CONNECTION = "redis/asyncio/connection.py"
 
 
 def redis_went_away(exc: BaseException) -> bool:
