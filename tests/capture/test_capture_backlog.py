@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from core.config import Settings
 from core.events import CommitOutcome, TurnEvent, encode
-from tests.helpers.capture import expected_texts, make_worker, ov_texts, pending_count, publish, turn
+from tests.helpers.capture import cli_uses, expected_texts, make_worker, ov_texts, pending_count, publish, turn
 from workers.cli import main
 from workers.dev.fake_ov.app import FakeOV
 from workers.dev.local_redis import start_redis_server
@@ -83,8 +83,8 @@ async def test_the_backlog_is_visible_then_gone(redis_client, settings, fake_ov,
     [shard] = read_backlog(redis_client, settings)  # two delivered to a consumer that died: pending
     assert (shard.unread, shard.pending, shard.oldest_unapplied) == (3, 2, ids[0])
 
-    for key, value in (("REDIS_URL", settings.redis_url), ("KEY_PREFIX", settings.key_prefix), ("SHARDS", "1")):
-        monkeypatch.setenv(f"OVSTREAM_{key}", value)
+    cli_uses(monkeypatch, settings)
+    monkeypatch.setenv("OVSTREAM_SHARDS", "1")
     assert main(["status", "--json"]) == 0
     [row] = json.loads(capsys.readouterr().out)["shards"]
     assert row["unread"] == 3 and row["pending"] == 2 and row["oldest_unapplied"] == ids[0]

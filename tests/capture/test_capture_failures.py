@@ -9,7 +9,16 @@ import httpx
 import pytest
 
 from core.events import STREAM_FIELD, encode
-from tests.helpers.capture import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
+from tests.helpers.capture import (
+    cli_uses,
+    expected_texts,
+    make_worker,
+    ov_texts,
+    pending_count,
+    publish,
+    run_until,
+    turn,
+)
 from tests.helpers.waiting import eventually
 from workers.capture.worker import CaptureWorker
 from workers.cli import main
@@ -19,8 +28,7 @@ from workers.store.keys import Keys, shard_of
 
 @pytest.fixture
 def cli_env(monkeypatch, settings):
-    monkeypatch.setenv("OVSTREAM_REDIS_URL", settings.redis_url)
-    monkeypatch.setenv("OVSTREAM_KEY_PREFIX", settings.key_prefix)
+    cli_uses(monkeypatch, settings)
     monkeypatch.setenv("OVSTREAM_SHARDS", str(settings.shards))
 
 

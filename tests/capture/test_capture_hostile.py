@@ -13,7 +13,6 @@ import time
 from typing import Any
 
 import pytest
-import redis
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -23,11 +22,17 @@ from core.events import STREAM_FIELD, encode
 from tests.helpers.capture import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
 from tests.helpers.hostile import bodies, json_values, odd_text
 from workers.dev.fake_ov.app import FakeOV
+from workers.store.connection import connect
 from workers.store.dead_letters import list_dead_letters
 from workers.store.keys import Keys, shard_of
 
 SHARD_MATE = "mate"
 """The valid session published after the hostile entries (every entry goes to its shard)."""
+
+
+ELSEWHERE = next(s for s in (f"elsewhere-{i}" for i in range(100)) if shard_of(s, 4) != shard_of(SHARD_MATE, 4))
+"""A session of another shard (of the tests' 4), published here as a producer with another
+``shards`` count would."""
 
 
 def _stream(settings: Settings) -> str:
@@ -62,11 +67,12 @@ async def test_a_100k_deep_entry_is_dead_lettered_and_the_next_turn_captured(red
         (_event_with(messages=[{"role": "user", "content": json.loads(_deep(900))}]), None),
         (_event_with(session_id=".."), None),
         (_event_with(session_id="."), None),
+        (_event_with(session_id=ELSEWHERE), "belongs to shard"),
         (b"\xff\xfe{}", "invalid"),
         (b'{"v": 1, "event_id": "' + b"x" * 3000 + b'"', "invalid"),
         (b"x" * 5000, "maxBodyBytes"),
     ],
-    ids=["deep-message", "dotdot-session", "dot-session", "not-utf8", "truncated", "oversize"],
+    ids=["deep-message", "dotdot-session", "dot-session", "other-shards-session", "not-utf8", "truncated", "oversize"],
 )
 async def test_odd_entries_never_jam_the_shard(redis_client, settings, fake_ov, payload: bytes, why: str | None):
     settings = settings.model_copy(update={"max_body_bytes": 4096})
@@ -113,10 +119,10 @@ _entry = bodies(_event)
 
 @hsettings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(entries=st.lists(_entry, min_size=1, max_size=5))
-async def test_no_entry_jams_a_shard(redis_url: str, settings: Settings, entries: list[bytes]) -> None:
+async def test_no_entry_jams_a_shard(settings: Settings, entries: list[bytes]) -> None:
     settings = settings.model_copy(update={"key_prefix": f"hostile{time.monotonic_ns()}", "max_deliveries": 1})
     fake = FakeOV()
-    client = redis.Redis.from_url(redis_url)
+    client = connect(settings)
     try:
         for payload in entries:
             client.xadd(_stream(settings), {STREAM_FIELD: payload})

@@ -120,3 +120,45 @@ def test_faults_on_a_cluster_lose_repeat_and_reorder_nothing(
     finally:
         ledger.close()
         deploy.stop()
+
+
+def test_processes_started_while_the_cluster_is_down_wait_for_it(
+    durable_cluster: RedisClusterServers, redis_url: str, fake_ov_url: str, tmp_path: Path
+) -> None:
+    values = {
+        "base_url": fake_ov_url,
+        "redis_url": durable_cluster.url,
+        "redis_cluster": True,
+        "queue_redis_url": redis_url,
+        "key_prefix": unique("cl"),
+        "shards": 4,
+        "capture_block_ms": 100,
+        "commit_token_threshold": 400,
+        "phase2_poll_interval_s": 0.05,
+    }
+    deploy = Deployment(values, tmp_path)
+    for node in durable_cluster.nodes:
+        node.kill()
+    try:
+        deploy.start("capture")
+        deploy.start("worker")
+        wait_until(lambda: "waiting for Redis" in deploy.log("capture"), "capture waiting for the cluster")
+        wait_until(lambda: "waiting for Redis" in deploy.log("worker"), "the worker waiting for the cluster")
+        for node in durable_cluster.nodes:
+            node.restart()
+        durable_cluster.wait_ok()
+        ledger = Ledger(deploy.settings, fake_ov_url, ["late"])
+        load = Load(deploy.settings, ["late"], rate=20).start()
+        time.sleep(1.5)
+        turns = load.finish(timeout_s=30)
+        measure(lambda: ledger.caught_up(load.marks()), timeout_s=30, what="the turns applied")
+        measure(lambda: bool(ledger.commits("late")) and not ledger.unsettled(), timeout_s=30, what="commits final")
+        assert ledger.ov_ids("late") == expected_ids("late", turns)  # archived and active, in order
+        assert {o.status for o in ledger.commits("late")} == {"completed"}
+        assert deploy.exited() == {}, {n: deploy.log(n) for n in deploy.exited()}
+        ledger.close()
+    finally:
+        for node in durable_cluster.nodes:
+            if node.proc.poll() is not None:
+                node.restart()
+        deploy.stop()

@@ -137,6 +137,15 @@ class ShardConsumer:
             entry.session = session_of(self.settings, entry.event)
         except (EventDecodeError, ValueError) as exc:
             entry.bad = str(exc)
+            return entry
+        home = entry.session.address.shard(self.settings.shards)
+        if home != self.shard:
+            # Applied here it would race the session's own shard (order lost), and its records
+            # live under that shard's hash tag (another Redis Cluster slot than this stream's).
+            entry.bad = (
+                f"session {entry.session.ov_session_id} belongs to shard {home}, not {self.shard}"
+                " (a producer with another shards count?)"
+            )
         return entry
 
     def _wake_at(self) -> float:
