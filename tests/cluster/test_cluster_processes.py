@@ -154,7 +154,8 @@ def test_processes_started_while_the_cluster_is_down_wait_for_it(
         measure(lambda: ledger.caught_up(load.marks()), timeout_s=30, what="the turns applied")
         measure(lambda: bool(ledger.commits("late")) and not ledger.unsettled(), timeout_s=30, what="commits final")
         assert ledger.ov_ids("late") == expected_ids("late", turns)  # archived and active, in order
-        assert {o.status for o in ledger.commits("late")} == {"completed"}
+        statuses = {o.status for o in ledger.commits("late")}
+        assert "completed" in statuses and statuses <= {"completed", "skipped"}, statuses
         assert deploy.exited() == {}, {n: deploy.log(n) for n in deploy.exited()}
         ledger.close()
     finally:
