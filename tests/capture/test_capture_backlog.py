@@ -25,6 +25,7 @@ from tests.helpers.capture import cli_uses, expected_texts, make_worker, ov_text
 from workers.cli import main
 from workers.dev.fake_ov.app import FakeOV
 from workers.dev.local_redis import start_redis_server
+from workers.store.deployment import check_deployment
 from workers.store.keys import Keys, shard_of
 from workers.store.scripts import TRIM_APPLIED
 from workers.store.status import format_status, read_backlog, read_status
@@ -93,7 +94,10 @@ async def test_the_backlog_is_visible_then_gone(redis_client, settings, fake_ov,
     [shard] = read_backlog(redis_client, settings)
     assert (shard.unread, shard.pending, shard.oldest_unapplied) == (0, 0, None)
     assert main(["status"]) == 0
-    assert "commits in flight: 0; dead letters: 0" in capsys.readouterr().out
+    table = capsys.readouterr().out
+    assert "commits in flight: 0; dead letters: 0" in table
+    assert "shards 1 (recorded: 1)" in table and "MISMATCH" not in table  # the worker recorded its count
+    assert ("(cluster), commit queue on" in table) is settings.redis_cluster
     assert main(["status", "--watch", "0.01", "--count", "3"]) == 0  # printed again each round
     assert capsys.readouterr().out.count("commits in flight: 0") == 3
 
@@ -166,3 +170,6 @@ def test_status_counts_commit_jobs_and_the_last_hours_outcomes(redis_client, set
     assert status.outcomes_last_hour == {"completed": 2, "timeout": 1}  # the older failure is not counted
     assert status.commit_jobs == {"queued": 0, "scheduled": 0, "running": 0, "failed": 0}
     assert "outcomes in the last hour: completed 2, timeout 1" in format_status(status)
+    assert status.shards_recorded is None and "(recorded: none yet)" in format_status(status)
+    check_deployment(redis_client, settings.model_copy(update={"shards": 7}))  # a deployment of 7 shards
+    assert "shards 4 (recorded: 7)  <- MISMATCH" in format_status(read_status(redis_client, settings))

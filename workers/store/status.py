@@ -22,6 +22,7 @@ from workers.store.applied import parse_id
 from workers.store.commit_queue import commit_queue
 from workers.store.commit_records import outcome_status
 from workers.store.connection import REDIS_ERRORS, connect, optional_text, stream_entries, text
+from workers.store.deployment import SHARDS_FIELD
 from workers.store.health import ProcessHealth, read_health
 from workers.store.keys import Keys
 
@@ -113,6 +114,10 @@ class DeploymentStatus:
     """Commit outcomes recorded in the last hour, by status."""
     dead_letters: int
     now_ms: int
+    redis: str = ""
+    """Where the store and the commit queue are (credentials left out)."""
+    shards_recorded: int | None = None
+    """The deployment's recorded ``shards`` (workers.store.deployment); None before any process ran."""
 
     def as_json(self) -> dict[str, Any]:
         shards = [{**asdict(s), "oldest_age_s": round(s.oldest_age_s(self.now_ms), 3)} for s in self.shards]
@@ -124,6 +129,8 @@ class DeploymentStatus:
             "commit_jobs": self.commit_jobs,
             "outcomes_last_hour": self.outcomes_last_hour,
             "dead_letters": self.dead_letters,
+            "redis": self.redis,
+            "shards_recorded": self.shards_recorded,
         }
 
 
@@ -136,7 +143,8 @@ def read_status(client: redis.Redis, settings: Settings) -> DeploymentStatus:
     pipe.zcard(keys.commits_in_flight())
     pipe.xlen(keys.dead_letters())
     pipe.xrange(keys.commit_outcomes(), min=f"{now_ms - 3_600_000}-0", max="+")
-    consumers, in_flight, dead, recent = pipe.execute()
+    pipe.hget(keys.deployment(), SHARDS_FIELD)
+    consumers, in_flight, dead, recent, recorded = pipe.execute()
     queue = commit_queue(client, settings)
     jobs = {
         "queued": queue.count,
@@ -154,7 +162,16 @@ def read_status(client: redis.Redis, settings: Settings) -> DeploymentStatus:
         outcomes_last_hour=dict(sorted(outcomes.items())),
         dead_letters=int(dead),
         now_ms=now_ms,
+        redis=_where(settings),
+        shards_recorded=None if recorded is None else int(recorded),
     )
+
+
+def _where(settings: Settings) -> str:
+    store = settings.redacted_redis_url() + (" (cluster)" if settings.redis_cluster else "")
+    if settings.rq_redis_url == settings.redis_url:
+        return store
+    return f"{store}, commit queue on {settings.redacted_redis_url(settings.rq_redis_url)}"
 
 
 def format_status(status: DeploymentStatus) -> str:
@@ -171,6 +188,11 @@ def format_status(status: DeploymentStatus) -> str:
     outcomes = ", ".join(f"{state} {count}" for state, count in status.outcomes_last_hour.items()) or "none"
     lines.append(f"commit jobs: {jobs}; outcomes in the last hour: {outcomes}")
     lines.append(f"commits in flight: {status.commits_in_flight}; dead letters: {status.dead_letters}")
+    recorded = "none yet" if status.shards_recorded is None else str(status.shards_recorded)
+    mismatch = (
+        "" if status.shards_recorded in (None, len(status.shards)) else "  <- MISMATCH: see README, Changing shards"
+    )
+    lines.append(f"redis: {status.redis}; shards {len(status.shards)} (recorded: {recorded}){mismatch}")
     return "\n".join(lines)
 
 
