@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -40,6 +41,21 @@ def durable_cluster() -> Iterator[RedisClusterServers]:
         cluster.stop()
 
 
+def _deployment(cluster: RedisClusterServers, queue_url: str, ov_url: str, **extra: Any) -> dict[str, Any]:
+    """Settings of a deployment on ``cluster`` (its commit queue on ``queue_url``), fast timings."""
+    return {
+        "base_url": ov_url,
+        "redis_url": cluster.url,
+        "redis_cluster": True,
+        "queue_redis_url": queue_url,
+        "key_prefix": unique("cl"),
+        "shards": 4,
+        "capture_block_ms": 100,
+        "phase2_poll_interval_s": 0.05,
+        **extra,
+    }
+
+
 def _node_of_shard(cluster: RedisClusterServers, ledger: Ledger, shard: int) -> int:
     """Which of the cluster's nodes serves ``shard``'s stream."""
     node = ledger.redis.get_node_from_key(Keys(ledger.settings.key_prefix).stream(shard))  # type: ignore[attr-defined]
@@ -50,20 +66,16 @@ def test_faults_on_a_cluster_lose_repeat_and_reorder_nothing(
     durable_cluster: RedisClusterServers, redis_url: str, fake_ov_url: str, tmp_path: Path
 ) -> None:
     port = free_port()
-    values = {
-        "base_url": fake_ov_url,
-        "redis_url": durable_cluster.url,
-        "redis_cluster": True,
-        "queue_redis_url": redis_url,
-        "key_prefix": unique("cl"),
-        "shards": 8,
-        "capture_lease_ms": 3000,
-        "capture_block_ms": 100,
-        "commit_token_threshold": 1200,
-        "commit_keep_recent_count": 4,
-        "phase2_poll_interval_s": 0.05,
-        "rpc_port": port,
-    }
+    values = _deployment(
+        durable_cluster,
+        redis_url,
+        fake_ov_url,
+        shards=8,
+        capture_lease_ms=3000,
+        commit_token_threshold=1200,
+        commit_keep_recent_count=4,
+        rpc_port=port,
+    )
     deploy = Deployment(values, tmp_path)
     ledger = Ledger(deploy.settings, fake_ov_url, SESSIONS)
     figures: dict[str, float] = {}
@@ -125,18 +137,7 @@ def test_faults_on_a_cluster_lose_repeat_and_reorder_nothing(
 def test_processes_started_while_the_cluster_is_down_wait_for_it(
     durable_cluster: RedisClusterServers, redis_url: str, fake_ov_url: str, tmp_path: Path
 ) -> None:
-    values = {
-        "base_url": fake_ov_url,
-        "redis_url": durable_cluster.url,
-        "redis_cluster": True,
-        "queue_redis_url": redis_url,
-        "key_prefix": unique("cl"),
-        "shards": 4,
-        "capture_block_ms": 100,
-        "commit_token_threshold": 400,
-        "phase2_poll_interval_s": 0.05,
-    }
-    deploy = Deployment(values, tmp_path)
+    deploy = Deployment(_deployment(durable_cluster, redis_url, fake_ov_url, commit_token_threshold=400), tmp_path)
     for node in durable_cluster.nodes:
         node.kill()
     try:
