@@ -389,14 +389,13 @@ export class TurnPublisher {
       return this.client;
     }
     this.dropClient();
-    const pending = openConnection({
+    const client = await openConnection({
       url: this.opts.redisUrl,
       cluster: this.opts.redisCluster,
       tls: this.opts.tls,
       connectTimeoutMs: this.opts.connectTimeoutMs,
       logger: this.opts.logger,
     });
-    const client = await pending;
     try {
       await this.checkShards(client);
     } catch (err) {
