@@ -7,7 +7,13 @@ import redis
 from redis.exceptions import ClusterDownError, RedisClusterException
 
 from core.config import Settings
-from workers.store.connection import RedisConfigError, leaked_by_redis_py, redis_went_away, wait_for_redis
+from workers.store.connection import (
+    RedisConfigError,
+    leaked_by_redis_py,
+    redis_failed,
+    redis_went_away,
+    wait_for_redis,
+)
 
 
 def _raised_in(filename: str, exc: BaseException) -> BaseException:
@@ -54,6 +60,21 @@ REDIS_CONNECTION = "/venv/lib/python3.11/site-packages/redis/asyncio/connection.
 def test_redis_went_away(exc: BaseException, leaked: bool, away: bool) -> None:
     assert leaked_by_redis_py(exc) is leaked
     assert redis_went_away(exc) is away
+
+
+@pytest.mark.parametrize(
+    ("exc", "failed"),
+    [
+        (_raised_in(REDIS_CONNECTION, AttributeError("'NoneType' object has no attribute 'writelines'")), True),
+        (_raised_in("/src/workers/rpc/assemble.py", AttributeError("a bug of ours")), False),
+        (redis.ResponseError("WRONGTYPE"), True),  # a failure, though not one to wait out
+        (RedisClusterException("no node reachable"), True),
+        (ValueError("not Redis"), False),
+    ],
+    ids=["writer-gone", "our-bug", "wrongtype", "no-node", "not-redis"],
+)
+def test_redis_failed(exc: BaseException, failed: bool) -> None:
+    assert redis_failed(exc) is failed
 
 
 @pytest.mark.parametrize(

@@ -47,7 +47,7 @@ from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest
 from workers.rpc.recall import recall_block
 from workers.rpc.responses import encode_body
-from workers.store.connection import REDIS_ERRORS, leaked_by_redis_py
+from workers.store.connection import redis_failed
 from workers.store.snapshots import ZERO_ID
 
 log = logging.getLogger(__name__)
@@ -211,7 +211,7 @@ async def _full_path(svc: Services, req: AssembleRequest, caller: Caller) -> Pas
     try:
         snap, last_turn = await cached_snap(svc, caller)
     except Exception as exc:
-        if not (isinstance(exc, REDIS_ERRORS) or leaked_by_redis_py(exc)):
+        if not redis_failed(exc):
             raise
         log.warning("assemble: Redis unavailable, reading OV directly: %s", exc)
         return await _direct_full_path(svc, req, caller)

@@ -276,6 +276,11 @@ def redis_went_away(exc: BaseException) -> bool:
     return isinstance(exc, REDIS_AWAY) or leaked_by_redis_py(exc)
 
 
+def redis_failed(exc: BaseException) -> bool:
+    """``exc`` is any failure of a Redis call: ``REDIS_ERRORS``, or one redis-py leaks."""
+    return isinstance(exc, REDIS_ERRORS) or leaked_by_redis_py(exc)
+
+
 _UNREACHABLE = (*REDIS_AWAY, OSError)
 """What waiting for Redis may outlast."""
 
