@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("workers.dev.up:cli_up", "run capture, worker and rpc in one process"),
     "commits": ("workers.commits.worker:cli_commits", "show the commit outcomes of a session"),
     "dlq": ("workers.store.dead_letters:cli_dlq", "list or replay dead-lettered turn events"),
+    "reshard": ("workers.store.shard_map:cli_reshard", "change the number of turn streams of a running deployment"),
     "status": ("workers.store.status:cli_status", "per shard backlog and owner, processes, commits in flight"),
     "health": ("workers.store.status:cli_health", "probe: exit 0 when this host's capture/worker process is alive"),
     "demo": ("workers.dev.demo:cli_demo", "replay the sample conversation and print assemble's answer"),

@@ -19,7 +19,8 @@ from typing import Any
 
 import msgspec
 
-SHARD: ContextVar[int | None] = ContextVar("ovstream_shard", default=None)
+SHARD: ContextVar[int | str | None] = ContextVar("ovstream_shard", default=None)
+"""A shard's number (generation 0) or ``g<generation>.<number>`` (core.shard_map.StreamShard)."""
 SESSION: ContextVar[str | None] = ContextVar("ovstream_session", default=None)
 COMMIT_ID: ContextVar[str | None] = ContextVar("ovstream_commit_id", default=None)
 
@@ -69,7 +70,9 @@ class JsonLines(logging.Formatter):
 
 
 @contextmanager
-def fields(*, shard: int | None = None, session: str | None = None, commit_id: str | None = None) -> Iterator[None]:
+def fields(
+    *, shard: int | str | None = None, session: str | None = None, commit_id: str | None = None
+) -> Iterator[None]:
     """Every line logged in the block carries these fields (the ones given)."""
     shard_token = SHARD.set(shard) if shard is not None else None
     session_token = SESSION.set(session) if session is not None else None

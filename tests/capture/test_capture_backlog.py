@@ -96,7 +96,7 @@ async def test_the_backlog_is_visible_then_gone(redis_client, settings, fake_ov,
     assert main(["status"]) == 0
     table = capsys.readouterr().out
     assert "commits in flight: 0; dead letters: 0" in table
-    assert "shards 1 (recorded: 1)" in table and "MISMATCH" not in table  # the worker recorded its count
+    assert "generation 0: 1 shards (created with: 1)" in table and "MISMATCH" not in table  # the worker recorded it
     assert ("(cluster), commit queue on" in table) is settings.redis_cluster
     assert main(["status", "--watch", "0.01", "--count", "3"]) == 0  # printed again each round
     assert capsys.readouterr().out.count("commits in flight: 0") == 3
@@ -170,6 +170,7 @@ def test_status_counts_commit_jobs_and_the_last_hours_outcomes(redis_client, set
     assert status.outcomes_last_hour == {"completed": 2, "timeout": 1}  # the older failure is not counted
     assert status.commit_jobs == {"queued": 0, "scheduled": 0, "running": 0, "failed": 0}
     assert "outcomes in the last hour: completed 2, timeout 1" in format_status(status)
-    assert status.shards_recorded is None and "(recorded: none yet)" in format_status(status)
+    assert status.shards_recorded is None and "(created with: none yet)" in format_status(status)
     check_deployment(redis_client, settings.model_copy(update={"shards": 7}))  # a deployment of 7 shards
-    assert "shards 4 (recorded: 7)  <- MISMATCH" in format_status(read_status(redis_client, settings))
+    mismatch = "generation 0: 7 shards (created with: 7)  <- MISMATCH: this process has shards = 4"
+    assert mismatch in format_status(read_status(redis_client, settings))

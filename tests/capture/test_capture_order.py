@@ -30,7 +30,7 @@ async def test_four_workers_four_shards_keep_each_sessions_order(redis_client, s
 
     def all_written() -> bool:
         for w in workers:
-            held[w.consumer] |= set(w.consumers)
+            held[w.consumer] |= {s.number for s in w.consumers}
         return all(len(ov_texts(fake_ov, s)) >= 2 * turns for s in sessions)
 
     pub = asyncio.create_task(publisher())

@@ -70,7 +70,8 @@ async def test_a_consumer_that_ran_long_before_crashing_starts_the_count_afresh(
 
     monkeypatch.setattr(ShardConsumer, "run", run)
     worker = make_worker(settings, fake_ov, shards=[0], clock=lambda: now[0])
-    worker.crashes[0] = 6  # earlier crashes in a row
+    [shard] = worker.shards
+    worker.crashes[shard] = 6  # earlier crashes in a row
     try:
         await worker.ensure_group(0)
         await _ticks(worker, now, 1, 0.1)
@@ -80,4 +81,4 @@ async def test_a_consumer_that_ran_long_before_crashing_starts_the_count_afresh(
         await _ticks(worker, now, 2, 0.1)
     finally:
         await worker.close()
-    assert worker.crashes[0] == 1
+    assert worker.crashes[shard] == 1

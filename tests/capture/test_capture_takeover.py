@@ -25,6 +25,10 @@ def _shard(settings) -> int:
     return shard_of(SID, settings.shards)
 
 
+def _held(worker) -> set[int]:
+    return {s.number for s in worker.consumers}
+
+
 def _lease(settings) -> str:
     return Keys(settings.key_prefix).capture_lease(_shard(settings))
 
@@ -67,7 +71,7 @@ async def test_a_consumer_that_lost_its_lease_after_writing_cannot_ack(redis_cli
             stolen.set()
 
     victim = make_worker(settings, fake_ov, consumer="victim", fault_hook=stall_past_the_lease)
-    await run_until([victim], lambda: stolen.is_set() and _shard(settings) not in victim.consumers, timeout_s=20)
+    await run_until([victim], lambda: stolen.is_set() and _shard(settings) not in _held(victim), timeout_s=20)
     assert ov_texts(fake_ov, SID) == expected_texts(SID, 2)  # OV took the write (no way to fence it)
     applied = _applied(redis_client, settings)
     assert INTENT in applied and LAST_ID not in applied  # the ack was refused: the intent stays
@@ -98,7 +102,11 @@ async def test_a_consumer_that_lost_its_lease_records_no_intent_and_writes_nothi
     publish(redis_client, settings, [turn(SID, 0)])
     transport = _StealOnRead(fake_ov.transport(), lambda: _steal(redis_client, settings))
     victim = CaptureWorker(settings, ov_transport=transport, consumer="victim", lease_ms=600)
-    await run_until([victim], lambda: transport.stolen and _shard(settings) not in victim.consumers, timeout_s=20)
+    await run_until(
+        [victim],
+        lambda: transport.stolen and _shard(settings) not in _held(victim),
+        timeout_s=20,
+    )
     assert ov_texts(fake_ov, SID) == []
     assert INTENT not in _applied(redis_client, settings)
     assert pending_count(redis_client, settings) == 1

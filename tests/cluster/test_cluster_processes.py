@@ -11,6 +11,7 @@ process assembles from the cluster. Each fault's recovery is printed.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,11 +22,12 @@ import pytest
 
 from core.session import shard_of
 from tests.helpers.chaos import Deployment, Ledger, Load, answers, expected_ids, measure
-from tests.helpers.e2e import unique
+from tests.helpers.e2e import ovstream_command, unique
 from tests.helpers.waiting import wait_until
 from workers.dev.local_redis import RedisClusterServers, free_port, start_redis_cluster
 from workers.store.dead_letters import list_dead_letters
 from workers.store.keys import Keys
+from workers.store.shard_map import read_shard_map
 
 SESSIONS = [f"cl{i}" for i in range(8)]
 RATE = 30.0
@@ -163,4 +165,61 @@ def test_processes_started_while_the_cluster_is_down_wait_for_it(
         for node in durable_cluster.nodes:
             if node.proc.poll() is not None:
                 node.restart()
+        deploy.stop()
+
+
+def _reshard(deploy: Deployment, shards: int, *, wait: bool) -> str:
+    """``ovstream reshard`` as an operator runs it; its output (the test fails on an error)."""
+    done = subprocess.run(
+        [*ovstream_command(), "reshard", "--shards", str(shards), *(["--wait"] if wait else [])],
+        env=deploy.env,
+        capture_output=True,
+        text=True,
+        timeout=RECOVERY_DEADLINE_S * 2,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_a_live_reshard_on_a_cluster_under_load_loses_and_repeats_nothing(
+    durable_cluster: RedisClusterServers, redis_url: str, fake_ov_url: str, tmp_path: Path
+) -> None:
+    values = _deployment(durable_cluster, redis_url, fake_ov_url, capture_lease_ms=3000, commit_token_threshold=1200)
+    deploy = Deployment(values, tmp_path)
+    ledger = Ledger(deploy.settings, fake_ov_url, SESSIONS)
+    try:
+        for name in ("capture-a", "capture-b", "worker"):
+            deploy.start(name)
+        load = Load(deploy.settings, SESSIONS, RATE).start()
+        time.sleep(2.0)
+        assert "generation 1: 8 shards" in _reshard(deploy, 8, wait=False)
+        time.sleep(0.5)
+        deploy.restart("capture-a")  # SIGKILLed while generation 0 drains into generation 1
+        wait_until(
+            lambda: read_shard_map(ledger.redis, deploy.settings).previous is None,
+            "generation 0 retired",
+            timeout_s=RECOVERY_DEADLINE_S,
+        )
+        assert load.running(), "the load ended before the second reshard"
+        assert "retired" in _reshard(deploy, 4, wait=True)  # and back down, still under load
+        turns = load.finish(timeout_s=RECOVERY_DEADLINE_S)
+        wait_until(
+            lambda: all(ledger.ov_ids(s) == expected_ids(s, turns) for s in SESSIONS),
+            "every turn in OV",
+            timeout_s=RECOVERY_DEADLINE_S,
+        )
+        measure(lambda: not ledger.unsettled(), timeout_s=RECOVERY_DEADLINE_S, what="every commit final")
+        final = read_shard_map(ledger.redis, deploy.settings)
+        assert (final.generation, final.shards, final.previous) == (2, 4, None)
+        for session in SESSIONS:  # 0 lost, 0 twice, in order, across commits
+            assert ledger.ov_ids(session) == expected_ids(session, turns), session
+        assert list_dead_letters(ledger.redis, deploy.settings) == []
+        for name in ("capture-a", "capture-b", "worker"):
+            assert "Traceback" not in deploy.log(name, lines=100_000), deploy.log(name)
+        print(
+            f"\nlive reshard 4 -> 8 -> 4 on a cluster: {len(SESSIONS)} sessions x {turns} turns, {load.resends} resent"
+        )
+    finally:
+        ledger.close()
         deploy.stop()

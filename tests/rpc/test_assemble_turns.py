@@ -14,6 +14,7 @@ import pytest
 from core.events import TurnEvent, encode
 from workers.store.applied import CAPTURED_THROUGH, EVENT_IDS, LAST_ID
 from workers.store.keys import Keys, scope_of, shard_of
+from workers.store.shard_map import reshard
 from workers.store.streams import publish_raw, publish_turn
 
 pytestmark = pytest.mark.redis
@@ -107,6 +108,16 @@ async def test_a_turn_another_process_published_is_read_from_the_stream(rpc: Any
     publish_turn(rpc.redis, rpc.settings, two)  # e.g. a one-shot `openclaw agent --local`
     body = (await rpc.assemble(plugin_call(recent=[]))).json()
     assert texts(body)[-2:] == ["question 2", "answer 2"]
+
+
+async def test_turns_on_both_sides_of_a_live_reshard_are_read_oldest_first(rpc: Any) -> None:
+    one, two, three = turn_event(1), turn_event(2), turn_event(3)
+    await captured(rpc, one)
+    publish_turn(rpc.redis, rpc.settings, two)  # on the old stream, not applied yet
+    reshard(rpc.redis, rpc.settings, 8)
+    publish_turn(rpc.redis, rpc.settings, three)  # on the session's stream of generation 1
+    body = (await rpc.assemble(plugin_call(recent=[]))).json()
+    assert texts(body)[-4:] == ["question 2", "answer 2", "question 3", "answer 3"]
 
 
 async def test_the_stream_is_read_only_when_the_newest_turn_is_unknown(rpc: Any) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from core.shard_map import StreamShard
 from workers.capture.plan import LeaseLost
 from workers.store.scripts import FENCED_APPLY, FENCED_CLAIM
 
@@ -40,7 +41,7 @@ class ShardFence:
     """The fenced writes of one shard consumer (``consumer`` in ``group``, holding ``lease``)."""
 
     redis: aioredis.Redis
-    shard: int
+    shard: StreamShard
     stream: str
     lease: str
     group: str

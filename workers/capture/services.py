@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from core.config import Settings
 from core.events import ContextSnapshot
 from core.ov.client import OVClient
+from core.shard_map import ShardMap, StreamShard
 from workers.capture.plan import SessionRef, SessionRound
 
 
@@ -54,6 +55,7 @@ class CaptureServices(Protocol):
     stopping: bool
     stats: CaptureStats
     clock: Callable[[], float]
+    shard_map: ShardMap
 
     @property
     def ov_slots(self) -> asyncio.Semaphore: ...
@@ -64,7 +66,7 @@ class CaptureServices(Protocol):
     def ov_for(self, session: SessionRef) -> OVClient:
         """An OV client acting as the session's agent and tenant."""
 
-    async def ensure_group(self, shard: int) -> None:
+    async def ensure_group(self, shard: int | StreamShard) -> None:
         """Create the shard's consumer group when it is missing."""
 
     async def request_commit(self, session: SessionRef, reason: str = "threshold") -> None:

@@ -27,6 +27,7 @@ from typing import Any
 import redis as redis_lib
 
 from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
+from core.shard_map import StreamShard
 from workers import logs
 from workers.capture.fence import ShardFence
 from workers.capture.plan import Entry, LeaseLost, session_of
@@ -40,7 +41,7 @@ from workers.store.dead_letters import (
     dead_letter_fields,
 )
 from workers.store.keys import Keys
-from workers.store.scripts import FENCED_READ, LEASE_RELEASE
+from workers.store.scripts import FENCED_READ, LEASE_RELEASE, RETIRE_STREAM
 from workers.store.streams import AppliedTrim
 
 log = logging.getLogger(__name__)
@@ -56,12 +57,12 @@ def _flat_fields(raw: Any) -> dict[bytes, bytes]:
 class ShardConsumer:
     """Consumes one shard while its lease is held."""
 
-    def __init__(self, worker: CaptureServices, shard: int) -> None:
+    def __init__(self, worker: CaptureServices, shard: StreamShard) -> None:
         self.worker = worker
         self.settings = worker.settings
         self.redis = worker.redis
         self.shard = shard
-        keys = Keys(self.settings.key_prefix)
+        self.keys = keys = Keys(self.settings.key_prefix)
         self.stream = keys.stream(shard)
         self.lease_key = keys.capture_lease(shard)
         self.group = self.settings.consumer_group
@@ -75,6 +76,8 @@ class ShardConsumer:
         self.lost = False
         self.released = False
         """Ended cleanly, lease given back (a later failed renewal means nothing then)."""
+        self.retired = False
+        """Its generation was superseded and it holds nothing more: it ended for good."""
         self.ov_down_until = 0.0
         self.ov_backoff = 0.0
         self.task: asyncio.Task[None] | None = None
@@ -87,14 +90,20 @@ class ShardConsumer:
         self.stop_requested = True
 
     async def run(self) -> None:
-        logs.SHARD.set(self.shard)  # this consumer's own task: every line it logs names the shard
+        # this consumer's own task: every line it logs names the shard
+        logs.SHARD.set(self.shard.number if self.shard.generation == 0 else str(self.shard))
         try:
+            if not await self._predecessors_retired():
+                return await self._release()
+            await self.worker.ensure_group(self.shard)  # a stream only publishers wrote to yet
             await self._drain()
             while not self.lost and not (self.stop_requested and (not self.backlog or self.worker.stopping)):
                 fetched = await self._fetch()
                 if self.lost:
                     break
                 if not self.backlog:
+                    if fetched == 0 and self._superseded() and await self._retire():
+                        break
                     if self.worker.burst and fetched == 0:
                         break
                     continue
@@ -107,18 +116,65 @@ class ShardConsumer:
             # Redis away (a restart, a failover): not this consumer's fault, so no crash and no
             # backoff; the worker takes the shard again (its own lease, if it survived) once
             # Redis answers, and the new consumer starts by draining what this one held.
-            log.warning("shard %d: Redis unreachable (%s); %d held entries wait", self.shard, exc, len(self.backlog))
+            log.warning("shard %s: Redis unreachable (%s); %d held entries wait", self.shard, exc, len(self.backlog))
             return
         if self.lost:
-            log.warning("shard %d: lease lost; %d held entries left for the next owner", self.shard, len(self.backlog))
+            log.warning("shard %s: lease lost; %d held entries left for the next owner", self.shard, len(self.backlog))
             return
+        await self._release()
+
+    async def _release(self) -> None:
         await LEASE_RELEASE.run(self.redis, [self.lease_key], [self.consumer])
         self.released = True
-        log.info("shard %d released by %s", self.shard, self.consumer)
+        log.info("shard %s released by %s", self.shard, self.consumer)
 
     def check_lease(self) -> None:
         if self.lost:
             raise LeaseLost(self.shard)
+
+    # --- resharding (core.shard_map) --------------------------------------------------------
+
+    async def _predecessors_retired(self) -> bool:
+        """Wait until every stream of the previous generation with this stream's tag is retired:
+        a session's older entries there apply before any here. False when stopped first."""
+        waited = False
+        while predecessors := self.worker.shard_map.predecessors(self.shard):
+            retired = await self.redis.smembers(self.keys.retired(self.shard.tag, predecessors[0].generation))
+            if {p.number for p in predecessors} <= {int(n) for n in retired}:
+                break
+            if not waited:
+                log.info("shard %s: waiting for %s to drain", self.shard, ", ".join(map(str, predecessors)))
+                waited = True
+            if self.stop_requested or self.lost:
+                return False
+            await asyncio.sleep(self.settings.capture_block_ms / 1000)
+        if waited:
+            log.info("shard %s: its tag's previous streams are retired; reading", self.shard)
+        return True
+
+    def _superseded(self) -> bool:
+        generation: int = self.worker.shard_map.generation
+        return self.shard.generation < generation
+
+    async def _retire(self) -> bool:
+        """Retire this stream when its tag is closed and it holds nothing unapplied (fenced)."""
+        done = await RETIRE_STREAM.run(
+            self.redis,
+            [
+                self.lease_key,
+                self.stream,
+                self.keys.tag_generation(self.shard.tag),
+                self.keys.retired(self.shard.tag, self.shard.generation),
+            ],
+            [self.consumer, self.group, self.shard.generation, self.shard.number],
+        )
+        if int(done) == -1:
+            self.lost = True
+            return False
+        if int(done) == 1:
+            self.retired = True
+            log.info("shard %s retired: every entry it will hold is applied", self.shard)
+        return self.retired
 
     # --- reading --------------------------------------------------------------------------------
 
@@ -138,12 +194,12 @@ class ShardConsumer:
         except (EventDecodeError, ValueError) as exc:
             entry.bad = str(exc)
             return entry
-        home = entry.session.address.shard(self.settings.shards)
-        if home != self.shard:
+        if not self.shard.holds(entry.session.ov_session_id):
             # Applied here it would race the session's own shard (order lost), and its records
-            # live under that shard's hash tag (another Redis Cluster slot than this stream's).
+            # live under another hash tag (another Redis Cluster slot than this stream's).
             entry.bad = (
-                f"session {entry.session.ov_session_id} belongs to shard {home}, not {self.shard}"
+                f"session {entry.session.ov_session_id} belongs to shard "
+                f"{self.shard.home_of(entry.session.ov_session_id)}, not {self.shard}"
                 " (a producer with another shards count?)"
             )
         return entry
@@ -230,7 +286,7 @@ class ShardConsumer:
         await self._set_deliveries()
         self.worker.stats.claimed += claimed
         if claimed:
-            log.info("shard %d: took over %d entries of earlier consumers", self.shard, claimed)
+            log.info("shard %s: took over %d entries of earlier consumers", self.shard, claimed)
         await self._forget_idle_consumers()
 
     async def _load_own(self) -> None:
@@ -341,14 +397,14 @@ class ShardConsumer:
             self.ov_down_until = now + self.ov_backoff
             log.log(
                 logging.WARNING if first else logging.DEBUG,
-                "shard %d: OV unavailable (%s); retrying in %.2fs, nothing acked",
+                "shard %s: OV unavailable (%s); retrying in %.2fs, nothing acked",
                 self.shard,
                 outcome.unavailable,
                 self.ov_backoff,
             )
         elif done:
             if self.ov_backoff:
-                log.info("shard %d: OV reachable again", self.shard)
+                log.info("shard %s: OV reachable again", self.shard)
             self.ov_backoff = 0.0
 
     async def record_failure(self, entry: Entry, error: BaseException) -> None:
@@ -366,7 +422,7 @@ class ShardConsumer:
         entry.retry_at = asyncio.get_running_loop().time() + delay
         self.worker.stats.failures += 1
         log.warning(
-            "shard %d: entry %s failed (delivery %d): %s; retry in %.2fs",
+            "shard %s: entry %s failed (delivery %d): %s; retry in %.2fs",
             self.shard,
             entry.id,
             entry.deliveries - 1,
@@ -398,4 +454,4 @@ class ShardConsumer:
         self.backlog = [e for e in self.backlog if e.id not in gone]
         self.worker.stats.dead_lettered += len(items)
         for entry, reason, error in items:
-            log.error("shard %d: entry %s dead-lettered (%s): %s", self.shard, entry.id, reason, error)
+            log.error("shard %s: entry %s dead-lettered (%s): %s", self.shard, entry.id, reason, error)

@@ -29,7 +29,8 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import httpx
 import redis as redis_lib
@@ -40,6 +41,7 @@ from core import defaults
 from core.config import Settings
 from core.events import ContextSnapshot
 from core.ov.client import OVClient
+from core.shard_map import ShardMap, StreamShard
 from workers.capture.plan import SessionRef
 from workers.capture.services import CaptureStats
 from workers.capture.shard import ShardConsumer
@@ -57,6 +59,7 @@ from workers.store.deployment import check_deployment_async
 from workers.store.health import forget_health, record_health
 from workers.store.keys import Keys
 from workers.store.scripts import LEASE_ACQUIRE, LEASE_RENEW
+from workers.store.shard_map import close_tags, finish_drain, map_of, retired_of
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +99,14 @@ class CaptureWorker:
         self._owns_ov = ov is None
         self.ov = ov if ov is not None else OVClient.from_settings(settings, transport=ov_transport)
         self.consumer = consumer or default_consumer_name()
-        self.shards = list(shards) if shards is not None else list(range(settings.shards))
-        if not self.shards or any(not 0 <= s < settings.shards for s in self.shards):
-            raise ValueError(f"shards must be within 0..{settings.shards - 1}: {self.shards}")
+        if shards is not None and (not shards or any(s < 0 for s in shards)):
+            raise ValueError(f"shards must be shard numbers (0 and up): {list(shards)}")
+        self.only = frozenset(shards) if shards is not None else None
+        """The shard numbers this worker may take (``--shards``, any generation); None: all."""
+        self.shard_map = ShardMap(settings.shards)
+        """The deployment's streams (core.shard_map), read again on every tick."""
+        self.retired: set[StreamShard] = set()
+        """Streams of the draining generation that are retired (read on every tick while one drains)."""
         self.burst = burst
         self.fault_hook = fault_hook
         self.lease_ms: int = lease_ms if lease_ms is not None else settings.capture_lease_ms
@@ -107,19 +115,33 @@ class CaptureWorker:
         self.on_snapshot = on_snapshot
         self.keys = Keys(settings.key_prefix)
         self.stats = CaptureStats()
-        self.consumers: dict[int, ShardConsumer] = {}
+        self.consumers: dict[StreamShard, ShardConsumer] = {}
         self.stopping = False
         self._wake = asyncio.Event()
         self.ov_slots = asyncio.Semaphore(settings.capture_ov_concurrency)
-        self._burst_done: set[int] = set()
-        self.crashes: dict[int, int] = {}
+        self._burst_done: set[StreamShard] = set()
+        self.crashes: dict[StreamShard, int] = {}
         """Shard -> crashes of its consumer in a row."""
-        self.restart_at: dict[int, float] = {}
+        self.restart_at: dict[StreamShard, float] = {}
         """Shard -> ``clock()`` time before which its crashed consumer is not started again."""
         self._scoped: dict[tuple[str | None, str], OVClient] = {}
-        # rotate the preferred shard order by consumer name so workers start on different shards
-        offset = sum(self.consumer.encode()) % max(1, len(self.shards))
-        self._preference = self.shards[offset:] + self.shards[:offset]
+
+    @property
+    def shards(self) -> list[StreamShard]:
+        """The streams to consume now: the draining generation's not yet retired (first: the
+        new ones of their tags wait for them), then the current generation's."""
+        draining = [s for s in self.shard_map.draining() if s not in self.retired]
+        return [s for s in [*draining, *self.shard_map.current()] if self.only is None or s.number in self.only]
+
+    def _preference(self) -> list[StreamShard]:
+        """``shards``, each generation rotated by consumer name so workers start on different shards."""
+        offset, shards = sum(self.consumer.encode()), self.shards
+        out: list[StreamShard] = []
+        for generation in sorted({s.generation for s in shards}):
+            group = [s for s in shards if s.generation == generation]
+            cut = offset % len(group)
+            out += group[cut:] + group[:cut]
+        return out
 
     # --- hooks the shard consumers use -------------------------------------------------------
 
@@ -136,7 +158,7 @@ class CaptureWorker:
             client = self._scoped[key] = self.ov.scoped(peer=session.agent_id, api_key=api_key)
         return client
 
-    async def ensure_group(self, shard: int) -> None:
+    async def ensure_group(self, shard: int | StreamShard) -> None:
         try:
             await self.redis.xgroup_create(self.keys.stream(shard), self.settings.consumer_group, id="0", mkstream=True)
         except redis_lib.ResponseError as exc:
@@ -171,7 +193,10 @@ class CaptureWorker:
             if not await self._start_on_redis():
                 return
             log.info(
-                "capture worker %s on shards %s (group %s)", self.consumer, self.shards, self.settings.consumer_group
+                "capture worker %s on shards %s (group %s)",
+                self.consumer,
+                ",".join(map(str, self.shards)),
+                self.settings.consumer_group,
             )
             first = True
             while True:
@@ -215,7 +240,8 @@ class CaptureWorker:
         while await await_redis(self.redis, self.settings, who, lambda: self.stopping):
             try:
                 await check_deployment_async(self.redis, self.settings)  # DeploymentMismatch: exit 2
-                for shard in self.shards:
+                await self._follow_map(await self.redis.hgetall(self.keys.deployment()))
+                for shard in self.shard_map.current():
                     await self.ensure_group(shard)
                 return True
             except REDIS_AWAY:
@@ -232,17 +258,19 @@ class CaptureWorker:
             for shard in self.consumers:
                 await LEASE_RENEW.run(pipe, [self.keys.capture_lease(shard)], [self.consumer, self.lease_ms])
             record_health(pipe, self.settings, "capture", self.consumer, **self._facts())
+            pipe.hgetall(self.keys.deployment())
             replies = await pipe.execute()
         live = sorted(name.decode() for name in replies[2])
         for consumer, renewed in zip(list(self.consumers.values()), replies[3 : 3 + len(self.consumers)]):
             if not int(renewed) and not consumer.released:
                 consumer.lost = True
         self._reap()
+        await self._follow_map(replies[-1])
         if not acquire:
             return
         fair = len(self.shards) if self.burst else self._share(live)
         active = [s for s, c in self.consumers.items() if not c.stop_requested]
-        for shard in self._preference:
+        for shard in self._preference():
             if len(active) >= fair:
                 break
             if shard in self.consumers or shard in self._burst_done:
@@ -256,13 +284,44 @@ class CaptureWorker:
                 self.restart_at.pop(shard, None)
                 self._start(shard)
                 active.append(shard)
-        for shard in reversed(self._preference):  # hand back the least preferred extras
+        for shard in reversed(self._preference()):  # hand back the least preferred extras
             if len(active) <= fair:
                 break
             if shard in active:
                 self.consumers[shard].request_stop()
                 active.remove(shard)
-                log.info("shard %d: handing back (%d live workers)", shard, len(live))
+                log.info("shard %s: handing back (%d live workers)", shard, len(live))
+
+    async def _follow_map(self, deployment: Mapping[Any, Any]) -> None:
+        """Take the deployment's shard map as read; while a generation drains, learn which of
+        its streams retired, finish what a reshard left undone (tags not closed yet) and,
+        once all retired, forget that generation."""
+        shard_map = map_of(self.settings, deployment)
+        if shard_map != self.shard_map:
+            if shard_map.generation != self.shard_map.generation:
+                log.info(
+                    "shard map: generation %d, %d shards%s",
+                    shard_map.generation,
+                    shard_map.shards,
+                    f" (generation {shard_map.previous[0]} draining)" if shard_map.previous else "",
+                )
+            self.shard_map = shard_map
+            self.retired = set()
+        if shard_map.previous is None:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for tag in range(shard_map.tags):
+                pipe.get(self.keys.tag_generation(tag))
+            for tag in range(shard_map.tags):
+                pipe.smembers(self.keys.retired(tag, shard_map.previous[0]))
+            replies = await pipe.execute()
+        closed = [int(g or 0) >= shard_map.generation for g in replies[: shard_map.tags]]
+        if not all(closed):
+            await close_tags(self.redis, self.settings, shard_map, [t for t, c in enumerate(closed) if not c])
+        self.retired = retired_of(shard_map, replies[shard_map.tags :])
+        if len(self.retired) == len(shard_map.draining()) and await finish_drain(self.redis, self.settings, shard_map):
+            self.shard_map = ShardMap(shard_map.tags, shard_map.generation, shard_map.shards)
+            self.retired = set()
 
     def _share(self, live: list[str]) -> int:
         """This worker's number of shards: N / live, the remainder going to the first names.
@@ -287,7 +346,7 @@ class CaptureWorker:
         delay: float = defaults.CAPTURE_RESTART_BACKOFF_S * 2.0 ** (max(1, crashes) - 1)
         return min(defaults.CAPTURE_RESTART_BACKOFF_MAX_S, delay)
 
-    def _crashed(self, shard: int, consumer: ShardConsumer, exc: BaseException) -> None:
+    def _crashed(self, shard: StreamShard, consumer: ShardConsumer, exc: BaseException) -> None:
         # a consumer that ran longer than the longest backoff before crashing starts the count afresh
         if self.clock() - consumer.started_at > defaults.CAPTURE_RESTART_BACKOFF_MAX_S:
             self.crashes.pop(shard, None)
@@ -296,7 +355,7 @@ class CaptureWorker:
         self.restart_at[shard] = self.clock() + delay
         trace = crashes == 1 or log.isEnabledFor(logging.DEBUG)
         log.error(
-            "shard %d consumer crashed (%d in a row): %s: %s; retaking it in %.1fs",
+            "shard %s consumer crashed (%d in a row): %s: %s; retaking it in %.1fs",
             shard,
             crashes,
             type(exc).__name__,
@@ -305,7 +364,7 @@ class CaptureWorker:
             exc_info=exc if trace else None,
         )
 
-    def _start(self, shard: int) -> None:
+    def _start(self, shard: StreamShard) -> None:
         consumer = ShardConsumer(self, shard)
         if self.stopping:
             # stop() came while the tick awaited this shard's lease: born stopping, the consumer
@@ -315,7 +374,7 @@ class CaptureWorker:
         consumer.task = asyncio.create_task(consumer.run(), name=f"capture-shard-{shard}")
         consumer.task.add_done_callback(lambda _: self._wake.set())
         self.consumers[shard] = consumer
-        log.info("shard %d acquired by %s", shard, self.consumer)
+        log.info("shard %s acquired by %s", shard, self.consumer)
 
     def _reap(self) -> None:
         for shard, consumer in list(self.consumers.items()):
@@ -332,6 +391,8 @@ class CaptureWorker:
                 self._crashed(shard, consumer, exc)
                 continue
             self.crashes.pop(shard, None)
+            if consumer.retired:
+                self.retired.add(shard)
             if self.burst and consumer.released:
                 self._burst_done.add(shard)
 

@@ -19,7 +19,9 @@ from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
 from core.turns import PendingTurn, address_of, last_event_id, recall_turn_key, uncaptured_turns
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest
-from workers.store.connection import REDIS_ERRORS, optional_text, stream_entries
+from workers.store.connection import REDIS_ERRORS, StreamEntry, optional_text, stream_entries
+from workers.store.keys import Keys
+from workers.store.shard_map import read_shard_map_async
 from workers.store.snapshots import ZERO_ID
 
 log = logging.getLogger(__name__)
@@ -31,19 +33,22 @@ def _json_str(value: str) -> bytes:
 
 async def scan_session_events(svc: Services, caller: Caller, after_id: str) -> list[TurnEvent]:
     """This session's events among the newest ``overlay_stream_scan`` entries of its
-    shard that come after ``after_id``, oldest first. Redis errors propagate."""
+    stream after ``after_id`` (and of its previous stream while a reshard drains it),
+    oldest first. Redis errors propagate."""
     count = svc.settings.overlay_stream_scan
-    session_keys = svc.session_keys(caller)
     if count <= 0:
         return []
-    stream = session_keys.stream
+    shard_map = await read_shard_map_async(svc.redis, svc.settings)
+    keys = Keys(svc.settings.key_prefix)
     low = f"({after_id}" if after_id and after_id != ZERO_ID else "-"
-    entries = stream_entries(await svc.redis.xrevrange(stream, "+", low, count=count))
+    entries: list[StreamEntry] = []
+    for shard in shard_map.streams_of(caller.require_session()):  # oldest first: ids continue across them
+        entries += reversed(stream_entries(await svc.redis.xrevrange(keys.stream(shard), "+", low, count=count)))
     # A cheap byte test first: most entries of a busy shard are other sessions'.
     needles = [_json_str(v) for v in (caller.session_id, caller.session_key) if v]
     caller_address = caller.address()
     events: list[TurnEvent] = []
-    for _, fields in reversed(entries):
+    for _, fields in entries:
         data = fields.get(STREAM_FIELD.encode())  # the clients here speak bytes (workers.store.connection)
         if data is None or not any(n in data for n in needles):
             continue

@@ -86,7 +86,7 @@ class StreamLagCollector(Collector):
             return
         now_ms = int(time.time() * 1000)
         for s in shards:
-            label = [str(s.shard)]
+            label = [s.name or str(s.shard)]
             if s.unread is not None:  # None: Redis cannot tell (entries deleted by hand)
                 lag.add_metric(label, float(s.unread))
             pending.add_metric(label, float(s.pending))

@@ -1,11 +1,12 @@
 """What every process of one deployment must agree on, recorded in Redis by the first to start.
 
-``shards`` decides which stream, and which hash tag, each session's keys have: a process with
-another count reads and writes other keys than the rest, so a session's turns would go to two
-streams (their order lost) and its records (applied offsets, snapshots, commits) would split
-between two layouts. The first process to start records its count (``HSETNX``); every later
-one, and the plugin before it publishes, compares and refuses on a mismatch. README "Changing
-shards" says how to change it.
+``shards`` decides which hash tag each session's records have (applied offsets, snapshots,
+commits), and the first generation's streams: a process with another count reads and writes
+other keys than the rest, so a session's records would split between two layouts. A live
+reshard (workers.store.shard_map) changes the streams only, and records them here too. The
+first process to start records its count (``HSETNX``); every later one, and the plugin before
+it publishes, compares and refuses on a mismatch. README "Changing shards" says how to change
+the streams.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ def _verdict(settings: Settings, recorded: object) -> None:
     if value is not None and value != str(settings.shards):
         raise DeploymentMismatch(
             f"shards = {settings.shards}, but this deployment (keyPrefix {settings.key_prefix!r}) runs with "
-            f"shards = {value}: a process with another count would read and write other streams and "
-            "records and break per-session order. Set shards to the recorded count, or see the "
-            "README, 'Changing shards'."
+            f"shards = {value}: a process with another count would read and write other records and "
+            "break per-session order. Set shards to the recorded count (the one the deployment was "
+            "created with: `ovstream reshard` changes its streams, never this), see the README, "
+            "'Changing shards'."
         )
 
 

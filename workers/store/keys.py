@@ -12,6 +12,7 @@ from functools import lru_cache
 
 from core.config import Settings
 from core.session import SessionAddress, scope_of, shard_of
+from core.shard_map import StreamShard
 
 __all__ = ["Keys", "SessionKeys", "scope_of", "session_keys", "shard_of"]
 
@@ -25,7 +26,6 @@ class SessionKeys:
 
     shard: int
     scope: str
-    stream: str
     last_turn: str
     applied: str
     snapshot: str
@@ -55,7 +55,6 @@ class Keys:
         return SessionKeys(
             shard=shard,
             scope=scope,
-            stream=self.stream(shard),
             last_turn=self.last_turn(shard, sid),
             applied=self.applied(shard, scope, sid),
             snapshot=self.snapshot(shard, scope, sid),
@@ -65,9 +64,22 @@ class Keys:
             recall_prefix=self._session("recall", shard, scope, sid),
         )
 
-    def stream(self, shard: int) -> str:
-        """Turn events of one shard (a Redis stream)."""
-        return f"{self.prefix}:{{s{shard}}}:turns"
+    def stream(self, shard: int | StreamShard) -> str:
+        """Turn events of one shard (a Redis stream). Generation 0 (an int: a deployment never
+        resharded) keeps the first layout's names; later ones carry their generation."""
+        if isinstance(shard, int) or shard.generation == 0:
+            return f"{self.prefix}:{{s{int(shard) if isinstance(shard, int) else shard.number}}}:turns"
+        return f"{self.prefix}:{{s{shard.tag}}}:turns:g{shard.generation}.{shard.number}"
+
+    def tag_generation(self, tag: int) -> str:
+        """String: the generation whose streams take the publishes of this tag's sessions
+        (absent: 0). The publish script checks it, so a closed stream gets nothing new."""
+        return f"{self.prefix}:{{s{tag}}}:generation"
+
+    def retired(self, tag: int, generation: int) -> str:
+        """Set: the shard numbers of ``generation`` with this tag that are retired (closed,
+        read to the end, nothing pending): the next generation's streams of the tag wait for them."""
+        return f"{self.prefix}:{{s{tag}}}:retired:g{generation}"
 
     def last_turn(self, shard: int, ov_session_id: str) -> str:
         """String: the event_id of the newest turn published for the session, by any
@@ -127,10 +139,12 @@ class Keys:
         beaten by its due-job thread, so a job it was running when it died is seen orphaned."""
         return f"{self.prefix}:commit-worker:{name}"
 
-    def capture_lease(self, shard: int) -> str:
+    def capture_lease(self, shard: int | StreamShard) -> str:
         """Lease (workers.store.scripts.LEASE_*): the capture consumer owning a shard right now,
         renewed while it is alive."""
-        return f"{self.prefix}:{{s{shard}}}:lease:capture"
+        if isinstance(shard, int) or shard.generation == 0:
+            return f"{self.prefix}:{{s{int(shard) if isinstance(shard, int) else shard.number}}}:lease:capture"
+        return f"{self.prefix}:{{s{shard.tag}}}:lease:capture:g{shard.generation}.{shard.number}"
 
     def process_health(self, name: str) -> str:
         """Hash with a TTL: the liveness record of one ovstream process (workers.store.health)."""

@@ -18,6 +18,7 @@ from typing import Any
 import redis
 
 from core.config import Settings
+from core.shard_map import ShardMap, StreamShard
 from workers.store.applied import parse_id
 from workers.store.commit_queue import commit_queue
 from workers.store.commit_records import outcome_status
@@ -25,6 +26,7 @@ from workers.store.connection import REDIS_ERRORS, connect, optional_text, strea
 from workers.store.deployment import SHARDS_FIELD
 from workers.store.health import ProcessHealth, read_health
 from workers.store.keys import Keys
+from workers.store.shard_map import read_shard_map
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,10 @@ class ShardBacklog:
     """Stream id of the oldest entry unread or pending; None when capture is caught up."""
     owner: str | None
     """The capture consumer holding the shard's lease."""
+    generation: int = 0
+    """The shard map generation of the stream (core.shard_map); 0 until a reshard."""
+    name: str = ""
+    """``shard`` as logs name it: the number, or ``g<generation>.<number>`` after a reshard."""
 
     def oldest_age_s(self, now_ms: int) -> float:
         """How long the oldest unapplied entry has waited (0 when none waits)."""
@@ -58,12 +64,14 @@ def _group(info: Any, name: str) -> dict[str, Any] | None:
     return None
 
 
-def read_backlog(client: redis.Redis, settings: Settings) -> list[ShardBacklog]:
-    """Every shard's backlog, in two pipelined round trips."""
+def read_backlog(client: redis.Redis, settings: Settings, shard_map: ShardMap | None = None) -> list[ShardBacklog]:
+    """Every stream's backlog (the draining generation's first), in three pipelined round trips."""
     keys = Keys(settings.key_prefix)
     group_name = settings.consumer_group
+    shard_map = shard_map or read_shard_map(client, settings)
+    streams = [*shard_map.draining(), *shard_map.current()]
     pipe = client.pipeline(transaction=False)
-    for shard in range(settings.shards):
+    for shard in streams:
         stream = keys.stream(shard)
         pipe.xlen(stream)
         pipe.xinfo_groups(stream)
@@ -71,9 +79,9 @@ def read_backlog(client: redis.Redis, settings: Settings) -> list[ShardBacklog]:
         pipe.hget(keys.capture_lease(shard), "id")
     replies = pipe.execute(raise_on_error=False)  # a stream or group not made yet: an error reply
     firsts = client.pipeline(transaction=False)
-    rows: list[tuple[int, int, dict[str, Any] | None, Any, Any]] = []
-    for shard in range(settings.shards):
-        length, info, pending, owner = replies[4 * shard : 4 * shard + 4]
+    rows: list[tuple[StreamShard, int, dict[str, Any] | None, Any, Any]] = []
+    for i, shard in enumerate(streams):
+        length, info, pending, owner = replies[4 * i : 4 * i + 4]
         group = _group(info, group_name)
         rows.append((shard, int(length) if isinstance(length, int) else 0, group, pending, owner))
         # the first entry after the group's last delivered one: the oldest unread
@@ -91,7 +99,9 @@ def read_backlog(client: redis.Redis, settings: Settings) -> list[ShardBacklog]:
         lag = group.get("lag") if group else length
         out.append(
             ShardBacklog(
-                shard=shard,
+                shard=shard.number,
+                generation=shard.generation,
+                name=str(shard),
                 length=length,
                 unread=None if lag is None else int(lag),
                 pending=held,
@@ -118,6 +128,10 @@ class DeploymentStatus:
     """Where the store and the commit queue are (credentials left out)."""
     shards_recorded: int | None = None
     """The deployment's recorded ``shards`` (workers.store.deployment); None before any process ran."""
+    shards_configured: int = 0
+    """This process's ``shards`` (a MISMATCH when it is not the recorded one)."""
+    shard_map: str = ""
+    """The streams' generation and count, and the one draining (core.shard_map)."""
 
     def as_json(self) -> dict[str, Any]:
         shards = [{**asdict(s), "oldest_age_s": round(s.oldest_age_s(self.now_ms), 3)} for s in self.shards]
@@ -131,13 +145,15 @@ class DeploymentStatus:
             "dead_letters": self.dead_letters,
             "redis": self.redis,
             "shards_recorded": self.shards_recorded,
+            "shard_map": self.shard_map,
         }
 
 
 def read_status(client: redis.Redis, settings: Settings) -> DeploymentStatus:
     keys = Keys(settings.key_prefix)
     now_ms = int(time.time() * 1000)
-    shards = read_backlog(client, settings)
+    shard_map = read_shard_map(client, settings)
+    shards = read_backlog(client, settings, shard_map)
     pipe = client.pipeline(transaction=False)
     pipe.zrangebyscore(keys.capture_workers(), now_ms, "+inf")
     pipe.zcard(keys.commits_in_flight())
@@ -164,7 +180,16 @@ def read_status(client: redis.Redis, settings: Settings) -> DeploymentStatus:
         now_ms=now_ms,
         redis=_where(settings),
         shards_recorded=None if recorded is None else int(recorded),
+        shards_configured=settings.shards,
+        shard_map=_describe(shard_map),
     )
+
+
+def _describe(shard_map: ShardMap) -> str:
+    out = f"generation {shard_map.generation}: {shard_map.shards} shards"
+    if shard_map.previous is not None:
+        out += f", generation {shard_map.previous[0]} ({shard_map.previous[1]} shards) draining"
+    return out
 
 
 def _where(settings: Settings) -> str:
@@ -179,7 +204,7 @@ def format_status(status: DeploymentStatus) -> str:
     for s in status.shards:
         unread = "?" if s.unread is None else str(s.unread)
         age = f"{s.oldest_age_s(status.now_ms):.1f}s" if s.oldest_unapplied else "-"
-        lines.append(f"{s.shard:>5}  {s.length:>8}  {unread:>8}  {s.pending:>8}  {age:>9}  {s.owner or '-'}")
+        lines.append(f"{s.name or s.shard:>5}  {s.length:>8}  {unread:>8}  {s.pending:>8}  {age:>9}  {s.owner or '-'}")
     for p in status.processes:
         facts = " ".join(f"{k}={v}" for k, v in sorted(p.facts.items()))
         lines.append(f"{p.role:>8} {p.name} on {p.host} pid {p.pid}: {p.state}, heard {p.heard_s_ago:.1f}s ago {facts}")
@@ -190,9 +215,11 @@ def format_status(status: DeploymentStatus) -> str:
     lines.append(f"commits in flight: {status.commits_in_flight}; dead letters: {status.dead_letters}")
     recorded = "none yet" if status.shards_recorded is None else str(status.shards_recorded)
     mismatch = (
-        "" if status.shards_recorded in (None, len(status.shards)) else "  <- MISMATCH: see README, Changing shards"
+        ""
+        if status.shards_recorded in (None, status.shards_configured)
+        else f"  <- MISMATCH: this process has shards = {status.shards_configured}; see README, Changing shards"
     )
-    lines.append(f"redis: {status.redis}; shards {len(status.shards)} (recorded: {recorded}){mismatch}")
+    lines.append(f"redis: {status.redis}; {status.shard_map} (created with: {recorded}){mismatch}")
     return "\n".join(lines)
 
 

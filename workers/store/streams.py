@@ -1,7 +1,9 @@
 """Publishing turn events onto the sharded Redis streams.
 
-A session's events always go to the shard ``shard_of(ov_session_id(...))``,
-so one consumer sees them in the order they were published. The entry is
+A session's events always go to its stream in the deployment's shard map
+(core.shard_map: ``shard_of(ov_session_id(...))`` of the current generation), so one
+consumer sees them in the order they were published; the publish script refuses a
+stream a reshard closed, and the publisher reads the map again. The entry is
 ``{"e": encode(TurnEvent)}``. Nothing caps the stream here: a producer cannot
 know what capture has applied, so a backlog (capture or OV away) stays whole;
 capture trims what it applied (``AppliedTrim``). With the XADD, in the same
@@ -14,7 +16,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 import redis
 import redis.asyncio as aioredis
@@ -23,20 +24,25 @@ from core.config import Settings
 from core.defaults import LAST_TURN_TTL_S, STREAM_TRIM_INTERVAL_S
 from core.events import STREAM_FIELD, TurnEvent, encode
 from core.ids import ov_session_id
+from core.shard_map import ShardMap
 from workers.store.connection import text
 from workers.store.keys import Keys, shard_of
-from workers.store.scripts import TRIM_APPLIED
+from workers.store.scripts import PUBLISH_TURN, TRIM_APPLIED
+from workers.store.shard_map import read_shard_map
 
 log = logging.getLogger(__name__)
 
+PUBLISH_MAP_RETRIES = 12
+"""Tries of a publish whose map is behind its tag (about 4 s of waiting in all)."""
+
 
 def shard_of_event(settings: Settings, event: TurnEvent) -> int:
-    """The shard carrying ``event``'s session."""
+    """The shard carrying ``event``'s session in a deployment never resharded."""
     return shard_of(ov_session_id(event.session_id, event.session_key), settings.shards)
 
 
 def stream_of_event(settings: Settings, event: TurnEvent) -> str:
-    """The stream key ``event`` is published to."""
+    """The stream key ``event`` is published to in a deployment never resharded."""
     return Keys(settings.key_prefix).stream(shard_of_event(settings, event))
 
 
@@ -51,24 +57,34 @@ def marks_last_turn(event: TurnEvent) -> bool:
     return bool(event.messages) and event.commit is None
 
 
-def _queue_publish(pipe: Any, settings: Settings, event: TurnEvent) -> None:
-    """Queue the XADD of ``event`` and the mark of its session's newest turn (sync or async pipeline)."""
+def publish_call(
+    settings: Settings, shard_map: ShardMap, event: TurnEvent
+) -> tuple[list[str], list[str | bytes | int]]:
+    """``PUBLISH_TURN``'s keys and arguments for ``event`` under ``shard_map``."""
     ov_sid = ov_session_id(event.session_id, event.session_key)
-    shard = shard_of(ov_sid, settings.shards)
     keys = Keys(settings.key_prefix)
-    pipe.xadd(keys.stream(shard), {STREAM_FIELD: encode(event)})
+    tag = shard_map.tag_of(ov_sid)
+    script_keys = [keys.tag_generation(tag), keys.stream(shard_map.stream_of(ov_sid))]
     if marks_last_turn(event):
-        pipe.set(keys.last_turn(shard, ov_sid), event.event_id, ex=LAST_TURN_TTL_S)
+        script_keys.append(keys.last_turn(tag, ov_sid))
+    return script_keys, [shard_map.generation, STREAM_FIELD, encode(event), event.event_id, LAST_TURN_TTL_S]
 
 
 def publish_turn(redis_client: redis.Redis, settings: Settings, event: TurnEvent) -> str:
-    """Append ``event`` to its session's shard stream and mark it as the session's
-    newest turn (one round trip); returns the stream id."""
-    pipe = redis_client.pipeline(transaction=False)
-    _queue_publish(pipe, settings, event)
-    stream_id = text(pipe.execute()[0])
-    log.debug("published turn %s of session %s as %s", event.event_id, event.session_id, stream_id)
-    return stream_id
+    """Append ``event`` to its session's current stream and mark it as the session's newest
+    turn (one script); returns the stream id. A map changed under us (a reshard closed the
+    stream) is read again; a reshard still closing its tags is waited for, briefly."""
+    for attempt in range(PUBLISH_MAP_RETRIES):
+        shard_map = read_shard_map(redis_client, settings)
+        published, value = PUBLISH_TURN(redis_client, *publish_call(settings, shard_map, event))
+        if int(published) == 1:
+            log.debug("published turn %s of session %s as %s", event.event_id, event.session_id, text(value))
+            return text(value)
+        time.sleep(min(0.5, 0.01 * 2**attempt))
+    raise RuntimeError(
+        f"turn {event.event_id} not published: the shard map stayed behind its tag's generation "
+        f"{text(value)} (a reshard that stopped half way? `ovstream status`; any capture worker finishes it)"
+    )
 
 
 class AppliedTrim:

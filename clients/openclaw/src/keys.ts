@@ -20,6 +20,41 @@ export function streamKey(prefix: string, shard: number): string {
   return `${prefix}:{s${shard}}:turns`;
 }
 
+/**
+ * The deployment's turn streams now (workers/store/shard_map.py): generation `generation` has
+ * `streams` streams; a session's records keep the tag `sha mod tags` for life, and `streams`
+ * is a multiple of `tags`, so a stream's sessions all share its tag.
+ */
+export interface ShardMap {
+  tags: number;
+  generation: number;
+  streams: number;
+}
+
+/** The stream a session publishes to under `map` (Keys.stream of a StreamShard). */
+export function mappedStreamKey(prefix: string, map: ShardMap, ovSessionId: string): string {
+  const shard = shardOf(ovSessionId, map.streams);
+  if (map.generation === 0) return streamKey(prefix, shard);
+  return `${prefix}:{s${shard % map.tags}}:turns:g${map.generation}.${shard}`;
+}
+
+/** The generation whose streams take a tag's publishes (Keys.tag_generation). */
+export function tagGenerationKey(prefix: string, tag: number): string {
+  return `${prefix}:{s${tag}}:generation`;
+}
+
+/**
+ * workers/store/scripts.py PUBLISH_TURN, the same text: XADD only when the publisher's
+ * generation is the tag's (else `[0, generation]`: a reshard closed that stream).
+ */
+export const PUBLISH_TURN_SCRIPT = `
+local gen = redis.call('GET', KEYS[1]) or '0'
+if gen ~= ARGV[1] then return {0, gen} end
+local id = redis.call('XADD', KEYS[2], '*', ARGV[2], ARGV[3])
+if KEYS[3] then redis.call('SET', KEYS[3], ARGV[4], 'EX', ARGV[5]) end
+return {1, id}
+`;
+
 /** The event_id of the session's newest published turn (workers/store/keys.py Keys.last_turn). */
 export function lastTurnKey(prefix: string, shard: number, ovSessionId: string): string {
   return `${prefix}:{s${shard}}:last-turn:${ovSessionId}`;

@@ -28,6 +28,7 @@ import { join } from "node:path";
 import { ErrorReply } from "redis";
 
 import { openConnection, safeDestroy, type RedisConnection, type RedisTlsFiles } from "./connection.js";
+import { mappedStreamKey, PUBLISH_TURN_SCRIPT, shardOf, tagGenerationKey, type ShardMap } from "./keys.js";
 
 import type { PluginLogger } from "./types.js";
 
@@ -39,8 +40,11 @@ export interface PublisherOptions {
    * The shard count the plugin publishes with, checked on connecting against the one the
    * service recorded (`deploymentKey`): on a mismatch nothing is published, the events stay
    * buffered and the warning says why (they would land on streams capture does not read).
+   * With `keyPrefix`, an event tagged with its `session` goes to that session's stream in the
+   * deployment's shard map (read on connecting, and again when a reshard closed a stream),
+   * whatever `key` it was enqueued with.
    */
-  shards?: { count: number; deploymentKey: string };
+  shards?: { count: number; deploymentKey: string; keyPrefix?: string };
   logger: PluginLogger;
   /** Buffer caps; the oldest events go first when either is exceeded. */
   maxEvents: number;
@@ -89,6 +93,12 @@ export interface PublisherStats {
   connected: boolean;
 }
 
+/** A publish the shard map had moved on from (a reshard closed its stream): read the map again. */
+class MapMoved extends Error {}
+
+/** Map reloads in a row before a moved publish counts as a failure (with backoff). */
+const MAX_MAP_RELOADS = 20;
+
 function errorText(err: unknown): string {
   if (err instanceof AggregateError && err.errors.length > 0) {
     return errorText(err.errors[0]);
@@ -116,6 +126,8 @@ export class TurnPublisher {
   private retriesInOutage = 0;
   private drainWaiters: Array<() => void> = [];
   private spoolSeq = 0;
+  private shardMap: ShardMap | null = null;
+  private mapReloads = 0;
   private stats = { delivered: 0, dropped: 0, failures: 0 };
 
   constructor(options: PublisherOptions) {
@@ -377,9 +389,19 @@ export class TurnPublisher {
         const client = await this.connected();
         await this.sendBatch(client);
       } catch (err) {
+        if (err instanceof MapMoved && this.client && this.mapReloads < MAX_MAP_RELOADS) {
+          this.mapReloads += 1;
+          try {
+            await this.checkShards(this.client); // the new map; the rest of the batch is sent again
+            continue;
+          } catch (reloadErr) {
+            err = reloadErr;
+          }
+        }
         this.onFailure(err);
         return;
       }
+      this.mapReloads = 0;
       this.onSuccess();
     }
   }
@@ -415,13 +437,45 @@ export class TurnPublisher {
   private async checkShards(client: RedisConnection): Promise<void> {
     const { count, deploymentKey } = this.opts.shards;
     if (!deploymentKey) return;
-    const recorded = await client.send(deploymentKey, ["HGET", deploymentKey, "shards"]);
-    if (recorded !== null && recorded !== undefined && String(recorded) !== String(count)) {
+    const reply = await client.send(deploymentKey, ["HGETALL", deploymentKey]);
+    const fields = new Map<string, string>();
+    if (Array.isArray(reply)) {
+      for (let i = 0; i + 1 < reply.length; i += 2) fields.set(String(reply[i]), String(reply[i + 1]));
+    }
+    const recorded = fields.get("shards");
+    if (recorded !== undefined && recorded !== String(count)) {
       throw new Error(
-        `shards = ${count} in the plugin's config, but the ovstream service runs with shards = ${String(recorded)}; ` +
+        `shards = ${count} in the plugin's config, but the ovstream service runs with shards = ${recorded}; ` +
           "set the plugin's shards to the service's (turns stay buffered until then)",
       );
     }
+    const map: ShardMap = {
+      tags: count,
+      generation: Number(fields.get("generation") ?? 0),
+      streams: Number(fields.get("streams") ?? count),
+    };
+    if (this.shardMap && this.shardMap.generation !== map.generation) {
+      this.opts.logger.info(
+        `ovstream: the service's turn streams are now generation ${map.generation} (${map.streams} shards); publishing there`,
+      );
+    }
+    this.shardMap = map;
+  }
+
+  /** The command publishing `item`: routed by the shard map when it names its session. */
+  private publishCommand(item: Pending): { key: string; args: string[] } {
+    const prefix = this.opts.shards.keyPrefix;
+    const map = this.shardMap;
+    if (!prefix || !map || !item.session) {
+      // No MAXLEN: a producer cannot know what capture applied; capture trims that itself.
+      return { key: item.key, args: ["XADD", item.key, "*", "e", item.payload] };
+    }
+    const stream = mappedStreamKey(prefix, map, item.session);
+    const keys = [tagGenerationKey(prefix, shardOf(item.session, map.tags)), stream];
+    const mark = item.lastTurn;
+    if (mark) keys.push(mark.key);
+    const args = [String(map.generation), "e", item.payload, mark?.eventId ?? "", String(mark?.ttlS ?? 0)];
+    return { key: stream, args: ["EVAL", PUBLISH_TURN_SCRIPT, String(keys.length), ...keys, ...args] };
   }
 
   private dropClient(): void {
@@ -437,10 +491,10 @@ export class TurnPublisher {
     const batch = this.queue.slice(this.head, end);
     // Commands issued in one tick go out as one pipeline; a turn's mark follows its XADD.
     const replies = batch.map((item) => {
-      // No MAXLEN: a producer cannot know what capture applied; capture trims that itself.
-      const reply = client.send(item.key, ["XADD", item.key, "*", "e", item.payload]);
+      const command = this.publishCommand(item);
+      const reply = client.send(command.key, command.args);
       const mark = item.lastTurn;
-      if (mark) {
+      if (mark && command.args[0] === "XADD") {
         // Best effort: without it assemble misses only another process's lagging turn.
         client.send(mark.key, ["SET", mark.key, mark.eventId, "EX", String(mark.ttlS)]).catch(() => undefined);
       }
@@ -457,6 +511,11 @@ export class TurnPublisher {
     let failure: unknown = undefined;
     for (const [i, result] of results.entries()) {
       const item = batch[i];
+      if (result.status === "fulfilled" && Array.isArray(result.value) && Number(result.value[0]) === 0) {
+        // A reshard closed this stream: this and the rest go again to the new map's streams.
+        failure = new MapMoved(`the shard map moved to generation ${String(result.value[1])}`);
+        break;
+      }
       if (result.status === "rejected" && !(result.reason instanceof ErrorReply && !isTransient(result.reason))) {
         // The connection failed, or Redis cannot take the write just now (full, loading,
         // failing over): this and the rest stay buffered, in order, and are sent again.

@@ -131,7 +131,7 @@ export class PluginRuntime {
     this.publisher = new TurnPublisher({
       redisUrl: config.redisUrl,
       redisCluster: config.redisCluster,
-      shards: { count: config.shards, deploymentKey: deploymentKey(config.keyPrefix) },
+      shards: { count: config.shards, deploymentKey: deploymentKey(config.keyPrefix), keyPrefix: config.keyPrefix },
       logger,
       maxEvents: config.bufferMaxEvents,
       maxBytes: config.bufferMaxBytes,

@@ -1,7 +1,16 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
-import { deploymentKey, LAST_TURN_TTL_S, lastTurnKey, shardOf, streamKey } from "../src/keys.js";
+import {
+  deploymentKey,
+  LAST_TURN_TTL_S,
+  lastTurnKey,
+  mappedStreamKey,
+  PUBLISH_TURN_SCRIPT,
+  shardOf,
+  streamKey,
+  tagGenerationKey,
+} from "../src/keys.js";
 import { pythonHasModule, runPython } from "./helpers/proc.js";
 
 // Pinned from workers.store.keys.shard_of so a change on either side shows here.
@@ -68,5 +77,25 @@ json.dump({"shards": [shard_of(s, n) for s, n in cases],
     assert.deepEqual(py.last, cases.map(([s, n]) => lastTurnKey("pfx", shardOf(s, n), s)));
     assert.equal(py.ttl, LAST_TURN_TTL_S);
     assert.equal(py.deployment, deploymentKey("pfx"));
+  });
+
+  it("the shard map's streams, the tag generations and the publish script agree", { skip: available ? false : "workers/store/keys.py not available" }, () => {
+    const cases: Array<[string, number, number, number]> = [];
+    for (let i = 0; i < 200; i++) cases.push([`s-${i}`, 1 + (i % 4), i % 3, (1 + (i % 4)) * (1 + (i % 5))]);
+    const code = `
+import json, sys
+from core.shard_map import ShardMap
+from workers.store.keys import Keys
+from workers.store.scripts import PUBLISH_TURN
+cases = json.load(sys.stdin)
+maps = [ShardMap(tags, generation, streams) for _, tags, generation, streams in cases]
+json.dump({"streams": [Keys("pfx").stream(m.stream_of(s)) for (s, *_), m in zip(cases, maps)],
+           "tags": [Keys("pfx").tag_generation(m.tag_of(s)) for (s, *_), m in zip(cases, maps)],
+           "script": PUBLISH_TURN.source}, sys.stdout)
+`;
+    const py = runPython<{ streams: string[]; tags: string[]; script: string }>(code, cases);
+    assert.deepEqual(py.streams, cases.map(([s, tags, generation, streams]) => mappedStreamKey("pfx", { tags, generation, streams }, s)));
+    assert.deepEqual(py.tags, cases.map(([s, tags]) => tagGenerationKey("pfx", shardOf(s, tags))));
+    assert.equal(py.script, PUBLISH_TURN_SCRIPT);
   });
 });

@@ -6,6 +6,7 @@ import { spawnSync } from "node:child_process";
 import { createClient, createCluster } from "redis";
 
 import { redisTlsSocket } from "../src/connection.js";
+import { mappedStreamKey, shardOf, tagGenerationKey } from "../src/keys.js";
 import { TurnPublisher } from "../src/publisher.js";
 import { MemoryLogger } from "./helpers/fakes.js";
 import { freePort, makePki, pythonHasModule, startRedis, startRedisCluster, startTlsRedis, waitFor, type RedisServer } from "./helpers/proc.js";
@@ -155,6 +156,43 @@ describe("TurnPublisher", () => {
     pub.flush();
     await pub.drained();
     assert.deepEqual(await readStream(redis.url), ["kept"]);
+    await admin.close();
+  });
+
+  it("follows a reshard: a closed stream refuses, the map is read again, the turns go to the new streams in order", async () => {
+    const redis = await startRedis();
+    servers.push(redis);
+    const admin = createClient({ url: redis.url });
+    await admin.connect();
+    await admin.hSet("t:deployment", "shards", "4");
+    const log = new MemoryLogger();
+    const pub = publisher(redis.url, log, { shards: { count: 4, deploymentKey: "t:deployment", keyPrefix: "t" } });
+    publishers.push(pub);
+    const sessions = Array.from({ length: 12 }, (_, i) => `rs-${i}`);
+    const send = (n: number) => {
+      for (const s of sessions) {
+        const tag = shardOf(s, 4);
+        pub.enqueue("ignored", `${s}:${n}`, { session: s, lastTurn: { key: `t:{s${tag}}:last-turn:${s}`, eventId: `${s}:${n}`, ttlS: 60 } });
+      }
+    };
+    send(0);
+    await pub.drained();
+    const before = { tags: 4, generation: 0, streams: 4 };
+    // what `ovstream reshard --shards 8` does: the new map, then every tag closed
+    await admin.hSet("t:deployment", { generation: "1", streams: "8", previous: "0.4" });
+    for (let tag = 0; tag < 4; tag++) await admin.set(tagGenerationKey("t", tag), "1");
+    send(1);
+    send(2);
+    await pub.drained();
+    const after = { tags: 4, generation: 1, streams: 8 };
+    for (const s of sessions) {
+      const old = (await admin.xRange(mappedStreamKey("t", before, s), "-", "+")).map((e) => String(e.message.e)).filter((e) => e.startsWith(`${s}:`));
+      const now = (await admin.xRange(mappedStreamKey("t", after, s), "-", "+")).map((e) => String(e.message.e)).filter((e) => e.startsWith(`${s}:`));
+      assert.deepEqual([old, now], [[`${s}:0`], [`${s}:1`, `${s}:2`]], s);
+      assert.equal(await admin.get(`t:{s${shardOf(s, 4)}}:last-turn:${s}`), `${s}:2`);
+    }
+    assert.equal(pub.getStats().dropped, 0);
+    assert.ok(log.at("info").some((m) => m.includes("generation 1 (8 shards)")), log.lines.join("\n"));
     await admin.close();
   });
 

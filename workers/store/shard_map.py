@@ -1,0 +1,160 @@
+"""The deployment's shard map in Redis (core.shard_map): read it, reshard, close, retire, finish.
+
+The map lives in the deployment hash (``Keys.deployment``): ``shards`` (the record tags: the
+count the deployment was created with), ``generation``, ``streams`` (the current generation's
+count) and ``previous`` (``"<generation>.<streams>"`` while that generation drains). A reshard
+(``ovstream reshard --shards N``) writes the new map, then *closes* each tag
+(``CLOSE_TAG``): from then on publishers put the tag's sessions on the new streams. Capture
+drains the old streams, *retires* each one (``RETIRE_STREAM``), starts reading a new stream
+once its tag's old streams are retired, and forgets the previous generation when all are
+(``finish_drain``). Every step is idempotent: a crash anywhere is finished by the next caller
+(the reshard command run again, or any capture worker's tick).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from core.config import Settings
+from core.shard_map import ReshardRefused, ShardMap, StreamShard, resharded
+from workers.store.connection import RedisConfigError, connect, text
+from workers.store.deployment import SHARDS_FIELD, check_deployment
+from workers.store.keys import Keys
+from workers.store.scripts import CLOSE_TAG, FINISH_DRAIN
+
+log = logging.getLogger(__name__)
+
+GENERATION_FIELD = "generation"
+STREAMS_FIELD = "streams"
+PREVIOUS_FIELD = "previous"
+RESHARD_WAIT_POLL_S = 0.5
+"""How often ``ovstream reshard --wait`` looks whether the old generation retired."""
+
+
+def map_of(settings: Settings, fields: Mapping[Any, Any]) -> ShardMap:
+    """The map a deployment hash (HGETALL) describes; a deployment never resharded (or not yet
+    recorded) runs generation 0 with ``settings.shards`` streams."""
+    h = {text(k): text(v) for k, v in fields.items()}
+    tags = int(h.get(SHARDS_FIELD) or settings.shards)
+    previous = None
+    if h.get(PREVIOUS_FIELD):
+        generation, _, count = h[PREVIOUS_FIELD].partition(".")
+        previous = (int(generation), int(count))
+    return ShardMap(tags, int(h.get(GENERATION_FIELD) or 0), int(h.get(STREAMS_FIELD) or tags), previous)
+
+
+def previous_field(shard_map: ShardMap) -> str:
+    generation, count = shard_map.previous or (0, 0)
+    return f"{generation}.{count}"
+
+
+def read_shard_map(client: redis.Redis, settings: Settings) -> ShardMap:
+    return map_of(settings, client.hgetall(Keys(settings.key_prefix).deployment()))
+
+
+async def read_shard_map_async(client: aioredis.Redis, settings: Settings) -> ShardMap:
+    return map_of(settings, await client.hgetall(Keys(settings.key_prefix).deployment()))
+
+
+def reshard(client: redis.Redis, settings: Settings, shards: int) -> ShardMap:
+    """Move the deployment to ``shards`` streams (``core.shard_map.ReshardRefused`` when it
+    cannot) and close every tag; returns the new map. Run again after a crash it refuses
+    (a generation is draining), and any capture worker finishes the closing."""
+    keys = Keys(settings.key_prefix)
+    key = keys.deployment()
+    client.hsetnx(key, SHARDS_FIELD, settings.shards)
+    with client.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                pipe.watch(key)
+                new = resharded(map_of(settings, pipe.hgetall(key)), shards)
+                pipe.multi()
+                pipe.hset(
+                    key,
+                    mapping={
+                        GENERATION_FIELD: new.generation,
+                        STREAMS_FIELD: new.shards,
+                        PREVIOUS_FIELD: previous_field(new),
+                    },
+                )
+                pipe.execute()
+                break
+            except redis.WatchError:
+                continue
+    log.info("reshard: generation %d, %d shards (from %s)", new.generation, new.shards, previous_field(new))
+    for tag in range(new.tags):
+        CLOSE_TAG(client, *close_call(keys, settings, new, tag))
+    return new
+
+
+def close_call(keys: Keys, settings: Settings, shard_map: ShardMap, tag: int) -> tuple[list[str], list[str | int]]:
+    """``CLOSE_TAG``'s keys and arguments for one tag of a map with a previous generation."""
+    olds = [keys.stream(s) for s in shard_map.draining() if s.tag == tag]
+    news = [keys.stream(s) for s in shard_map.current() if s.tag == tag]
+    return [keys.tag_generation(tag), *olds, *news], [shard_map.generation, len(olds), settings.consumer_group]
+
+
+async def close_tags(client: aioredis.Redis, settings: Settings, shard_map: ShardMap, tags: Iterable[int]) -> None:
+    """Close ``tags`` of a map with a previous generation (what a reshard that died left)."""
+    keys = Keys(settings.key_prefix)
+    for tag in tags:
+        if await CLOSE_TAG.run(client, *close_call(keys, settings, shard_map, tag)):
+            log.info("tag %d closed: its sessions publish to generation %d", tag, shard_map.generation)
+
+
+async def finish_drain(client: aioredis.Redis, settings: Settings, shard_map: ShardMap) -> bool:
+    """Forget the previous generation once every stream of it retired, and delete its
+    streams and retired sets. True when this call did it."""
+    keys = Keys(settings.key_prefix)
+    done = await FINISH_DRAIN.run(client, [keys.deployment()], [shard_map.generation, previous_field(shard_map)])
+    if not int(done):
+        return False
+    old = shard_map.draining()
+    for stream in old:
+        await client.delete(keys.stream(stream))
+    for tag in {s.tag for s in old}:
+        await client.delete(keys.retired(tag, old[0].generation))
+    log.info("generation %d retired: %d streams deleted", old[0].generation, len(old))
+    return True
+
+
+def retired_of(shard_map: ShardMap, replies: list[set[bytes]]) -> set[StreamShard]:
+    """The previous generation's retired streams, from one SMEMBERS reply per tag (in tag order)."""
+    numbers = {int(n) for members in replies for n in members}
+    return {s for s in shard_map.draining() if s.number in numbers}
+
+
+# --- CLI: ovstream reshard ------------------------------------------------------------------------
+
+
+def add_reshard_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--shards", type=int, required=True, help="the new number of turn streams")
+    parser.add_argument("--wait", action="store_true", help="return once the old streams are drained and retired")
+
+
+def cli_reshard(settings: Settings, args: argparse.Namespace) -> int:
+    client = connect(settings)
+    try:
+        check_deployment(client, settings)
+        new = reshard(client, settings, args.shards)
+    except (ReshardRefused, RedisConfigError) as exc:
+        print(f"ovstream reshard: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"generation {new.generation}: {new.shards} shards; publishers now use them, and capture reads each "
+        f"new stream once its tag's old ones (generation {previous_field(new)}) are drained"
+    )
+    while args.wait and read_shard_map(client, settings).previous is not None:
+        time.sleep(RESHARD_WAIT_POLL_S)
+    if args.wait:
+        print(f"generation {new.previous[0] if new.previous else '?'} retired: every old stream is drained")
+    client.close()
+    return 0
