@@ -7,9 +7,11 @@ import time
 from typing import Any
 
 import pytest
+import redis
 
 from core.config import Settings
 from core.events import CommitOutcome, encode
+from tests.helpers.redis_faults import REDIS_CONNECTION, raised_in
 from workers.cli import build_parser
 from workers.rpc.app import add_rpc_arguments, create_app
 from workers.store.connection import connect, connect_async
@@ -103,6 +105,55 @@ async def test_healthz_without_redis_is_down(fake: Any, redis_url: str) -> None:
         # Assemble still answers: it passes the messages through.
         r = await client.post("/v1/assemble", json={"sessionId": "s", "messages": [], "prompt": "p"})
         assert r.status_code == 200
+    await app.state.services.ov.aclose()
+
+
+async def test_a_route_that_finds_redis_away_answers_503_not_500(fake: Any, redis_url: str) -> None:
+    import httpx
+
+    dead = Settings(redis_url="redis://127.0.0.1:1/0")
+    app = create_app(
+        Settings(redis_url=redis_url),
+        redis=connect_async(dead, fail_fast=True),
+        commit_redis=connect(dead, fail_fast=True),
+        ov_transport=fake.transport(),
+    )
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://rpc") as client:
+        r = await client.get("/v1/status")
+        assert r.status_code == 503 and r.json()["error"]["code"] == "redis_unavailable", r.text
+        assert "127.0.0.1:1" in r.json()["error"]["message"]
+    await app.state.services.ov.aclose()
+
+
+@pytest.mark.parametrize(
+    ("raised", "status", "code"),
+    [
+        (redis.ConnectionError("Connection reset by peer"), 503, "redis_unavailable"),
+        (
+            raised_in(REDIS_CONNECTION, AttributeError("'NoneType' object has no attribute 'writelines'")),
+            503,
+            "redis_unavailable",
+        ),
+        (redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), 500, "internal"),
+        (AttributeError("a bug of ours"), 500, "internal"),
+    ],
+    ids=["reset", "leaked-by-redis-py", "refused-command", "our-bug"],
+)
+async def test_redis_faults_on_any_route_are_503_and_bugs_500(
+    fake: Any, redis_url: str, monkeypatch: Any, raised: BaseException, status: int, code: str
+) -> None:
+    import httpx
+
+    def fail(*_: Any) -> None:
+        raise raised
+
+    monkeypatch.setattr("workers.rpc.app.read_status", fail)
+    app = create_app(Settings(redis_url=redis_url), ov_transport=fake.transport())
+    transport = httpx.ASGITransport(app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://rpc") as client:
+        r = await client.get("/v1/status")
+        assert (r.status_code, r.json()["error"]["code"]) == (status, code), r.text
+        assert "Traceback" not in r.text
     await app.state.services.ov.aclose()
 
 

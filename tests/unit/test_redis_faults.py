@@ -7,6 +7,7 @@ import redis
 from redis.exceptions import ClusterDownError, RedisClusterException
 
 from core.config import Settings
+from tests.helpers.redis_faults import REDIS_CONNECTION, raised_in
 from workers.store.connection import (
     RedisConfigError,
     leaked_by_redis_py,
@@ -16,30 +17,18 @@ from workers.store.connection import (
 )
 
 
-def _raised_in(filename: str, exc: BaseException) -> BaseException:
-    """``exc`` as raised by code of ``filename`` (its frame in the traceback)."""
-    try:
-        exec(compile("raise exc", filename, "exec"), {"exc": exc})
-    except BaseException as raised:
-        return raised
-    raise AssertionError("not raised")
-
-
-REDIS_CONNECTION = "/venv/lib/python3.11/site-packages/redis/asyncio/connection.py"
-
-
 @pytest.mark.parametrize(
     ("exc", "leaked", "away"),
     [
-        (_raised_in(REDIS_CONNECTION, AttributeError("'NoneType' object has no attribute 'writelines'")), True, True),
-        (_raised_in(REDIS_CONNECTION, TypeError("'NoneType' object is not callable")), True, True),
+        (raised_in(REDIS_CONNECTION, AttributeError("'NoneType' object has no attribute 'writelines'")), True, True),
+        (raised_in(REDIS_CONNECTION, TypeError("'NoneType' object is not callable")), True, True),
         (
-            _raised_in(REDIS_CONNECTION, RuntimeError("unable to perform operation on <TCPTransport closed=True>")),
+            raised_in(REDIS_CONNECTION, RuntimeError("unable to perform operation on <TCPTransport closed=True>")),
             True,
             True,
         ),
-        (_raised_in("/src/workers/capture/shard.py", AttributeError("a bug of ours")), False, False),
-        (_raised_in(REDIS_CONNECTION, KeyError("not a transport fault")), False, False),
+        (raised_in("/src/workers/capture/shard.py", AttributeError("a bug of ours")), False, False),
+        (raised_in(REDIS_CONNECTION, KeyError("not a transport fault")), False, False),
         (redis.ConnectionError("refused"), False, True),
         (ClusterDownError("The cluster is down"), False, True),
         (RedisClusterException("no node reachable"), False, True),
@@ -65,8 +54,8 @@ def test_redis_went_away(exc: BaseException, leaked: bool, away: bool) -> None:
 @pytest.mark.parametrize(
     ("exc", "failed"),
     [
-        (_raised_in(REDIS_CONNECTION, AttributeError("'NoneType' object has no attribute 'writelines'")), True),
-        (_raised_in("/src/workers/rpc/assemble.py", AttributeError("a bug of ours")), False),
+        (raised_in(REDIS_CONNECTION, AttributeError("'NoneType' object has no attribute 'writelines'")), True),
+        (raised_in("/src/workers/rpc/assemble.py", AttributeError("a bug of ours")), False),
         (redis.ResponseError("WRONGTYPE"), True),  # a failure, though not one to wait out
         (RedisClusterException("no node reachable"), True),
         (ValueError("not Redis"), False),

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from core.config import Settings
 from workers.rpc.context import RpcError
 from workers.rpc.models import ErrorResponse
+from workers.store.connection import REDIS_ERRORS, leaked_by_redis_py, redis_went_away
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +100,19 @@ def install_error_handlers(app: FastAPI, settings: Settings) -> None:
     async def _too_deep(_: Request, __: RecursionError) -> Response:
         return too_deep()
 
+    async def _redis_error(request: Request, exc: Exception) -> Response:
+        if not redis_went_away(exc):  # a refused command is a bug of ours, not an outage
+            return await _unexpected(request, exc)
+        log.warning("%s %s: Redis unreachable: %s", request.method, request.url.path, exc)
+        return error_response(503, "redis_unavailable", f"Redis is unreachable: {exc}")
+
+    for redis_error in REDIS_ERRORS:  # by class: an ordinary answer, the connection stays open
+        app.add_exception_handler(redis_error, _redis_error)
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
+        if leaked_by_redis_py(exc):  # Redis went away, as redis-py sometimes reports it (#4287)
+            return await _redis_error(request, exc)
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return error_response(500, "internal", "internal error; the server log has the details")
 
