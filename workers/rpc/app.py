@@ -33,10 +33,10 @@ from fastapi.responses import PlainTextResponse, Response
 from core.config import Settings, load_settings
 from core.ov.client import OVClient
 from workers import logs
-from workers.rpc.assemble import assemble
-from workers.rpc.auth import CREDENTIAL_STATE, RequireToken, exposure_problem, ov_key_for
+from workers.rpc.assemble_http import AssembleCall, AssembleEndpoint, caller_of
+from workers.rpc.auth import RequireToken, exposure_problem
 from workers.rpc.compact import compact
-from workers.rpc.context import Services, api_key_from_headers, resolve_caller
+from workers.rpc.context import Services
 from workers.rpc.metrics import CONTENT_TYPE, RpcMetrics
 from workers.rpc.models import (
     AssembleResponse,
@@ -47,7 +47,6 @@ from workers.rpc.models import (
     ToolRequest,
     ToolResponse,
     assemble_request_schema,
-    decode_assemble_request,
 )
 from workers.rpc.responses import ERROR_ANSWERS, BodyLimit, install_error_handlers, json_response
 from workers.rpc.tools.registry import run_tool, tools
@@ -100,7 +99,9 @@ def create_app(
         if ov_closed:
             svc.ov = OVClient.from_settings(settings, transport=ov_transport)
             ov_closed = False
+        svc.versions.start()
         yield
+        await svc.versions.stop()
         await svc.ov.aclose()
         ov_closed = True
         if own_redis:
@@ -115,23 +116,11 @@ def create_app(
         description="OpenViking context engine for OpenClaw: assemble, compact and tools.",
     )
     app.state.services = svc
+    assemble_call = AssembleCall(svc)
+    app.add_middleware(AssembleEndpoint, settings=settings, call=assemble_call)  # innermost
     app.add_middleware(BodyLimit, settings=settings)
     app.add_middleware(RequireToken, settings=settings, metrics=svc.metrics)  # outermost: before the body
     install_error_handlers(app, settings)
-
-    bearer_is_ov_key = not settings.credentials  # with RPC tokens, Bearer carries the token
-
-    def caller_of(request: Request, body: Any, *, session_required: bool = True) -> Any:
-        sent_key = api_key_from_headers(request.headers, bearer=bearer_is_ov_key)
-        credential = getattr(request.state, CREDENTIAL_STATE, None)
-        return resolve_caller(
-            settings,
-            session_id=body.sessionId,
-            session_key=body.sessionKey,
-            runtime_context=body.runtimeContext,
-            api_key=ov_key_for(credential, sent_key),
-            session_required=session_required,
-        )
 
     @app.post(
         "/v1/assemble",
@@ -144,9 +133,9 @@ def create_app(
     )
     async def assemble_route(request: Request) -> Response:
         """Messages for the next LLM call: auto-recall on the transform-context
-        call, the session's OV context on the main call; passthrough otherwise."""
-        body = decode_assemble_request(await request.body())
-        return json_response(await assemble(svc, body, caller_of(request, body)))
+        call, the session's OV context on the main call; passthrough otherwise.
+        (Served by workers.rpc.assemble_http ahead of the router, with the same call.)"""
+        return await assemble_call(await request.body(), request.scope)
 
     @app.post(
         "/v1/compact",
@@ -156,7 +145,7 @@ def create_app(
     )
     async def compact_route(body: CompactRequest, request: Request) -> Response:
         """Commit the session now (archive + memory extraction) and wait for it."""
-        return json_response(await compact(svc, body, caller_of(request, body)))
+        return json_response(await compact(svc, body, caller_of(settings, request.scope, body)))
 
     @app.get("/v1/tools", tags=["tools"])
     async def list_tools() -> dict[str, Any]:
@@ -180,7 +169,7 @@ def create_app(
     )
     async def tool_route(name: str, body: ToolRequest, request: Request) -> Response:
         """Run one agent tool; ``params`` are the tool's own (see GET /v1/tools)."""
-        caller = caller_of(request, body, session_required=False)
+        caller = caller_of(settings, request.scope, body, session_required=False)
         return json_response(await run_tool(svc, caller, name, body.params))
 
     @app.get(

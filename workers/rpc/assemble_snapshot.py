@@ -16,7 +16,6 @@ from core.ov.client import OVError, OVUnavailable
 from core.session import SessionAddress
 from workers.rpc.context import Caller, Services
 from workers.store.connection import REDIS_ERRORS, optional_text
-from workers.store.scripts import SNAPSHOT_VERSION
 from workers.store.snapshots import ZERO_ID, read_snapshot, refresh_snapshot
 
 log = logging.getLogger(__name__)
@@ -69,7 +68,7 @@ async def cached_snap(svc: Services, caller: Caller) -> tuple[Snap | None, str |
     and the event id of the session's newest published turn, in the same command."""
     session_keys = svc.session_keys(caller)
     key = session_keys.snapshot
-    stream_id, fetched_ms, size, newest = await SNAPSHOT_VERSION.run(svc.redis, [key, session_keys.last_turn], [])
+    stream_id, fetched_ms, size, newest = await svc.versions.read(key, session_keys.last_turn)
     last_turn = optional_text(newest)
     if not size:
         return None, last_turn

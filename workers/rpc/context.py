@@ -28,6 +28,7 @@ from core.ov.client import OVClient, OVError, OVUnavailable
 from core.session import SessionAddress
 from workers.rpc.metrics import RpcMetrics
 from workers.store.keys import Keys, SessionKeys
+from workers.store.versions import SnapshotVersions
 
 log = logging.getLogger(__name__)
 
@@ -247,9 +248,12 @@ class Services:
     refreshing: dict[SessionAddress, asyncio.Future[ContextSnapshot]] = field(default_factory=dict)
     """Snapshot reads from OV in flight, one per session (workers.rpc.assemble._refresh)."""
     missing: MissingSessions = field(init=False)
+    versions: SnapshotVersions = field(init=False)
+    """Snapshot versions kept while Redis tracks them (started with the app: ``versions.start()``)."""
 
     def __post_init__(self) -> None:
         self.missing = MissingSessions(self.settings.missing_session_ttl_s)
+        self.versions = SnapshotVersions(self.redis, self.settings)
 
     @property
     def keys(self) -> Keys:

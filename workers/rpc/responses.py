@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from core.config import Settings
 from workers.rpc.context import RpcError
 from workers.rpc.models import ErrorResponse
-from workers.store.connection import REDIS_ERRORS, leaked_by_redis_py, redis_went_away
+from workers.store.connection import REDIS_ERRORS, redis_went_away
 
 log = logging.getLogger(__name__)
 
@@ -80,41 +80,35 @@ def install_error_handlers(app: FastAPI, settings: Settings) -> None:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         return error_response(422, "invalid_request", f"{field}: {first.get('msg')}{more}", field)
 
-    @app.exception_handler(RpcError)
-    async def _rpc_error(_: Request, exc: RpcError) -> Response:
-        return error_response(exc.status, exc.code, exc.message, exc.field)
+    async def _answer(request: Request, exc: Exception) -> Response:
+        return error_answer(settings, exc, request.method, request.url.path)
 
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
-        if isinstance(exc, BodyTooLarge):
-            return too_large(settings)
+    # Registered for the classes themselves (not only as a catch-all), so Starlette answers them
+    # as ordinary responses and the connection stays open: a catch-all handler's answer is
+    # followed by a re-raise, and the server then closes the keep-alive connection.
+    for answered in (RpcError, StarletteHTTPException, RecursionError, *REDIS_ERRORS, Exception):
+        app.add_exception_handler(answered, _answer)
+
+
+def error_answer(settings: Settings, exc: BaseException, method: str, path: str) -> Response:
+    """The answer to a request that raised ``exc``: its 4xx, 503 when Redis is away, else a
+    500 that carries no trace (the log has it)."""
+    if isinstance(exc, RpcError):
+        return error_response(exc.status, exc.code, exc.message, exc.field)
+    if isinstance(exc, BodyTooLarge):
+        return too_large(settings)
+    if isinstance(exc, StarletteHTTPException):
         if exc.status_code == 400 and isinstance(exc.__cause__, RecursionError):  # FastAPI's own body parse
             return too_deep()
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return error_response(exc.status_code, code, str(exc.detail))
-
-    # Registered for the class itself (not as a catch-all), so Starlette answers it as an
-    # ordinary response and the connection stays open: a catch-all handler's answer is
-    # followed by a re-raise, and the server then closes the keep-alive connection.
-    @app.exception_handler(RecursionError)
-    async def _too_deep(_: Request, __: RecursionError) -> Response:
+    if isinstance(exc, RecursionError):
         return too_deep()
-
-    async def _redis_error(request: Request, exc: Exception) -> Response:
-        if not redis_went_away(exc):  # a refused command is a bug of ours, not an outage
-            return await _unexpected(request, exc)
-        log.warning("%s %s: Redis unreachable: %s", request.method, request.url.path, exc)
+    if redis_went_away(exc):  # leaked ones too (redis-py #4287); a refused command is a bug, below
+        log.warning("%s %s: Redis unreachable: %s", method, path, exc)
         return error_response(503, "redis_unavailable", f"Redis is unreachable: {exc}")
-
-    for redis_error in REDIS_ERRORS:  # by class: an ordinary answer, the connection stays open
-        app.add_exception_handler(redis_error, _redis_error)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> Response:
-        if leaked_by_redis_py(exc):  # Redis went away, as redis-py sometimes reports it (#4287)
-            return await _redis_error(request, exc)
-        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        return error_response(500, "internal", "internal error; the server log has the details")
+    log.error("unhandled error on %s %s", method, path, exc_info=exc)
+    return error_response(500, "internal", "internal error; the server log has the details")
 
 
 def too_large(settings: Settings) -> Response:

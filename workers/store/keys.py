@@ -16,6 +16,9 @@ from core.shard_map import StreamShard
 
 __all__ = ["Keys", "SessionKeys", "scope_of", "session_keys", "shard_of"]
 
+SNAPSHOT = "snapshot"
+LAST_TURN = "last-turn"
+
 SESSION_KEYS_CACHE_SIZE = 8192
 """Sessions whose keys stay derived in each process (a few KB each at most)."""
 
@@ -85,7 +88,7 @@ class Keys:
         """String: the event_id of the newest turn published for the session, by any
         process (the publisher sets it with the XADD), so assemble reads the stream
         only when the session has a turn it does not know of."""
-        return f"{self.prefix}:{{s{shard}}}:last-turn:{ov_session_id}"
+        return f"{self._kind(LAST_TURN, shard)}{ov_session_id}"
 
     def deployment(self) -> str:
         """Hash: what every process of the deployment must agree on (``shards``), recorded by
@@ -100,8 +103,17 @@ class Keys:
         """Stream of every commit outcome (completed / failed / timeout / skipped)."""
         return f"{self.prefix}:commit-outcomes"
 
+    def _kind(self, kind: str, shard: int) -> str:
+        """The start every key of ``kind`` of the shard's sessions has."""
+        return f"{self.prefix}:{{s{shard}}}:{kind}:"
+
     def _session(self, kind: str, shard: int, scope: str, ov_session_id: str) -> str:
-        return f"{self.prefix}:{{s{shard}}}:{kind}:{scope}:{ov_session_id}"
+        return f"{self._kind(kind, shard)}{scope}:{ov_session_id}"
+
+    def version_prefixes(self, tags: int) -> list[str]:
+        """Where every snapshot and last-turn key starts: what assemble's version check reads
+        (workers.store.versions has Redis say when any of them changes)."""
+        return [self._kind(kind, tag) for tag in range(tags) for kind in (SNAPSHOT, LAST_TURN)]
 
     def applied(self, shard: int, scope: str, ov_session_id: str) -> str:
         """Hash: the last stream id applied to OV for this session, and bookkeeping."""
@@ -110,7 +122,7 @@ class Keys:
     def snapshot(self, shard: int, scope: str, ov_session_id: str) -> str:
         """Hash: ``data`` = the session's ContextSnapshot (msgspec JSON), ``id`` = its
         applied stream id and ``fetched_ms`` = when its OV read began (for the no-regress check)."""
-        return self._session("snapshot", shard, scope, ov_session_id)
+        return self._session(SNAPSHOT, shard, scope, ov_session_id)
 
     def commits(self, shard: int, scope: str, ov_session_id: str) -> str:
         """Hash: commit_id -> CommitOutcome JSON, the record of truth for that session."""

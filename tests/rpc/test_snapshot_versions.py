@@ -1,0 +1,114 @@
+"""Snapshot versions kept in the RPC process (workers.store.versions): an answer is used only
+while Redis tracks its keys for us, and dropped as soon as Redis says a key changed."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis
+
+from core.config import Settings
+from tests.helpers.waiting import eventually
+from workers.store import versions as versions_module
+from workers.store.connection import connect_async
+from workers.store.versions import SnapshotVersions
+
+SNAP = "ovstream:{s1}:snapshot:-.main:sess"
+TURN = "ovstream:{s1}:last-turn:sess"
+
+
+@pytest.fixture
+async def versions(redis_url: str) -> AsyncIterator[SnapshotVersions]:
+    settings = Settings(redis_url=redis_url)
+    kept = SnapshotVersions(connect_async(settings), settings)
+    kept.start()
+    await eventually(lambda: kept.live, "the watch connection subscribed")
+    yield kept
+    await kept.stop()
+    await kept.client.aclose()
+
+
+def _writer(redis_url: str) -> redis.Redis:
+    return redis.Redis.from_url(redis_url)
+
+
+async def _reads(versions: SnapshotVersions) -> Any:
+    return await versions.read(SNAP, TURN)
+
+
+async def test_a_kept_answer_is_used_and_dropped_when_either_key_changes(versions, redis_url) -> None:
+    writer = _writer(redis_url)
+    writer.delete(SNAP, TURN)
+    first = await _reads(versions)
+    assert (await _reads(versions), versions.hits) == (first, 1)  # kept: no Redis call
+    writer.hset(SNAP, mapping={"id": "5-0", "fetched_ms": 7, "data": "{}"})
+    await eventually(lambda: _shows(versions, 0, b"5-0"), "the new snapshot seen")
+    assert (await _reads(versions))[:3] == [b"5-0", b"7", 2]
+    writer.set(TURN, "turn-9")
+    await eventually(lambda: _shows(versions, 3, b"turn-9"), "the new last turn seen")
+    hits = versions.hits
+    await _reads(versions)
+    assert versions.hits == hits + 1  # kept again once read after the change
+    writer.close()
+
+
+async def _shows(versions: SnapshotVersions, field: int, value: bytes) -> bool:
+    return bool((await _reads(versions))[field] == value)
+
+
+async def test_an_answer_read_while_a_key_changes_is_not_kept(versions, redis_url, monkeypatch) -> None:
+    writer = _writer(redis_url)
+    writer.set(TURN, "old")
+    real = versions_module.SNAPSHOT_VERSION.run
+    seen = versions._invalidations
+
+    async def read_then_write(client: Any, keys: Any, args: Any) -> Any:
+        answer = await real(client, keys, args)  # the old answer...
+        writer.set(TURN, "new")  # ...and a write it missed, before it is back
+        await eventually(lambda: versions._invalidations > seen, "the invalidation delivered")
+        return answer
+
+    monkeypatch.setattr(versions_module.SNAPSHOT_VERSION, "run", read_then_write)
+    assert (await _reads(versions))[3] == b"old"
+    monkeypatch.setattr(versions_module.SNAPSHOT_VERSION, "run", real)
+    assert (await _reads(versions))[3] == b"new"  # not the kept "old": it was never kept
+    writer.close()
+
+
+async def test_nothing_kept_is_used_while_the_watch_is_down_and_it_comes_back(versions, redis_url) -> None:
+    writer = _writer(redis_url)
+    await _reads(versions)
+    await _reads(versions)
+    assert versions.hits == 1
+    watch = [c for c in writer.client_list() if "t" in c.get("flags", "")]
+    assert len(watch) == 1
+    writer.client_kill_filter(_id=watch[0]["id"])
+    await eventually(lambda: not versions.live, "the watch seen gone")
+    writer.set(TURN, "while-down")  # no one tells us: nothing kept may be used
+    assert (await _reads(versions))[3] == b"while-down"
+    assert versions.hits == 1
+    await eventually(lambda: versions.live, "the watch back", timeout_s=10)
+    await _reads(versions)
+    await _reads(versions)
+    assert versions.hits == 2
+    writer.close()
+
+
+async def test_a_watch_that_stops_answering_is_taken_for_gone(versions, redis_url) -> None:
+    writer = _writer(redis_url)
+    await _reads(versions)
+    writer.execute_command("CLIENT", "PAUSE", 4000, "ALL")  # Redis answers no one, pings included
+    try:
+        await eventually(lambda: not versions.live, "the silent watch given up", timeout_s=10)
+    finally:
+        writer.execute_command("CLIENT", "UNPAUSE")
+    await eventually(lambda: versions.live, "the watch back", timeout_s=10)
+    writer.close()
+
+
+def test_a_cluster_or_the_embedded_redis_is_not_tracked(redis_url) -> None:
+    embedded = Settings(redis_url="fakeredis://")
+    assert not SnapshotVersions(connect_async(embedded), embedded).tracks
+    assert SnapshotVersions(connect_async(Settings(redis_url=redis_url)), Settings(redis_url=redis_url)).tracks
