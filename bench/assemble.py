@@ -25,6 +25,7 @@ calling the assemble function alone. It runs on uvloop, as ``ovstream rpc`` does
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import sys
@@ -179,6 +180,10 @@ async def run(args: argparse.Namespace) -> None:
             direct=True,
         )
         await snapshot_app.state.services.ov.add_messages(SESSION_ID, ov_messages)
+        versions = snapshot_app.state.services.versions
+        versions.start()  # as `ovstream rpc` does on startup: snapshot versions kept while tracked
+        while not versions.live:
+            await asyncio.sleep(0.01)
         # What capture records after applying the session's last turn.
         shard, scope = shard_of(SESSION_ID, settings.shards), scope_of(None, AGENT)
         recent = [
@@ -266,6 +271,7 @@ async def run(args: argparse.Namespace) -> None:
                 f"2026.9 plugin vs direct p50 {statistics.median(direct) / statistics.median(plugin):.1f}x, "
                 f"vs snapshot p50 {statistics.median(plugin) / statistics.median(snap):.2f} times the time"
             )
+        await versions.stop()
         for app in (snapshot_app, direct_app):
             await app.state.services.ov.aclose()
         rds.close()
