@@ -112,3 +112,23 @@ def test_a_cluster_or_the_embedded_redis_is_not_tracked(redis_url) -> None:
     embedded = Settings(redis_url="fakeredis://")
     assert not SnapshotVersions(connect_async(embedded), embedded).tracks
     assert SnapshotVersions(connect_async(Settings(redis_url=redis_url)), Settings(redis_url=redis_url)).tracks
+
+
+async def test_a_user_not_allowed_client_tracking_gets_every_answer_from_redis(redis_url) -> None:
+    admin = _writer(redis_url)
+    admin.execute_command("ACL", "SETUSER", "no-tracking", "on", ">pw", "~*", "+@all", "-client")
+    try:
+        host_port = redis_url.split("//", 1)[1]
+        settings = Settings(redis_url=f"redis://no-tracking:pw@{host_port}")
+        kept = SnapshotVersions(connect_async(settings), settings)
+        kept.start()
+        await eventually(lambda: kept._task is not None and kept._task.done(), "the watch given up for good")
+        assert kept._task is not None and kept._task.exception() is None
+        admin.set(TURN, "t1")
+        assert (await kept.read(SNAP, TURN))[3] == b"t1"
+        assert (await kept.read(SNAP, TURN), kept.hits, kept.live) == ([None, None, 0, b"t1"], 0, False)
+        await kept.stop()
+        await kept.client.aclose()
+    finally:
+        admin.execute_command("ACL", "DELUSER", "no-tracking")
+        admin.close()

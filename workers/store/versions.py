@@ -143,7 +143,7 @@ class SnapshotVersions:
                 if isinstance(exc, NotTracked):
                     log.info("snapshot versions: %s; every assemble asks Redis", exc)
                     return
-                if not (redis_went_away(exc) or isinstance(exc, TimeoutError | redis.ResponseError)):
+                if not (redis_went_away(exc) or isinstance(exc, TimeoutError)):
                     raise
                 if not warned:
                     log.warning("snapshot versions: not tracked (%s); every assemble asks Redis meanwhile", exc)
@@ -164,9 +164,12 @@ class SnapshotVersions:
         for prefix in Keys(self.settings.key_prefix).version_prefixes(self.settings.shards):
             tracking += ["PREFIX", prefix]
         await conn.send_command(*tracking)
-        reply = await conn.read_response()
+        try:
+            reply = await conn.read_response()
+        except redis.ResponseError as exc:  # an old Redis, or a user not allowed CLIENT
+            raise NotTracked(f"Redis refused CLIENT TRACKING ({exc})") from exc
         if isinstance(reply, Exception):
-            raise reply
+            raise NotTracked(f"Redis refused CLIENT TRACKING ({reply})")
         self._epochs += 1
         self._live = self._epochs
 
