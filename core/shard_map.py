@@ -98,6 +98,12 @@ class ShardMap:
     def _shard(self, generation: int, number: int, count: int) -> StreamShard:
         return StreamShard(generation, number, count, self.tags)
 
+    def __str__(self) -> str:
+        out = f"generation {self.generation}: {self.shards} shards"
+        if self.previous is not None:
+            out += f", generation {self.previous[0]} ({self.previous[1]} shards) draining"
+        return out
+
 
 class ReshardRefused(ValueError):
     """A reshard that cannot start: the message says why and what would work."""

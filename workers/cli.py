@@ -17,7 +17,7 @@ from workers import logs
 
 # subcommand -> ("module:function", help). The function takes (settings, args) -> int | None.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "capture": ("workers.capture.worker:cli_capture", "run a capture worker (Redis Streams consumer)"),
+    "capture": ("workers.capture.cli:cli_capture", "run a capture worker (Redis Streams consumer)"),
     "worker": ("workers.commits.worker:cli_worker", "run an RQ worker with scheduler for commit/poll jobs"),
     "rpc": ("workers.rpc.app:cli_rpc", "serve assemble/compact/tools over HTTP"),
     "up": ("workers.dev.up:cli_up", "run capture, worker and rpc in one process"),

@@ -88,7 +88,7 @@ async def test_healthz_ok_then_degraded_when_ov_is_down(rpc: Any) -> None:
     assert r.json()["status"] == "degraded" and r.json()["ov"].startswith("unreachable")
 
 
-async def test_healthz_without_redis_is_down(fake: Any, redis_url: str) -> None:
+async def test_without_redis_healthz_is_down_status_503_and_assemble_still_answers(fake: Any, redis_url: str) -> None:
     import httpx
 
     # as the app sets up its own clients
@@ -102,26 +102,13 @@ async def test_healthz_without_redis_is_down(fake: Any, redis_url: str) -> None:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://rpc") as client:
         r = await client.get("/healthz")
         assert r.status_code == 503 and r.json()["status"] == "down"
-        # Assemble still answers: it passes the messages through.
-        r = await client.post("/v1/assemble", json={"sessionId": "s", "messages": [], "prompt": "p"})
-        assert r.status_code == 200
-    await app.state.services.ov.aclose()
-
-
-async def test_a_route_that_finds_redis_away_answers_503_not_500(fake: Any, redis_url: str) -> None:
-    import httpx
-
-    dead = Settings(redis_url="redis://127.0.0.1:1/0")
-    app = create_app(
-        Settings(redis_url=redis_url),
-        redis=connect_async(dead, fail_fast=True),
-        commit_redis=connect(dead, fail_fast=True),
-        ov_transport=fake.transport(),
-    )
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://rpc") as client:
+        # A route that needs Redis says so: 503, never a 500.
         r = await client.get("/v1/status")
         assert r.status_code == 503 and r.json()["error"]["code"] == "redis_unavailable", r.text
         assert "127.0.0.1:1" in r.json()["error"]["message"]
+        # Assemble still answers: it passes the messages through.
+        r = await client.post("/v1/assemble", json={"sessionId": "s", "messages": [], "prompt": "p"})
+        assert r.status_code == 200
     await app.state.services.ov.aclose()
 
 

@@ -30,6 +30,7 @@ from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
 from core.shard_map import StreamShard
 from workers import logs
 from workers.capture.fence import ShardFence
+from workers.capture.handover import LEASE_LOST, RETIRED, predecessors_retired, retire, superseded
 from workers.capture.plan import Entry, LeaseLost, session_of
 from workers.capture.round import RoundOutcome, run_round
 from workers.capture.services import CaptureServices
@@ -41,7 +42,7 @@ from workers.store.dead_letters import (
     dead_letter_fields,
 )
 from workers.store.keys import Keys
-from workers.store.scripts import FENCED_READ, LEASE_RELEASE, RETIRE_STREAM
+from workers.store.scripts import FENCED_READ, LEASE_RELEASE
 from workers.store.streams import AppliedTrim
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,7 @@ class ShardConsumer:
         # this consumer's own task: every line it logs names the shard
         logs.SHARD.set(self.shard.number if self.shard.generation == 0 else str(self.shard))
         try:
-            if not await self._predecessors_retired():
+            if not await predecessors_retired(self):
                 return await self._release()
             await self.worker.ensure_group(self.shard)  # a stream only publishers wrote to yet
             await self._drain()
@@ -102,7 +103,7 @@ class ShardConsumer:
                 if self.lost:
                     break
                 if not self.backlog:
-                    if fetched == 0 and self._superseded() and await self._retire():
+                    if fetched == 0 and superseded(self) and await self._retire():
                         break
                     if self.worker.burst and fetched == 0:
                         break
@@ -132,48 +133,11 @@ class ShardConsumer:
         if self.lost:
             raise LeaseLost(self.shard)
 
-    # --- resharding (core.shard_map) --------------------------------------------------------
-
-    async def _predecessors_retired(self) -> bool:
-        """Wait until every stream of the previous generation with this stream's tag is retired:
-        a session's older entries there apply before any here. False when stopped first."""
-        waited = False
-        while predecessors := self.worker.shard_map.predecessors(self.shard):
-            retired = await self.redis.smembers(self.keys.retired(self.shard.tag, predecessors[0].generation))
-            if {p.number for p in predecessors} <= {int(n) for n in retired}:
-                break
-            if not waited:
-                log.info("shard %s: waiting for %s to drain", self.shard, ", ".join(map(str, predecessors)))
-                waited = True
-            if self.stop_requested or self.lost:
-                return False
-            await asyncio.sleep(self.settings.capture_block_ms / 1000)
-        if waited:
-            log.info("shard %s: its tag's previous streams are retired; reading", self.shard)
-        return True
-
-    def _superseded(self) -> bool:
-        generation: int = self.worker.shard_map.generation
-        return self.shard.generation < generation
-
     async def _retire(self) -> bool:
-        """Retire this stream when its tag is closed and it holds nothing unapplied (fenced)."""
-        done = await RETIRE_STREAM.run(
-            self.redis,
-            [
-                self.lease_key,
-                self.stream,
-                self.keys.tag_generation(self.shard.tag),
-                self.keys.retired(self.shard.tag, self.shard.generation),
-            ],
-            [self.consumer, self.group, self.shard.generation, self.shard.number],
-        )
-        if int(done) == -1:
+        verdict = await retire(self)
+        if verdict == LEASE_LOST:
             self.lost = True
-            return False
-        if int(done) == 1:
-            self.retired = True
-            log.info("shard %s retired: every entry it will hold is applied", self.shard)
+        self.retired = verdict == RETIRED
         return self.retired
 
     # --- reading --------------------------------------------------------------------------------

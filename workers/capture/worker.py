@@ -21,7 +21,6 @@ leaves them) — the tests' kill switch.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
@@ -35,7 +34,6 @@ from typing import Any
 import httpx
 import redis as redis_lib
 import redis.asyncio as aioredis
-import uvloop
 
 from core import defaults
 from core.config import Settings
@@ -49,7 +47,6 @@ from workers.store.commit_queue import request_commit
 from workers.store.connection import (
     REDIS_AWAY,
     REDIS_ERRORS,
-    RedisConfigError,
     await_redis,
     connect,
     connect_async,
@@ -59,7 +56,7 @@ from workers.store.deployment import check_deployment_async
 from workers.store.health import forget_health, record_health
 from workers.store.keys import Keys
 from workers.store.scripts import LEASE_ACQUIRE, LEASE_RENEW
-from workers.store.shard_map import close_tags, finish_drain, map_of, retired_of
+from workers.store.shard_map import follow_map
 
 log = logging.getLogger(__name__)
 
@@ -293,35 +290,11 @@ class CaptureWorker:
                 log.info("shard %s: handing back (%d live workers)", shard, len(live))
 
     async def _follow_map(self, deployment: Mapping[Any, Any]) -> None:
-        """Take the deployment's shard map as read; while a generation drains, learn which of
-        its streams retired, finish what a reshard left undone (tags not closed yet) and,
-        once all retired, forget that generation."""
-        shard_map = map_of(self.settings, deployment)
-        if shard_map != self.shard_map:
-            if shard_map.generation != self.shard_map.generation:
-                log.info(
-                    "shard map: generation %d, %d shards%s",
-                    shard_map.generation,
-                    shard_map.shards,
-                    f" (generation {shard_map.previous[0]} draining)" if shard_map.previous else "",
-                )
-            self.shard_map = shard_map
-            self.retired = set()
-        if shard_map.previous is None:
-            return
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for tag in range(shard_map.tags):
-                pipe.get(self.keys.tag_generation(tag))
-            for tag in range(shard_map.tags):
-                pipe.smembers(self.keys.retired(tag, shard_map.previous[0]))
-            replies = await pipe.execute()
-        closed = [int(g or 0) >= shard_map.generation for g in replies[: shard_map.tags]]
-        if not all(closed):
-            await close_tags(self.redis, self.settings, shard_map, [t for t, c in enumerate(closed) if not c])
-        self.retired = retired_of(shard_map, replies[shard_map.tags :])
-        if len(self.retired) == len(shard_map.draining()) and await finish_drain(self.redis, self.settings, shard_map):
-            self.shard_map = ShardMap(shard_map.tags, shard_map.generation, shard_map.shards)
-            self.retired = set()
+        """Take the deployment's shard map as read (workers.store.shard_map.follow_map)."""
+        shard_map, self.retired = await follow_map(self.redis, self.settings, deployment)
+        if shard_map.generation != self.shard_map.generation:
+            log.info("shard map: %s", shard_map)
+        self.shard_map = shard_map
 
     def _share(self, live: list[str]) -> int:
         """This worker's number of shards: N / live, the remainder going to the first names.
@@ -422,35 +395,3 @@ class CaptureWorker:
             await self.redis.aclose()
         if self._owns_sync_redis:
             self.sync_redis.close()
-
-
-# --- CLI ------------------------------------------------------------------------------------------
-
-
-def _shard_list(text: str) -> list[int]:
-    return [int(p) for p in text.split(",") if p.strip()]
-
-
-def add_capture_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--consumer", default=None, help="consumer name (default host-pid-random)")
-    parser.add_argument("--shards", type=_shard_list, default=None, help="shards to consume, e.g. 0,1 (default all)")
-    parser.add_argument("--burst", action="store_true", help="exit once the streams are caught up")
-
-
-def cli_capture(settings: Settings, args: argparse.Namespace) -> int:
-    worker = CaptureWorker(settings, consumer=args.consumer, shards=args.shards, burst=args.burst)
-
-    async def main() -> None:
-        import signal
-
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, worker.stop)
-        await worker.run()
-
-    try:
-        uvloop.run(main())  # the faster event loop, as the RPC uses
-    except RedisConfigError as exc:
-        log.error("%s", exc)
-        return 2
-    return 0

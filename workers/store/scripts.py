@@ -165,8 +165,7 @@ in one command."""
 
 # --- the turn streams ---------------------------------------------------------------------------
 
-TRIM_APPLIED = Lua("""
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+_STREAM_IDS = """
 local function parse(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
   return tonumber(ms), tonumber(seq)
@@ -176,12 +175,21 @@ local function older(a, b)
   local bms, bseq = parse(b)
   return ams < bms or (ams == bms and aseq < bseq)
 end
+local function field(reply, name)
+  for i = 1, #reply, 2 do if reply[i] == name then return reply[i + 1] end end
+  return nil
+end
+"""
+"""Lua helpers of the stream scripts: stream ids compared as Redis orders them, and a field
+of an XINFO reply (a flat name, value, ... list)."""
+
+TRIM_APPLIED = Lua(
+    _STREAM_IDS
+    + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local floor = nil
 for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
-  local name, last
-  for i = 1, #group, 2 do
-    if group[i] == 'name' then name = group[i + 1] elseif group[i] == 'last-delivered-id' then last = group[i + 1] end
-  end
+  local name, last = field(group, 'name'), field(group, 'last-delivered-id')
   local pending = redis.call('XPENDING', KEYS[1], name)
   local keep
   if pending[1] > 0 then
@@ -199,7 +207,8 @@ if scan > 0 then
   if #tail > 0 and older(tail[#tail][1], floor) then floor = tail[#tail][1] end
 end
 return redis.call('XTRIM', KEYS[1], 'MINID', '~', floor)
-""")
+"""
+)
 """KEYS[1] a turn stream. ARGV: entries at the stream's end always kept (assemble's overlay
 scan reads them). Trims (approximately: whole macro nodes) the entries every consumer group
 has read and acknowledged: nothing unread, nothing pending. How many went; 0 without a group.
@@ -207,21 +216,6 @@ The producers cap nothing: a backlog stays whole however long capture is away.""
 
 # --- resharding (core.shard_map, workers.store.deployment) ----------------------------------------
 
-_STREAM_IDS = """
-local function parse(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return tonumber(ms), tonumber(seq)
-end
-local function older(a, b)
-  local ams, aseq = parse(a)
-  local bms, bseq = parse(b)
-  return ams < bms or (ams == bms and aseq < bseq)
-end
-local function field(reply, name)
-  for i = 1, #reply, 2 do if reply[i] == name then return reply[i + 1] end end
-  return nil
-end
-"""
 
 PUBLISH_TURN = Lua("""
 local gen = redis.call('GET', KEYS[1]) or '0'

@@ -132,6 +132,31 @@ def retired_of(shard_map: ShardMap, replies: list[set[bytes]]) -> set[StreamShar
     return {s for s in shard_map.draining() if s.number in numbers}
 
 
+async def follow_map(
+    client: aioredis.Redis, settings: Settings, deployment: Mapping[Any, Any]
+) -> tuple[ShardMap, set[StreamShard]]:
+    """The map a deployment hash describes and its draining generation's retired streams. On
+    the way (what every capture tick does): a tag a reshard left open is closed, and once
+    every old stream retired the old generation is forgotten (the map returned has none)."""
+    shard_map = map_of(settings, deployment)
+    if shard_map.previous is None:
+        return shard_map, set()
+    keys = Keys(settings.key_prefix)
+    async with client.pipeline(transaction=False) as pipe:
+        for tag in range(shard_map.tags):
+            pipe.get(keys.tag_generation(tag))
+        for tag in range(shard_map.tags):
+            pipe.smembers(keys.retired(tag, shard_map.previous[0]))
+        replies = await pipe.execute()
+    open_tags = [t for t, g in enumerate(replies[: shard_map.tags]) if int(g or 0) < shard_map.generation]
+    if open_tags:
+        await close_tags(client, settings, shard_map, open_tags)
+    retired = retired_of(shard_map, replies[shard_map.tags :])
+    if len(retired) == len(shard_map.draining()) and await finish_drain(client, settings, shard_map):
+        return ShardMap(shard_map.tags, shard_map.generation, shard_map.shards), set()
+    return shard_map, retired
+
+
 # --- CLI: ovstream reshard ------------------------------------------------------------------------
 
 

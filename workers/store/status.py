@@ -181,15 +181,8 @@ def read_status(client: redis.Redis, settings: Settings) -> DeploymentStatus:
         redis=_where(settings),
         shards_recorded=None if recorded is None else int(recorded),
         shards_configured=settings.shards,
-        shard_map=_describe(shard_map),
+        shard_map=str(shard_map),
     )
-
-
-def _describe(shard_map: ShardMap) -> str:
-    out = f"generation {shard_map.generation}: {shard_map.shards} shards"
-    if shard_map.previous is not None:
-        out += f", generation {shard_map.previous[0]} ({shard_map.previous[1]} shards) draining"
-    return out
 
 
 def _where(settings: Settings) -> str:
