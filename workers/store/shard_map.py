@@ -111,8 +111,9 @@ async def close_tags(client: aioredis.Redis, settings: Settings, shard_map: Shar
 
 
 async def finish_drain(client: aioredis.Redis, settings: Settings, shard_map: ShardMap) -> bool:
-    """Forget the previous generation once every stream of it retired, and delete its
-    streams and retired sets. True when this call did it."""
+    """Forget the previous generation once every stream of it retired, then delete its
+    streams and retired sets (in that order: a crash between the two leaves only keys nothing
+    reads). True when this call did it."""
     keys = Keys(settings.key_prefix)
     done = await FINISH_DRAIN.run(client, [keys.deployment()], [shard_map.generation, previous_field(shard_map)])
     if not int(done):
