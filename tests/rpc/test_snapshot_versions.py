@@ -132,3 +132,25 @@ async def test_a_user_not_allowed_client_tracking_gets_every_answer_from_redis(r
     finally:
         admin.execute_command("ACL", "DELUSER", "no-tracking")
         admin.close()
+
+
+async def test_a_new_turn_drops_the_kept_answer_of_every_agent_of_the_session(versions, redis_url) -> None:
+    writer = _writer(redis_url)
+    other = "ovstream:{s1}:snapshot:-.other-agent:sess"  # the same OV session as another agent sees it
+    writer.delete(SNAP, other, TURN)
+    for snapshot in (SNAP, other, SNAP, other):
+        await versions.read(snapshot, TURN)
+    assert versions.hits == 2
+    writer.set(TURN, "turn-2")
+    await eventually(lambda: _shows(versions, 3, b"turn-2"), "the new turn seen by the main agent")
+    assert (await versions.read(other, TURN))[3] == b"turn-2"  # and by the other one
+    writer.close()
+
+
+def test_kept_answers_are_bounded() -> None:
+    kept = SnapshotVersions(connect_async(Settings()), Settings(), capacity=2)
+    for i in range(5):
+        kept._keep(f"snap-{i}", "turn", [i])
+    assert list(kept._kept) == ["snap-3", "snap-4"] and kept._owners == {"turn": {"snap-3", "snap-4"}}
+    kept.invalidate([b"turn"])
+    assert not kept._kept and not kept._owners

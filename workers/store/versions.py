@@ -55,8 +55,8 @@ class SnapshotVersions:
         self.tracks = not settings.redis_cluster and not settings.embedded_redis
         self._kept: OrderedDict[str, tuple[Any, str]] = OrderedDict()
         """snapshot key -> (answer, its last-turn key)."""
-        self._owner: dict[str, str] = {}
-        """last-turn key -> the snapshot key whose answer holds it."""
+        self._owners: dict[str, set[str]] = {}
+        """last-turn key -> the snapshot keys whose answers hold it (one per agent of the session)."""
         self._live = 0
         """Nonzero while the watch connection is subscribed: its epoch."""
         self._epochs = 0
@@ -85,10 +85,18 @@ class SnapshotVersions:
     def _keep(self, snapshot_key: str, last_turn_key: str, answer: Any) -> None:
         self._kept[snapshot_key] = (answer, last_turn_key)
         self._kept.move_to_end(snapshot_key)
-        self._owner[last_turn_key] = snapshot_key
+        self._owners.setdefault(last_turn_key, set()).add(snapshot_key)
         while len(self._kept) > self.capacity:
-            _, (_, old_turn_key) = self._kept.popitem(last=False)
-            self._owner.pop(old_turn_key, None)
+            self._drop(next(iter(self._kept)))
+
+    def _drop(self, snapshot_key: str) -> None:
+        kept = self._kept.pop(snapshot_key, None)
+        if kept is not None:
+            owners = self._owners.get(kept[1])
+            if owners is not None:
+                owners.discard(snapshot_key)
+                if not owners:
+                    del self._owners[kept[1]]
 
     def invalidate(self, keys: list[bytes] | None) -> None:
         """Redis says ``keys`` changed (None: everything, as after FLUSHALL)."""
@@ -98,16 +106,13 @@ class SnapshotVersions:
             return
         for raw in keys:
             key = raw.decode() if isinstance(raw, bytes) else str(raw)
-            kept = self._kept.pop(key, None)
-            if kept is not None:
-                self._owner.pop(kept[1], None)
-            owner = self._owner.pop(key, None)
-            if owner is not None:
-                self._kept.pop(owner, None)
+            self._drop(key)
+            for snapshot_key in self._owners.pop(key, set()):
+                self._kept.pop(snapshot_key, None)
 
     def _forget(self) -> None:
         self._kept.clear()
-        self._owner.clear()
+        self._owners.clear()
 
     # --- the watch connection ------------------------------------------------------------------
 
