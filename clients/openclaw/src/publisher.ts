@@ -513,7 +513,10 @@ export class TurnPublisher {
       const item = batch[i];
       if (result.status === "fulfilled" && Array.isArray(result.value) && Number(result.value[0]) === 0) {
         // A reshard closed this stream: this and the rest go again to the new map's streams.
-        failure = new MapMoved(`the shard map moved to generation ${String(result.value[1])}`);
+        failure = new MapMoved(
+          `the service is resharding: this stream's tag is at generation ${String(result.value[1])}, ` +
+            `the plugin's map at ${String(this.shardMap?.generation ?? 0)}; the turns wait and are sent again`,
+        );
         break;
       }
       if (result.status === "rejected" && !(result.reason instanceof ErrorReply && !isTransient(result.reason))) {

@@ -196,6 +196,28 @@ describe("TurnPublisher", () => {
     await admin.close();
   });
 
+  it("keeps the turns of a tag a reshard has not closed yet, and sends them once it is", async () => {
+    const redis = await startRedis();
+    servers.push(redis);
+    const admin = createClient({ url: redis.url });
+    await admin.connect();
+    // the new map is written, but `ovstream reshard` stopped before closing any tag
+    await admin.hSet("t:deployment", { shards: "4", generation: "1", streams: "8", previous: "0.4" });
+    const log = new MemoryLogger();
+    const pub = publisher(redis.url, log, { shards: { count: 4, deploymentKey: "t:deployment", keyPrefix: "t" } });
+    publishers.push(pub);
+    pub.enqueue("ignored", "waiting", { session: "mid-reshard" });
+    await waitFor("a refused publish", () => pub.getStats().failures >= 1);
+    assert.equal(pub.getStats().pending, 1);
+    assert.ok(log.at("warn").some((m) => m.includes("the service is resharding")), log.lines.join("\n"));
+    for (let tag = 0; tag < 4; tag++) await admin.set(tagGenerationKey("t", tag), "1"); // what capture finishes
+    pub.flush();
+    await pub.drained();
+    const stream = mappedStreamKey("t", { tags: 4, generation: 1, streams: 8 }, "mid-reshard");
+    assert.deepEqual((await admin.xRange(stream, "-", "+")).map((e) => String(e.message.e)), ["waiting"]);
+    await admin.close();
+  });
+
   it("caps the buffer by bytes too, always keeping the newest event", async () => {
     const port = await freePort();
     const log = new MemoryLogger();
