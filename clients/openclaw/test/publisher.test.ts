@@ -45,6 +45,19 @@ describe("TurnPublisher", () => {
     for (const s of servers) await s.stop();
   });
 
+  /** A Redis whose deployment record holds `deployment`, and a publisher of `count` shards on it. */
+  async function deployed(deployment: Record<string, string>, count: number, keyPrefix?: string) {
+    const redis = await startRedis();
+    servers.push(redis);
+    const admin = createClient({ url: redis.url });
+    await admin.connect();
+    await admin.hSet("t:deployment", deployment);
+    const log = new MemoryLogger();
+    const pub = publisher(redis.url, log, { shards: { count, deploymentKey: "t:deployment", keyPrefix } });
+    publishers.push(pub);
+    return { redis, admin, log, pub };
+  }
+
   it("buffers while Redis is down, drops the oldest beyond the cap, delivers in order once Redis is up", async () => {
     const port = await freePort();
     const url = `redis://127.0.0.1:${port}/0`;
@@ -139,14 +152,8 @@ describe("TurnPublisher", () => {
   });
 
   it("publishes nothing while the service runs with another shard count, and says so", async () => {
-    const redis = await startRedis();
-    servers.push(redis);
-    const admin = createClient({ url: redis.url });
-    await admin.connect();
-    await admin.hSet("t:deployment", "shards", "8");  // as the service's first process records it
-    const log = new MemoryLogger();
-    const pub = publisher(redis.url, log, { shards: { count: 4, deploymentKey: "t:deployment" } });
-    publishers.push(pub);
+    // as the service's first process records it
+    const { redis, admin, log, pub } = await deployed({ shards: "8" }, 4);
     pub.enqueue(KEY, "kept");
     await waitFor("a refused connection", () => pub.getStats().failures >= 1);
     assert.equal(pub.getStats().pending, 1);
@@ -160,14 +167,7 @@ describe("TurnPublisher", () => {
   });
 
   it("follows a reshard: a closed stream refuses, the map is read again, the turns go to the new streams in order", async () => {
-    const redis = await startRedis();
-    servers.push(redis);
-    const admin = createClient({ url: redis.url });
-    await admin.connect();
-    await admin.hSet("t:deployment", "shards", "4");
-    const log = new MemoryLogger();
-    const pub = publisher(redis.url, log, { shards: { count: 4, deploymentKey: "t:deployment", keyPrefix: "t" } });
-    publishers.push(pub);
+    const { admin, log, pub } = await deployed({ shards: "4" }, 4, "t");
     const sessions = Array.from({ length: 12 }, (_, i) => `rs-${i}`);
     const send = (n: number) => {
       for (const s of sessions) {
@@ -197,15 +197,8 @@ describe("TurnPublisher", () => {
   });
 
   it("keeps the turns of a tag a reshard has not closed yet, and sends them once it is", async () => {
-    const redis = await startRedis();
-    servers.push(redis);
-    const admin = createClient({ url: redis.url });
-    await admin.connect();
     // the new map is written, but `ovstream reshard` stopped before closing any tag
-    await admin.hSet("t:deployment", { shards: "4", generation: "1", streams: "8", previous: "0.4" });
-    const log = new MemoryLogger();
-    const pub = publisher(redis.url, log, { shards: { count: 4, deploymentKey: "t:deployment", keyPrefix: "t" } });
-    publishers.push(pub);
+    const { admin, log, pub } = await deployed({ shards: "4", generation: "1", streams: "8", previous: "0.4" }, 4, "t");
     pub.enqueue("ignored", "waiting", { session: "mid-reshard" });
     await waitFor("a refused publish", () => pub.getStats().failures >= 1);
     assert.equal(pub.getStats().pending, 1);
