@@ -67,12 +67,18 @@ class Keys:
             recall_prefix=self._session("recall", shard, scope, sid),
         )
 
-    def stream(self, shard: int | StreamShard) -> str:
-        """Turn events of one shard (a Redis stream). Generation 0 (an int: a deployment never
+    def _of_stream(self, shard: int | StreamShard, name: str) -> str:
+        """A key of one turn stream, in its tag's slot. Generation 0 (an int: a deployment never
         resharded) keeps the first layout's names; later ones carry their generation."""
-        if isinstance(shard, int) or shard.generation == 0:
-            return f"{self.prefix}:{{s{int(shard) if isinstance(shard, int) else shard.number}}}:turns"
-        return f"{self.prefix}:{{s{shard.tag}}}:turns:g{shard.generation}.{shard.number}"
+        if isinstance(shard, int):
+            return f"{self.prefix}:{{s{shard}}}:{name}"
+        if shard.generation == 0:
+            return f"{self.prefix}:{{s{shard.number}}}:{name}"
+        return f"{self.prefix}:{{s{shard.tag}}}:{name}:g{shard.generation}.{shard.number}"
+
+    def stream(self, shard: int | StreamShard) -> str:
+        """Turn events of one shard (a Redis stream)."""
+        return self._of_stream(shard, "turns")
 
     def tag_generation(self, tag: int) -> str:
         """String: the generation whose streams take the publishes of this tag's sessions
@@ -154,9 +160,7 @@ class Keys:
     def capture_lease(self, shard: int | StreamShard) -> str:
         """Lease (workers.store.scripts.LEASE_*): the capture consumer owning a shard right now,
         renewed while it is alive."""
-        if isinstance(shard, int) or shard.generation == 0:
-            return f"{self.prefix}:{{s{int(shard) if isinstance(shard, int) else shard.number}}}:lease:capture"
-        return f"{self.prefix}:{{s{shard.tag}}}:lease:capture:g{shard.generation}.{shard.number}"
+        return self._of_stream(shard, "lease:capture")
 
     def process_health(self, name: str) -> str:
         """Hash with a TTL: the liveness record of one ovstream process (workers.store.health)."""

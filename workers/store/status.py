@@ -26,7 +26,7 @@ from workers.store.connection import REDIS_ERRORS, connect, optional_text, strea
 from workers.store.deployment import SHARDS_FIELD
 from workers.store.health import ProcessHealth, read_health
 from workers.store.keys import Keys
-from workers.store.shard_map import read_shard_map
+from workers.store.shard_map import map_of, read_shard_map
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,15 +152,16 @@ class DeploymentStatus:
 def read_status(client: redis.Redis, settings: Settings) -> DeploymentStatus:
     keys = Keys(settings.key_prefix)
     now_ms = int(time.time() * 1000)
-    shard_map = read_shard_map(client, settings)
+    deployment = {text(k): text(v) for k, v in client.hgetall(keys.deployment()).items()}
+    shard_map = map_of(settings, deployment)
     shards = read_backlog(client, settings, shard_map)
     pipe = client.pipeline(transaction=False)
     pipe.zrangebyscore(keys.capture_workers(), now_ms, "+inf")
     pipe.zcard(keys.commits_in_flight())
     pipe.xlen(keys.dead_letters())
     pipe.xrange(keys.commit_outcomes(), min=f"{now_ms - 3_600_000}-0", max="+")
-    pipe.hget(keys.deployment(), SHARDS_FIELD)
-    consumers, in_flight, dead, recent, recorded = pipe.execute()
+    consumers, in_flight, dead, recent = pipe.execute()
+    recorded = deployment.get(SHARDS_FIELD)
     queue = commit_queue(client, settings)
     jobs = {
         "queued": queue.count,
