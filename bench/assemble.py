@@ -215,8 +215,9 @@ async def run(args: argparse.Namespace) -> None:
         fake.latency_s = {"get_context": args.ov_latency_ms / 1000}
 
         body = {"sessionId": SESSION_ID, "messages": openclaw, "tokenBudget": 128_000, "prompt": "next"}
-        plugin_body = {
-            **body,
+        plugin_body = {  # as the plugin sends it: its turns, the host's transcript counted
+            **{k: v for k, v in body.items() if k != "messages"},
+            "messageCount": len(openclaw),
             "prompt": "Which tea do I prefer in the morning?",
             "heldTurns": [],
             "recentTurns": [json.loads(msgspec.json.encode(e)) for e in recent],

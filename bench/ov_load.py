@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
 import sys
 import tempfile
@@ -33,11 +32,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
 import redis
 import redis.asyncio
 import uvloop
+from processes import group_cpu_seconds  # bench/processes.py
 
 from core.config import Settings
 from core.events import TurnEvent
@@ -69,22 +70,6 @@ def turn_messages(session: str, index: int) -> list[dict[str, Any]]:
         )
     messages.append({"role": "assistant", "content": [{"type": "text", "text": f"{session} answer {index}: {words}"}]})
     return messages
-
-
-def ov_cpu_s(pgid: int) -> float:
-    """utime + stime of every process in OV's process group, in seconds."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:  # field 5 (pgrp), counted after the command name
-            total += int(fields[11]) + int(fields[12])  # fields 14, 15: utime, stime
-    return total / ticks
 
 
 class Counting(httpx.AsyncHTTPTransport):
@@ -171,7 +156,7 @@ def main() -> None:
         for name in ("reference", "ovstream"):
             sessions = [f"{name}-{uuid.uuid4().hex[:6]}-{s}" for s in range(args.sessions)]
             counting = Counting()
-            cpu_before = ov_cpu_s(ov.pid)
+            cpu_before = group_cpu_seconds(ov.pid)
             if name == "ovstream":
                 settings = Settings(
                     redis_url=redis_server.url,
@@ -184,7 +169,7 @@ def main() -> None:
             else:
                 uvloop.run(reference_pattern(ov.url, sessions, args.turns, counting))
             time.sleep(0.5)  # let OV finish what the last requests started (its indexing)
-            results[name] = (counting.requests / turns, (ov_cpu_s(ov.pid) - cpu_before) / turns)
+            results[name] = (counting.requests / turns, (group_cpu_seconds(ov.pid) - cpu_before) / turns)
         print(
             f"OV load per turn: {args.sessions} sessions x {args.turns} turns, 2-4 messages a turn,"
             f" {ASSEMBLES_PER_TURN} assembles a turn, real openviking-server 0.5.2"

@@ -4,7 +4,9 @@ the same request body and answers the same response body. Prints figures; not a 
 
 Everything runs here: a redis-server, the FakeOV over HTTP (``ovstream fake-ov``), the
 servers as processes; a 200-message session is captured first, so every assemble is a
-snapshot hit. The load is ``--clients`` keep-alive connections (asyncio streams, no HTTP
+snapshot hit. Two requests, each against its own floor: the plugin's main call (its
+turns, the host's transcript sent as its count) and a call carrying the transcript (a
+caller that sends no turns). The load is ``--clients`` keep-alive connections (asyncio streams, no HTTP
 client library in the way) for ``--seconds`` per server, measured in this one run.
 
     .venv/bin/python bench/rpc_floor.py [--clients 16] [--seconds 5] [--messages 200]
@@ -21,14 +23,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
 import redis
-from processes import OVSTREAM, spawn, stop, wait_http  # bench/processes.py
+from processes import OVSTREAM, group_cpu_seconds, spawn, stop, wait_http  # bench/processes.py
 
 from core.config import Settings
 from core.events import TurnEvent
@@ -90,7 +92,7 @@ async def one_client(port: int, request: bytes, until: float, latencies: list[fl
         writer.close()
 
 
-async def load(port: int, body: bytes, clients: int, seconds: float) -> tuple[float, float]:
+async def load(port: int, body: bytes, clients: int, seconds: float, server_pgid: int) -> Measured:
     request = (
         b"POST /v1/assemble HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
         + f"content-length: {len(body)}\r\n\r\n".encode()
@@ -99,9 +101,62 @@ async def load(port: int, body: bytes, clients: int, seconds: float) -> tuple[fl
     latencies: list[float] = []
     warm_until = time.perf_counter() + 1.0
     await asyncio.gather(*(one_client(port, request, warm_until, []) for _ in range(clients)))
+    cpu_before = group_cpu_seconds(server_pgid)
     until = time.perf_counter() + seconds
     await asyncio.gather(*(one_client(port, request, until, latencies) for _ in range(clients)))
-    return len(latencies) / seconds, statistics.median(latencies)
+    cpu_us = (group_cpu_seconds(server_pgid) - cpu_before) / len(latencies) * 1e6
+    return Measured(len(latencies) / seconds, statistics.median(latencies), cpu_us)
+
+
+class Measured(NamedTuple):
+    rate: float
+    """requests per second"""
+    p50_ms: float
+    cpu_us: float
+    """the server's CPU per request (all its processes), microseconds"""
+
+
+ECHO = "bare uvicorn echo (same bodies)"
+
+
+def size(data: bytes) -> str:
+    return f"{len(data) / 1024:.0f} KiB" if len(data) >= 10240 else f"{len(data)} B"
+
+
+def measure(
+    env: dict[str, str], work: Path, body: bytes, clients: int, seconds: float
+) -> tuple[dict[str, Measured], bytes]:
+    """req/s and p50 of ``ovstream rpc`` with 1 and 2 processes and of the echo app
+    answering what the RPC answered, each under the same load of ``body``."""
+    results: dict[str, Measured] = {}
+    answer = b""
+    for workers in (1, 2):
+        port = free_port()
+        rpc = spawn(
+            [*OVSTREAM, "--log-level", "WARNING", "rpc", "--port", str(port), "--workers", str(workers)],
+            env,
+            work / f"rpc{workers}.log",
+        )
+        try:
+            wait_http(f"http://127.0.0.1:{port}/healthz")
+            answered = httpx.post(f"http://127.0.0.1:{port}/v1/assemble", content=body, timeout=30)
+            if answered.status_code != 200 or not answered.json()["messages"]:
+                raise RuntimeError(f"assemble did not answer from the snapshot: {answered.text[:300]}")
+            answer = answered.content
+            name = f"assemble, {workers} process{'es' if workers > 1 else ''}"
+            results[name] = asyncio.run(load(port, body, clients, seconds, rpc.pid))
+        finally:
+            stop(rpc)
+    (work / "answer.json").write_bytes(answer)
+    (work / "echo.py").write_text(ECHO_APP)
+    port = free_port()
+    echo = spawn([sys.executable, str(work / "echo.py"), str(work / "answer.json"), str(port)], env, work / "echo.log")
+    try:
+        wait_http(f"http://127.0.0.1:{port}/")
+        results[ECHO] = asyncio.run(load(port, body, clients, seconds, echo.pid))
+    finally:
+        stop(echo)
+    return results, answer
 
 
 def main() -> None:
@@ -130,44 +185,33 @@ def main() -> None:
         capture = spawn([*OVSTREAM, "capture", "--burst"], env, work / "capture.log")
         capture.wait(timeout=60)
         client.close()
-        body = json.dumps({"sessionId": "bench", "messages": messages, "prompt": "next"}).encode()
-
-        results: dict[str, tuple[float, float]] = {}
-        answer = b""
-        for workers in (1, 2):
-            port = free_port()
-            rpc = spawn(
-                [*OVSTREAM, "--log-level", "WARNING", "rpc", "--port", str(port), "--workers", str(workers)],
-                env,
-                work / f"rpc{workers}.log",
+        bodies = {
+            # What the plugin sends (2026.9 host, autoCapture on): its turns, the transcript counted.
+            "plugin's call (turns, transcript counted)": {
+                "sessionId": "bench",
+                "messageCount": len(messages),
+                "prompt": "next",
+                "heldTurns": [],
+                "recentTurns": [],
+            },
+            # A caller that sends no turns (autoCapture off, older plugins): the transcript itself.
+            "transcript sent": {"sessionId": "bench", "messages": messages, "prompt": "next"},
+        }
+        for title, fields in bodies.items():
+            body = json.dumps(fields).encode()
+            results, answer = measure(env, work, body, args.clients, args.seconds)
+            floor = results[ECHO]
+            print(
+                f"\n{title}: {args.clients} keep-alive clients, {args.seconds:g} s each,"
+                f" request {size(body)}, answer {size(answer)} ({args.messages}-message session, snapshot hits)"
             )
-            procs.append(rpc)
-            wait_http(f"http://127.0.0.1:{port}/healthz")
-            answer = httpx.post(f"http://127.0.0.1:{port}/v1/assemble", content=body, timeout=30).content
-            results[f"assemble, {workers} process{'es' if workers > 1 else ''}"] = asyncio.run(
-                load(port, body, args.clients, args.seconds)
-            )
-            stop(rpc)
-        (work / "answer.json").write_bytes(answer)
-        (work / "echo.py").write_text(ECHO_APP)
-        port = free_port()
-        echo = spawn(
-            [sys.executable, str(work / "echo.py"), str(work / "answer.json"), str(port)], env, work / "echo.log"
-        )
-        procs.append(echo)
-        wait_http(f"http://127.0.0.1:{port}/")
-        results["bare uvicorn echo (same bodies)"] = asyncio.run(load(port, body, args.clients, args.seconds))
-        stop(echo)
-
-        floor = results["bare uvicorn echo (same bodies)"][0]
-        print(
-            f"RPC over TCP: {args.clients} keep-alive clients, {args.seconds:g} s each,"
-            f" request {len(body) / 1024:.0f} KiB, answer {len(answer) / 1024:.0f} KiB"
-            f" ({args.messages}-message session, snapshot hits)"
-        )
-        print(f"{'server':<34} {'req/s':>8} {'p50 ms':>8} {'of the floor':>13}")
-        for name, (rate, p50) in results.items():
-            print(f"{name:<34} {rate:>8,.0f} {p50:>8.2f} {rate / floor:>12.0%}")
+            header = f"{'server':<34} {'req/s':>8} {'p50 ms':>8} {'of the floor':>13}"
+            print(f"{header} {'CPU us/req':>11} {'floor/CPU':>10}")
+            for name, m in results.items():
+                print(
+                    f"{name:<34} {m.rate:>8,.0f} {m.p50_ms:>8.2f} {m.rate / floor.rate:>12.0%}"
+                    f" {m.cpu_us:>11.0f} {floor.cpu_us / m.cpu_us:>9.0%}"
+                )
     finally:
         for proc in procs:
             stop(proc)

@@ -167,3 +167,61 @@ async def test_a_bad_held_turn_is_a_4xx_naming_the_field(rpc: Any) -> None:
     r = await rpc.assemble(call)
     assert r.status_code == 422
     assert "heldTurns" in r.json()["error"]["message"]
+
+
+def counted(call: dict[str, Any], count: int) -> dict[str, Any]:
+    """``call`` as the plugin sends it: the host's transcript as its count only."""
+    slim = {k: v for k, v in call.items() if k != "messages"}
+    return {**slim, "messageCount": count}
+
+
+async def test_a_transcript_sent_as_its_count_gets_the_same_answer(rpc: Any) -> None:
+    one, two = turn_event(1), turn_event(2)
+    await captured(rpc, one)
+    host = [user("question 1"), reply("answer 1"), user("question 2")]
+    call = plugin_call(recent=[one, two], messages=host)
+    sent = await rpc.assemble(call)
+    slim = await rpc.assemble(counted(call, len(host)))
+    assert sent.status_code == slim.status_code == 200
+    assert slim.json() == sent.json()
+    assert texts(slim.json()) == ["question 1", "answer 1", "question 2", "answer 2"]
+
+
+async def test_a_passthrough_of_a_counted_transcript_has_no_messages_to_return(rpc: Any) -> None:
+    # Nothing in OV and no turn: the plugin passes the host's own messages through.
+    body = (await rpc.assemble(counted(plugin_call("hi"), 7))).json()
+    assert body["messages"] == []
+    assert "systemPromptAddition" not in body
+
+
+async def test_the_count_stands_for_the_turn_when_no_turn_exists_yet(rpc: Any) -> None:
+    rpc.fake.seed_memory("User prefers jasmine green tea in the morning.", category="preferences")
+    call = plugin_call("which tea do I like in the morning?")
+
+    def finds() -> int:
+        return sum(1 for r in rpc.fake.requests if r.url.path.endswith("/search/find"))
+
+    first = (await rpc.assemble(counted(call, 2))).json()
+    assert "jasmine" in first["systemPromptAddition"]
+    searched = finds()
+    assert (await rpc.assemble(counted(call, 2))).json() == first  # the same turn: no new search
+    assert finds() == searched
+    await rpc.assemble(counted(call, 4))  # two messages later: the next turn, searched again
+    assert finds() > searched
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"messages": [user("x")]}, "not with them"),
+        ({"heldTurns": None, "recentTurns": None}, "heldTurns or recentTurns"),
+        ({"prompt": msgspec.UNSET, "availableTools": msgspec.UNSET}, "only on the main call"),
+        ({"messageCount": -1}, "messageCount"),
+        ({"messageCount": "3"}, "messageCount"),
+    ],
+)
+async def test_a_count_where_assemble_needs_the_messages_is_a_4xx(rpc: Any, change: dict[str, Any], says: str) -> None:
+    call = {**counted(plugin_call(), 3), **change}
+    r = await rpc.assemble({k: v for k, v in call.items() if v is not msgspec.UNSET})
+    assert r.status_code == 422, r.text
+    assert says in r.json()["error"]["message"]

@@ -33,7 +33,7 @@ from fastapi.responses import PlainTextResponse, Response
 from core.config import Settings, load_settings
 from core.ov.client import OVClient
 from workers import logs
-from workers.rpc.assemble_http import AssembleCall, AssembleEndpoint, caller_of
+from workers.rpc.assemble_http import AssembleCall, RpcApp, caller_of
 from workers.rpc.auth import RequireToken, exposure_problem
 from workers.rpc.compact import compact
 from workers.rpc.context import Services
@@ -109,7 +109,7 @@ def create_app(
         if own_commit_redis:
             commit_client.close()
 
-    app = FastAPI(
+    app = RpcApp(
         title="ovstream",
         version="0.1.0",
         lifespan=lifespan,
@@ -117,7 +117,7 @@ def create_app(
     )
     app.state.services = svc
     assemble_call = AssembleCall(svc)
-    app.add_middleware(AssembleEndpoint, settings=settings, call=assemble_call)  # innermost
+    app.serve_assemble(settings, svc.metrics, assemble_call)  # ahead of FastAPI, same checks as below
     app.add_middleware(BodyLimit, settings=settings)
     app.add_middleware(RequireToken, settings=settings, metrics=svc.metrics)  # outermost: before the body
     install_error_handlers(app, settings)
@@ -134,7 +134,7 @@ def create_app(
     async def assemble_route(request: Request) -> Response:
         """Messages for the next LLM call: auto-recall on the transform-context
         call, the session's OV context on the main call; passthrough otherwise.
-        (Served by workers.rpc.assemble_http ahead of the router, with the same call.)"""
+        (Served by workers.rpc.assemble_http ahead of FastAPI, with the same call.)"""
         return await assemble_call(await request.body(), request.scope)
 
     @app.post(

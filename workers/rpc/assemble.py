@@ -104,8 +104,7 @@ async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[
         body, reason = outcome.body, "lag_overlay" if outcome.context.tail_count else "assembled"
     else:
         body, reason = outcome, "recalled"
-    svc.metrics.assemble_seconds.labels(path).observe(time.perf_counter() - started)
-    svc.metrics.assemble_results.labels(path, reason).inc()
+    svc.metrics.assembled(path, reason, time.perf_counter() - started)
     if isinstance(outcome, Passthrough):
         level = logging.DEBUG if reason in _QUIET_PASSTHROUGHS else logging.INFO
         log.log(
@@ -190,9 +189,9 @@ async def _turn_recall(
     key = recall_key(svc, caller, req, prompt, reflected_event_ids, pending)
     cached = await cached_recall(svc, key)
     if cached is not None:
-        svc.metrics.recall_turn_cache.labels("hit").inc()
+        svc.metrics.recall_kept.inc()
         return cached or None
-    svc.metrics.recall_turn_cache.labels("miss").inc()
+    svc.metrics.recall_searched.inc()
     found = await _search(svc, caller, query)
     block = found if isinstance(found, str) else None
     return await keep_recall(svc, key, block)  # a failed search too: the turn's requests stay alike

@@ -1,11 +1,11 @@
-"""POST /v1/assemble answered straight from ASGI, ahead of FastAPI's router.
+"""POST /v1/assemble answered straight from ASGI, ahead of FastAPI.
 
-Assemble is the host's hot call (about two per turn, each carrying the whole transcript).
-Through FastAPI's routing, request object and endpoint machinery a snapshot hit costs about
-140 us more CPU than the answer itself (bench/RESULTS.md, "The RPC against its floor"), so
-this middleware, the innermost of the app's own (the token check and the body limit still
-run before it), reads the body and answers the route itself; every other request goes on to
-FastAPI. The route stays declared there too, for the OpenAPI spec, and both call the same
+Assemble is the host's hot call (about two per turn). Through FastAPI (its per-request
+telemetry check, error middleware, router, request object and endpoint machinery) a
+snapshot hit costs several times the answer itself (bench/RESULTS.md, "The RPC against
+its floor"), so ``RpcApp`` hands this one route to its own lane: the same token check and
+body limit as every other route (``RequireToken``, ``BodyLimit``), then ``AssembleCall``.
+The route stays declared in FastAPI too, for the OpenAPI spec, and calls the same
 ``AssembleCall``. Errors are answered as the app's exception handlers answer them
 (``responses.error_answer``).
 """
@@ -14,16 +14,18 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from fastapi import FastAPI
 from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core.config import Settings
 from workers.rpc.assemble import assemble
-from workers.rpc.auth import CREDENTIAL_STATE, ov_key_for
+from workers.rpc.auth import CREDENTIAL_STATE, RequireToken, ov_key_for
 from workers.rpc.context import Caller, Services, api_key_from_headers, resolve_caller
+from workers.rpc.metrics import RpcMetrics
 from workers.rpc.models import decode_assemble_request
-from workers.rpc.responses import error_answer, json_response
+from workers.rpc.responses import BodyLimit, error_answer, json_response
 
 ASSEMBLE_PATH = "/v1/assemble"
 
@@ -69,22 +71,40 @@ async def read_body(receive: Receive) -> bytes:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-class AssembleEndpoint:
-    """ASGI middleware answering ``POST /v1/assemble`` with ``call``; anything else goes to ``app``."""
+async def _answered(
+    call: Callable[[bytes, Scope], Awaitable[Response]], settings: Settings, scope: Scope, receive: Receive, send: Send
+) -> None:
+    """Read the body, answer it with ``call``; every error as the app's handlers answer it."""
+    try:
+        response = await call(await read_body(receive), scope)
+    except ClientGone:
+        return
+    except Exception as exc:  # never a trace to the caller
+        response = error_answer(settings, exc, "POST", ASSEMBLE_PATH)
+    await response(scope, receive, send)
 
-    def __init__(self, app: ASGIApp, settings: Settings, call: Callable[[bytes, Scope], Awaitable[Response]]) -> None:
-        self.app = app
-        self.settings = settings
-        self.call = call
+
+class RpcApp(FastAPI):
+    """FastAPI, but ``POST /v1/assemble`` goes to ``assemble_lane`` once it is set."""
+
+    assemble_lane: ASGIApp | None = None
+
+    def serve_assemble(
+        self, settings: Settings, metrics: RpcMetrics, call: Callable[[bytes, Scope], Awaitable[Response]]
+    ) -> None:
+        async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+            await _answered(call, settings, scope, receive, send)
+
+        self.assemble_lane = RequireToken(BodyLimit(answer, settings), settings, metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != ASSEMBLE_PATH or scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
-        try:
-            response = await self.call(await read_body(receive), scope)
-        except ClientGone:
-            return
-        except Exception as exc:  # every error as the app's handlers answer it (never a trace)
-            response = error_answer(self.settings, exc, "POST", ASSEMBLE_PATH)
-        await response(scope, receive, send)
+        lane = self.assemble_lane
+        if (
+            lane is not None
+            and scope["type"] == "http"
+            and scope["path"] == ASSEMBLE_PATH
+            and scope["method"] == "POST"
+        ):
+            await lane(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)

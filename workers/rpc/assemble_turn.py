@@ -119,7 +119,7 @@ def recall_key(
         session_keys.scope,
         prompt,
         last_event_id(reflected_event_ids, pending),
-        len(req.messages),
+        req.transcript_length(),
     )
     return session_keys.recall_turn(turn)
 

@@ -187,6 +187,8 @@ class RpcMetrics:
             ["result"],
             registry=r,
         )
+        self.recall_kept = self.recall_turn_cache.labels("hit")
+        self.recall_searched = self.recall_turn_cache.labels("miss")
         self.recall_timeouts = Counter(
             "ovstream_recall_timeouts", "Auto-recall searches abandoned after recall_timeout_s", registry=r
         )
@@ -202,10 +204,21 @@ class RpcMetrics:
         )
         self.hits = 0
         self.misses = 0
+        self._assembled: dict[tuple[str, str], tuple[Histogram, Counter]] = {}
         r.register(SnapshotRatioCollector(self))
         if redis_client is not None:
             r.register(StreamLagCollector(redis_client, settings))
             r.register(CommitOutcomeCollector(redis_client, settings))
+
+    def assembled(self, path: str, reason: str, seconds: float) -> None:
+        """One assemble answer: its latency and its reason. The series are kept (labels() costs
+        more than the count on the hot path); paths and reasons are a small fixed set."""
+        series = self._assembled.get((path, reason))
+        if series is None:
+            series = (self.assemble_seconds.labels(path), self.assemble_results.labels(path, reason))
+            self._assembled[(path, reason)] = series
+        series[0].observe(seconds)
+        series[1].inc()
 
     def snapshot_hit(self) -> None:
         self.hits += 1

@@ -48,7 +48,11 @@ class AssembleRequest(msgspec.Struct, forbid_unknown_fields=False):
 
     sessionId: Annotated[str, msgspec.Meta(min_length=1, max_length=SESSION_ID_MAX)]
     messages: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    """OpenClaw AgentMessages, as OpenClaw holds them."""
+    """OpenClaw AgentMessages, as OpenClaw holds them. Left out by the plugin on the main
+    call when it sends its turns: assemble then builds the context from the snapshot and
+    those turns, and the transcript would be 100s of KiB decoded for nothing."""
+    messageCount: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    """How many messages the host passed, sent in place of ``messages`` (only then)."""
     sessionKey: Annotated[str, msgspec.Meta(max_length=SESSION_ID_MAX)] | None = None
     tokenBudget: float | None = None
     """Model context window; missing or <= 0: 128000."""
@@ -64,6 +68,10 @@ class AssembleRequest(msgspec.Struct, forbid_unknown_fields=False):
     With ``recentTurns`` present (even empty) the lag overlay goes by event identity."""
     recentTurns: list[TurnEvent] | None = None
     """Turn events the plugin published recently; those the snapshot lacks are appended."""
+
+    def transcript_length(self) -> int:
+        """How many messages the host passed, whether they were sent or only counted."""
+        return len(self.messages) if self.messageCount is None else self.messageCount
 
     def overlay_by_identity(self) -> bool:
         """A plugin that sends its turns: the overlay ignores what the host passes as messages."""
@@ -87,7 +95,7 @@ def decode_assemble_request(raw: bytes) -> AssembleRequest:
     """The body as an AssembleRequest, or an RpcError naming the bad field (a RecursionError
     for a body nested too deeply: the app answers it 400, like one anywhere else)."""
     try:
-        return _assemble_decoder.decode(raw)
+        request: AssembleRequest = _assemble_decoder.decode(raw)
     except msgspec.ValidationError as exc:
         text = str(exc)
         match = _AT_PATH.search(text)
@@ -101,6 +109,23 @@ def decode_assemble_request(raw: bytes) -> AssembleRequest:
         raise RpcError(422, "invalid_request", f"{field}: {text[: match.start()]}", field) from None
     except msgspec.DecodeError as exc:
         raise RpcError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
+    if request.messageCount is not None:
+        _check_counted_transcript(request)
+    return request
+
+
+def _check_counted_transcript(request: AssembleRequest) -> None:
+    """A transcript sent as its count only where assemble never reads it: the main call
+    of a plugin that sends its turns (any other call answers from the messages)."""
+    if request.messages:
+        raise RpcError(422, "invalid_request", "messageCount: sent in place of messages, not with them", "messageCount")
+    if not (request.overlay_by_identity() and request.is_main_call()):
+        raise RpcError(
+            422,
+            "invalid_request",
+            "messageCount: only on the main call (prompt) with heldTurns or recentTurns; otherwise send messages",
+            "messageCount",
+        )
 
 
 def assemble_request_schema() -> dict[str, Any]:

@@ -5,7 +5,8 @@
  *   (Redis stream of the session's shard); they return once it is buffered.
  * - assemble: POST /v1/assemble with the session's own turns (those Redis
  *   has not taken, those published lately), so the service appends every turn
- *   its snapshot lacks exactly once, whatever the host passes as `messages`;
+ *   its snapshot lacks exactly once, whatever the host passes as `messages`
+ *   (so the main call sends their count, not the messages themselves);
  *   any failure or timeout passes the messages through unchanged with a local
  *   token estimate, so the agent keeps going.
  * - bootstrap: imports a transcript older than ovstream, once per session.
@@ -16,7 +17,7 @@
 import { isBypassed, ovSessionId, resolveSessionKey } from "./ids.js";
 import { RpcError } from "./rpc.js";
 import { turnFingerprint, type PluginRuntime } from "./runtime.js";
-import { estimateMessageTokens } from "./tokens.js";
+import { estimateMessageTokens, estimateTokens } from "./tokens.js";
 import type {
   AfterTurnParams,
   AgentMessage,
@@ -214,10 +215,7 @@ export function createEngine(rt: PluginRuntime): ContextEngine {
       if (!isMain && !cfg.autoRecall) {
         return passthrough(messages);
       }
-      const body: Record<string, unknown> = {
-        sessionId: params.sessionId,
-        messages,
-      };
+      const body: Record<string, unknown> = { sessionId: params.sessionId };
       if (sessionKey) body.sessionKey = sessionKey;
       const tokenBudget = finitePositive(params.tokenBudget);
       if (tokenBudget !== undefined) body.tokenBudget = tokenBudget;
@@ -241,16 +239,25 @@ export function createEngine(rt: PluginRuntime): ContextEngine {
           // no usable session id: the service answers 400 and we pass through
         }
       }
+      // With our turns sent, the main call's answer comes from the snapshot and those
+      // turns: the host's transcript (often 100s of KiB) is sent as its count only.
+      const counted = isMain && body.recentTurns !== undefined;
+      if (counted) body.messageCount = messages.length;
+      else body.messages = messages;
       try {
         const res = await rt.rpc.post<Partial<AssembleResult>>("/v1/assemble", body, { timeoutMs: cfg.rpcTimeoutMs });
         if (!res || !Array.isArray(res.messages) || typeof res.estimatedTokens !== "number") {
           throw new RpcError("invalid", "assemble answer lacks messages/estimatedTokens");
         }
         rt.assembleLog.ok();
-        const out: AssembleResult = { messages: res.messages, estimatedTokens: res.estimatedTokens };
-        if (typeof res.systemPromptAddition === "string" && res.systemPromptAddition) {
-          out.systemPromptAddition = res.systemPromptAddition;
-        }
+        const addition = typeof res.systemPromptAddition === "string" ? res.systemPromptAddition : "";
+        // No messages for a counted transcript: the service passes it through (with
+        // the turn's recall block, if any), so the host's own messages go back.
+        const out: AssembleResult =
+          counted && res.messages.length === 0
+            ? { messages, estimatedTokens: estimateMessageTokens(messages) + estimateTokens(addition) }
+            : { messages: res.messages, estimatedTokens: res.estimatedTokens };
+        if (addition) out.systemPromptAddition = addition;
         return out;
       } catch (err) {
         rt.assembleLog.failed(describeError(err));

@@ -123,7 +123,7 @@ describe("assemble", () => {
     assert.deepEqual(req.body, {
       sessionId: SID,
       sessionKey: "agent:main:telegram:7",
-      messages: msgs,
+      messageCount: msgs.length,
       tokenBudget: 64000,
       runtimeContext: { agentId: "main" },
       model: "m1",
@@ -142,7 +142,38 @@ describe("assemble", () => {
     runtimes.push(rt);
     await engine.assemble({ sessionId: SID, messages: msgs, tokenBudget: 64000 });
     const body = rpc.requests[0]!.body as Record<string, unknown>;
-    for (const k of ["prompt", "availableTools", "citationsMode"]) assert.ok(!(k in body), k);
+    for (const k of ["prompt", "availableTools", "citationsMode", "messageCount"]) assert.ok(!(k in body), k);
+    assert.deepEqual(body.messages, msgs); // its recall query comes from them
+  });
+
+  it("sends the transcript itself on the main call when it sends no turns (autoCapture off)", async () => {
+    const rpc = await new FakeRpc((_req, res) => json(res, 200, { messages: msgs, estimatedTokens: 7 })).start();
+    servers.push(rpc);
+    const { rt, engine } = runtime({ rpcUrl: rpc.url, autoCapture: false });
+    runtimes.push(rt);
+    await engine.assemble({ sessionId: SID, messages: msgs, prompt: "p" });
+    const body = rpc.requests[0]!.body as Record<string, unknown>;
+    assert.deepEqual(body.messages, msgs);
+    assert.ok(!("messageCount" in body) && !("recentTurns" in body));
+  });
+
+  it("passes the host's own messages through when the service has none for a counted transcript", async () => {
+    const addition = "<relevant-memories>tea</relevant-memories>";
+    let answer: Record<string, unknown> = { messages: [], estimatedTokens: 1 };
+    const rpc = await new FakeRpc((_req, res) => json(res, 200, answer)).start();
+    servers.push(rpc);
+    const { rt, engine } = runtime({ rpcUrl: rpc.url });
+    runtimes.push(rt);
+    const own = estimateMessageTokens(msgs);
+    assert.deepEqual(await engine.assemble({ sessionId: SID, messages: msgs, prompt: "p" }), {
+      messages: msgs,
+      estimatedTokens: own,
+    });
+    answer = { messages: [], estimatedTokens: 9, systemPromptAddition: addition };
+    const res = await engine.assemble({ sessionId: SID, messages: msgs, prompt: "p" });
+    assert.equal(res.messages, msgs);
+    assert.equal(res.systemPromptAddition, addition);
+    assert.ok(res.estimatedTokens > own, "the recall block counts too");
   });
 
   it("skips the RPC for bypassed sessions and, with autoRecall off, for the transform-context call", async () => {
