@@ -117,6 +117,8 @@ class Measured(NamedTuple):
 
 
 ECHO = "bare uvicorn echo (same bodies)"
+SOLO = ", 1 client"
+"""Rows measured with one client: the latency of a request that waits for no other."""
 
 
 def size(data: bytes) -> str:
@@ -145,6 +147,8 @@ def measure(
             answer = answered.content
             name = f"assemble, {workers} process{'es' if workers > 1 else ''}"
             results[name] = asyncio.run(load(port, body, clients, seconds, rpc.pid))
+            if workers == 1:
+                results[name + SOLO] = asyncio.run(load(port, body, 1, seconds, rpc.pid))
         finally:
             stop(rpc)
     (work / "answer.json").write_bytes(answer)
@@ -154,6 +158,7 @@ def measure(
     try:
         wait_http(f"http://127.0.0.1:{port}/")
         results[ECHO] = asyncio.run(load(port, body, clients, seconds, echo.pid))
+        results[ECHO + SOLO] = asyncio.run(load(port, body, 1, seconds, echo.pid))
     finally:
         stop(echo)
     return results, answer
@@ -200,17 +205,17 @@ def main() -> None:
         for title, fields in bodies.items():
             body = json.dumps(fields).encode()
             results, answer = measure(env, work, body, args.clients, args.seconds)
-            floor = results[ECHO]
             print(
-                f"\n{title}: {args.clients} keep-alive clients, {args.seconds:g} s each,"
+                f"\n{title}: {args.clients} keep-alive clients (and 1), {args.seconds:g} s each,"
                 f" request {size(body)}, answer {size(answer)} ({args.messages}-message session, snapshot hits)"
             )
-            header = f"{'server':<34} {'req/s':>8} {'p50 ms':>8} {'of the floor':>13}"
+            header = f"{'server':<44} {'req/s':>8} {'of floor':>9} {'p50 ms':>7} {'x floor':>8}"
             print(f"{header} {'CPU us/req':>11} {'floor/CPU':>10}")
             for name, m in results.items():
+                floor = results[ECHO + SOLO] if name.endswith(SOLO) else results[ECHO]
                 print(
-                    f"{name:<34} {m.rate:>8,.0f} {m.p50_ms:>8.2f} {m.rate / floor.rate:>12.0%}"
-                    f" {m.cpu_us:>11.0f} {floor.cpu_us / m.cpu_us:>9.0%}"
+                    f"{name:<44} {m.rate:>8,.0f} {m.rate / floor.rate:>9.0%} {m.p50_ms:>7.2f}"
+                    f" {m.p50_ms / floor.p50_ms:>7.2f}x {m.cpu_us:>11.0f} {floor.cpu_us / m.cpu_us:>9.0%}"
                 )
     finally:
         for proc in procs:

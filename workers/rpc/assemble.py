@@ -42,7 +42,7 @@ from core.recall.hits import prepend_recall_block
 from core.recall.text import prepare_recall_query
 from core.turns import PendingTurn
 from workers.rpc.assemble_snapshot import NO_SNAPSHOT, Snap, cached_snap, ov_unavailable, refresh, remember
-from workers.rpc.assemble_turn import cached_recall, keep_recall, pending_turns, recall_key
+from workers.rpc.assemble_turn import cached_recall, keep_recall, kept_recall, pending_turns, recall_key
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest
 from workers.rpc.recall import recall_block
@@ -183,11 +183,15 @@ async def _turn_recall(
     prompt = req.prompt
     if not isinstance(prompt, str) or not svc.settings.auto_recall:
         return None
-    query = prepare_recall_query(prompt)
-    if len(query) < RECALL_QUERY_MIN_CHARS:
-        return None
     key = recall_key(svc, caller, req, prompt, reflected_event_ids, pending)
-    cached = await cached_recall(svc, key)
+    # A block this process settled for the turn: the prompt was searchable then (the key
+    # names the prompt), so the tool loop's later requests skip preparing the query.
+    cached = kept_recall(svc, key)
+    if cached is None:
+        query = prepare_recall_query(prompt)
+        if len(query) < RECALL_QUERY_MIN_CHARS:
+            return None
+        cached = await cached_recall(svc, key)
     if cached is not None:
         svc.metrics.recall_kept.inc()
         return cached or None

@@ -129,15 +129,21 @@ def _settled(svc: Services, key: str, block: str) -> str:
     return block
 
 
-async def cached_recall(svc: Services, key: str) -> str | None:
-    """The turn's block ("" when it has none), or None when no search ran yet (or Redis is away).
+def kept_recall(svc: Services, key: str) -> str | None:
+    """The turn's block as this process kept it ("" for none), or None when it keeps none.
 
     A block settled in Redis never changes for its turn, so this process keeps
     the ones it has seen: the later requests of a turn cost no Redis call.
     """
     kept = svc.recalls.get(key)
-    if kept is not None and kept[0] > time.monotonic():
-        return kept[1]
+    return kept[1] if kept is not None and kept[0] > time.monotonic() else None
+
+
+async def cached_recall(svc: Services, key: str) -> str | None:
+    """The turn's block ("" when it has none), or None when no search ran yet (or Redis is away)."""
+    kept = kept_recall(svc, key)
+    if kept is not None:
+        return kept
     try:
         block = optional_text(await svc.redis.get(key))
     except REDIS_ERRORS:

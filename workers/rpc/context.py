@@ -251,13 +251,12 @@ class Services:
     versions: SnapshotVersions = field(init=False)
     """Snapshot versions kept while Redis tracks them (started with the app: ``versions.start()``)."""
 
+    keys: Keys = field(init=False)
+
     def __post_init__(self) -> None:
         self.missing = MissingSessions(self.settings.missing_session_ttl_s)
         self.versions = SnapshotVersions(self.redis, self.settings)
-
-    @property
-    def keys(self) -> Keys:
-        return Keys(self.settings.key_prefix)
+        self.keys = Keys(self.settings.key_prefix)
 
     def ov_for(self, caller: Caller) -> OVClient:
         """OV client acting as the caller: their key (if any) and their agent as peer."""
