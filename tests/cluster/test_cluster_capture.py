@@ -13,3 +13,4 @@ from tests.capture.test_capture_tenant import *  # noqa: F403
 from tests.capture.test_commit_sweep import *  # noqa: F403
 from tests.capture.test_deployment import *  # noqa: F403
 from tests.capture.test_reshard import *  # noqa: F403
+from tests.capture.test_strays import *  # noqa: F403

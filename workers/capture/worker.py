@@ -57,6 +57,7 @@ from workers.store.health import forget_health, record_health
 from workers.store.keys import Keys
 from workers.store.scripts import LEASE_ACQUIRE, LEASE_RENEW
 from workers.store.shard_map import follow_map
+from workers.store.strays import adopt_strays
 
 log = logging.getLogger(__name__)
 
@@ -290,11 +291,13 @@ class CaptureWorker:
                 log.info("shard %s: handing back (%d live workers)", shard, len(live))
 
     async def _follow_map(self, deployment: Mapping[Any, Any]) -> None:
-        """Take the deployment's shard map as read (workers.store.shard_map.follow_map)."""
+        """Take the deployment's shard map as read (workers.store.shard_map.follow_map), and
+        adopt what older publishers still append to retired streams (workers.store.strays)."""
         shard_map, self.retired = await follow_map(self.redis, self.settings, deployment)
         if shard_map.generation != self.shard_map.generation:
             log.info("shard map: %s", shard_map)
         self.shard_map = shard_map
+        await adopt_strays(self.redis, self.settings, shard_map)
 
     def _share(self, live: list[str]) -> int:
         """This worker's number of shards: N / live, the remainder going to the first names.

@@ -293,6 +293,37 @@ return 0
 Forgets the previous generation when the map is still the one its caller saw retired: 1
 when forgotten now."""
 
+DELETE_DRAINED = Lua(
+    _STREAM_IDS
+    + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 1 end
+local low = '-'
+for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  if field(group, 'name') == ARGV[1] then
+    if tonumber(field(group, 'pending')) > 0 then return 0 end
+    low = '(' .. field(group, 'last-delivered-id')
+  end
+end
+if #redis.call('XRANGE', KEYS[1], low, '+', 'COUNT', 1) > 0 then return 0 end
+return redis.call('DEL', KEYS[1])
+"""
+)
+"""KEYS[1] a retired stream. ARGV: the consumer group. Deletes it unless it holds an entry the
+group never delivered (a stray, workers.store.strays) or one not acknowledged: 1 when it is
+gone, 0 when kept."""
+
+ADOPT_STRAY = Lua("""
+if (redis.call('GET', KEYS[3]) or '0') ~= ARGV[4] then return -1 end
+if redis.call('XDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('XADD', KEYS[2], '*', ARGV[2], ARGV[3])
+if KEYS[4] then redis.call('SET', KEYS[4], ARGV[5], 'EX', ARGV[6]) end
+return 1
+""")
+"""KEYS[1] a retired stream, KEYS[2] the entry's stream in the current map, KEYS[3] the tag's
+generation key, KEYS[4] (optional) the session's last-turn key. ARGV: the entry's id, field,
+payload, the current generation, event id, ttl s. Moves the entry: 1 moved now, 0 when another
+caller did, -1 when the map moved on meanwhile (the caller reads it again)."""
+
 # --- the commit queue (workers.commits.scheduler) ---------------------------------------------
 
 CLAIM_DUE_JOBS = Lua("""

@@ -28,7 +28,7 @@ from core.shard_map import ReshardRefused, ShardMap, StreamShard, resharded
 from workers.store.connection import RedisConfigError, connect, text
 from workers.store.deployment import SHARDS_FIELD, check_deployment
 from workers.store.keys import Keys
-from workers.store.scripts import CLOSE_TAG, FINISH_DRAIN
+from workers.store.scripts import CLOSE_TAG, DELETE_DRAINED, FINISH_DRAIN
 
 log = logging.getLogger(__name__)
 
@@ -113,17 +113,19 @@ async def close_tags(client: aioredis.Redis, settings: Settings, shard_map: Shar
 async def finish_drain(client: aioredis.Redis, settings: Settings, shard_map: ShardMap) -> bool:
     """Forget the previous generation once every stream of it retired, then delete its
     streams and retired sets (in that order: a crash between the two leaves only keys nothing
-    reads). True when this call did it."""
+    reads). A stream holding what an older publisher appended after it retired is kept for
+    capture to adopt (workers.store.strays). True when this call did it."""
     keys = Keys(settings.key_prefix)
     done = await FINISH_DRAIN.run(client, [keys.deployment()], [shard_map.generation, previous_field(shard_map)])
     if not int(done):
         return False
     old = shard_map.draining()
+    deleted = 0
     for stream in old:
-        await client.delete(keys.stream(stream))
+        deleted += int(await DELETE_DRAINED.run(client, [keys.stream(stream)], [settings.consumer_group]))
     for tag in {s.tag for s in old}:
         await client.delete(keys.retired(tag, old[0].generation))
-    log.info("generation %d retired: %d streams deleted", old[0].generation, len(old))
+    log.info("generation %d retired: %d of its %d streams deleted", old[0].generation, deleted, len(old))
     return True
 
 

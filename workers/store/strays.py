@@ -1,0 +1,129 @@
+"""Turns a publisher older than live resharding appends to a retired stream ("strays").
+
+Such a publisher does not read the shard map: it appends every turn to its session tag's
+first-generation stream (``{s<tag>}:turns``), whatever the map says. Once that generation is
+retired nothing reads the stream, and when it is deleted the next append creates it again
+without a consumer group. So capture adopts what arrives there: every entry its group never
+delivered (every entry, in a stream created again) is moved to the session's stream in the
+current map, oldest first, one script per entry (``ADOPT_STRAY``: XDEL, then XADD in the
+tag's slot), so each entry is moved exactly once whichever capture process moves it, and a
+session one process publishes keeps its order. Each adoption is logged as a warning naming
+the stream: the plugin writing there should be upgraded. A retired stream is deleted only
+once it holds no stray (``DELETE_DRAINED``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from core.config import Settings
+from core.defaults import LAST_TURN_TTL_S
+from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
+from core.ids import ov_session_id
+from core.shard_map import ShardMap
+from workers.store.connection import stream_entries, text
+from workers.store.keys import Keys
+from workers.store.scripts import ADOPT_STRAY, DELETE_DRAINED
+from workers.store.streams import marks_last_turn
+
+log = logging.getLogger(__name__)
+
+STRAY_BATCH = 100
+"""Entries one stream gives up per call; the next tick takes the rest."""
+
+
+def first_streams(shard_map: ShardMap, keys: Keys) -> list[str]:
+    """The generation-0 streams older publishers write to, once the map left generation 0
+    behind for good (none while it is current or still draining: capture reads them then)."""
+    if shard_map.generation == 0 or (shard_map.previous is not None and shard_map.previous[0] == 0):
+        return []
+    return [keys.stream(tag) for tag in range(shard_map.tags)]
+
+
+async def adopt_strays(client: aioredis.Redis, settings: Settings, shard_map: ShardMap) -> int:
+    """Move the strays of every generation-0 stream to their sessions' current streams, up to
+    ``STRAY_BATCH`` per stream; returns how many this call moved."""
+    keys = Keys(settings.key_prefix)
+    streams = first_streams(shard_map, keys)
+    if not streams:
+        return 0
+    async with client.pipeline(transaction=False) as pipe:
+        for stream in streams:
+            pipe.xlen(stream)
+        lengths = await pipe.execute()
+    moved = 0
+    for tag, (stream, length) in enumerate(zip(streams, lengths, strict=True)):
+        if length:
+            moved += await _adopt(client, settings, shard_map, keys, tag, stream)
+    return moved
+
+
+async def _adopt(
+    client: aioredis.Redis, settings: Settings, shard_map: ShardMap, keys: Keys, tag: int, stream: str
+) -> int:
+    delivered = await _delivered(client, stream, settings.consumer_group)
+    low = "-" if delivered is None else f"({delivered}"
+    entries = stream_entries(await client.xrange(stream, low, "+", count=STRAY_BATCH))
+    if not entries:
+        await DELETE_DRAINED.run(client, [stream], [settings.consumer_group])
+        return 0
+    moved = 0
+    for entry_id, fields in entries:
+        payload = fields.get(STREAM_FIELD.encode(), b"")
+        script_keys, event_id = _destination(shard_map, keys, tag, payload)
+        args: list[bytes | str | int] = [
+            entry_id,
+            STREAM_FIELD,
+            payload,
+            shard_map.generation,
+            event_id,
+            LAST_TURN_TTL_S,
+        ]
+        done = int(await ADOPT_STRAY.run(client, [stream, *script_keys], args))
+        if done < 0:
+            break  # the map moved on: the next tick adopts with the new one
+        moved += done
+    await DELETE_DRAINED.run(client, [stream], [settings.consumer_group])  # gone once nothing is left to adopt
+    if moved:
+        log.warning(
+            "adopted %d turn(s) a publisher older than resharding appended to %s (a stream of retired "
+            "generation 0): each went to its session's stream of generation %d; upgrade that plugin",
+            moved,
+            stream,
+            shard_map.generation,
+        )
+    return moved
+
+
+async def _delivered(client: aioredis.Redis, stream: str, group: str) -> str | None:
+    """The last id ``group`` delivered from ``stream``; None when the stream has no such group."""
+    try:
+        groups = await client.xinfo_groups(stream)
+    except ResponseError:  # deleted meanwhile: whatever is there now is new
+        return None
+    for info in groups:
+        if text(info.get("name")) == group:
+            return text(info.get("last-delivered-id"))
+    return None
+
+
+def _destination(shard_map: ShardMap, keys: Keys, tag: int, payload: bytes) -> tuple[list[str], str]:
+    """The keys after the stray's own stream (its current stream, the tag's generation key,
+        its session's last-turn key when it marks one) and its event id. An entry that is no turn
+        (or a turn of another tag's session) goes to the tag's first current stream, where capture
+    deals with it as with any such entry."""
+    try:
+        event = decode(payload, TurnEvent)
+        session = ov_session_id(event.session_id, event.session_key)
+    except (EventDecodeError, ValueError):
+        event, session = None, ""
+    if event is None or shard_map.tag_of(session) != tag:  # no turn, or not this tag's (capture says so)
+        home = next(s for s in shard_map.current() if s.tag == tag)
+        return [keys.stream(home), keys.tag_generation(tag)], ""
+    script_keys = [keys.stream(shard_map.stream_of(session)), keys.tag_generation(tag)]
+    if marks_last_turn(event):
+        script_keys.append(keys.last_turn(tag, session))
+    return script_keys, event.event_id
