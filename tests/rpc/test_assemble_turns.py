@@ -175,16 +175,29 @@ def counted(call: dict[str, Any], count: int) -> dict[str, Any]:
     return {**slim, "messageCount": count}
 
 
-async def test_a_transcript_sent_as_its_count_gets_the_same_answer(rpc: Any) -> None:
-    one, two = turn_event(1), turn_event(2)
-    await captured(rpc, one)
+@pytest.mark.parametrize(
+    ("case", "prompt", "held", "recent", "tail"),
+    [
+        ("a recent turn the snapshot lacks", "hello there", [], [1, 2], ["question 2", "answer 2"]),
+        ("a turn Redis has not taken", "hello there", [3], [1], ["question 3", "answer 3"]),
+        ("the turn's recall block", "which tea do I like in the morning?", [], [1], ["question 1", "answer 1"]),
+    ],
+)
+async def test_a_transcript_sent_as_its_count_gets_the_same_answer(
+    rpc: Any, case: str, prompt: str, held: list[int], recent: list[int], tail: list[str]
+) -> None:
+    rpc.fake.seed_memory("User prefers jasmine green tea in the morning.", category="preferences")
+    await captured(rpc, turn_event(1))
     host = [user("question 1"), reply("answer 1"), user("question 2")]
-    call = plugin_call(recent=[one, two], messages=host)
+    call = plugin_call(
+        prompt, held=[turn_event(n) for n in held], recent=[turn_event(n) for n in recent], messages=host
+    )
     sent = await rpc.assemble(call)
     slim = await rpc.assemble(counted(call, len(host)))
-    assert sent.status_code == slim.status_code == 200
-    assert slim.json() == sent.json()
-    assert texts(slim.json()) == ["question 1", "answer 1", "question 2", "answer 2"]
+    assert sent.status_code == slim.status_code == 200, case
+    assert slim.json() == sent.json(), case
+    assert texts(slim.json())[-2:] == tail, case
+    assert ("jasmine" in slim.json().get("systemPromptAddition", "")) == ("tea" in prompt), case
 
 
 async def test_a_passthrough_of_a_counted_transcript_has_no_messages_to_return(rpc: Any) -> None:
