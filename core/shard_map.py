@@ -95,6 +95,14 @@ class ShardMap:
             return []
         return [s for s in self.draining() if s.tag == shard.tag]
 
+    def first_left_behind(self) -> list[StreamShard]:
+        """Generation 0's streams once the map has left it for good (neither current nor
+        draining): nothing reads them then, yet a publisher older than resharding still
+        appends there (workers.store.strays moves what it appends)."""
+        if self.generation == 0 or (self.previous is not None and self.previous[0] == 0):
+            return []
+        return [self._shard(0, n, self.tags) for n in range(self.tags)]
+
     def _shard(self, generation: int, number: int, count: int) -> StreamShard:
         return StreamShard(generation, number, count, self.tags)
 

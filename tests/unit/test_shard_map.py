@@ -76,3 +76,20 @@ def test_streams_are_named_by_their_generation_and_number() -> None:
     assert [str(s) for s in ShardMap(2).current()] == ["0", "1"]
     assert [str(s) for s in ShardMap(2, 3, 4).current()] == ["g3.0", "g3.1", "g3.2", "g3.3"]
     assert [s.tag for s in ShardMap(2, 3, 4).current()] == [0, 1, 0, 1]
+
+
+@pytest.mark.parametrize(
+    ("shard_map", "left_behind"),
+    [
+        (ShardMap(4), []),  # never resharded: generation 0 is current
+        (ShardMap(4, 1, 8, (0, 4)), []),  # generation 0 still drains: capture reads it
+        (ShardMap(4, 1, 8), [0, 1, 2, 3]),
+        (ShardMap(4, 2, 4, (1, 8)), [0, 1, 2, 3]),  # long gone while a later generation drains
+    ],
+)
+def test_generation_0_is_left_behind_once_it_is_neither_current_nor_draining(
+    shard_map: ShardMap, left_behind: list[int]
+) -> None:
+    first = shard_map.first_left_behind()
+    assert [s.number for s in first] == left_behind
+    assert all(s.generation == 0 and s.tag == s.number for s in first)

@@ -199,6 +199,15 @@ StreamEntry = tuple[bytes, dict[bytes, bytes]]
 """One stream entry as the bytes clients here return it: (id, fields)."""
 
 
+def consumer_group(info: Any, name: str) -> dict[str, Any] | None:
+    """Group ``name`` of an XINFO GROUPS reply (None when absent, or when the reply is an error)."""
+    if isinstance(info, list):
+        for group in info:
+            if text(group.get("name")) == name:
+                return dict(group)
+    return None
+
+
 def stream_entries(reply: object) -> list[StreamEntry]:
     """XRANGE / XREVRANGE entries (redis-py types replies loosely; ours are bytes, never None)."""
     return cast(list[StreamEntry], reply or [])

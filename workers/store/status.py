@@ -22,7 +22,7 @@ from core.shard_map import ShardMap, StreamShard
 from workers.store.applied import parse_id
 from workers.store.commit_queue import commit_queue
 from workers.store.commit_records import outcome_status
-from workers.store.connection import REDIS_ERRORS, connect, optional_text, stream_entries, text
+from workers.store.connection import REDIS_ERRORS, connect, consumer_group, optional_text, stream_entries, text
 from workers.store.deployment import SHARDS_FIELD
 from workers.store.health import ProcessHealth, read_health
 from workers.store.keys import Keys
@@ -56,14 +56,6 @@ class ShardBacklog:
         return max(0.0, (now_ms - parse_id(self.oldest_unapplied)[0]) / 1000)
 
 
-def _group(info: Any, name: str) -> dict[str, Any] | None:
-    if isinstance(info, list):
-        for group in info:
-            if text(group.get("name")) == name:
-                return dict(group)
-    return None
-
-
 def read_backlog(client: redis.Redis, settings: Settings, shard_map: ShardMap | None = None) -> list[ShardBacklog]:
     """Every stream's backlog (the draining generation's first), in three pipelined round trips."""
     keys = Keys(settings.key_prefix)
@@ -82,7 +74,7 @@ def read_backlog(client: redis.Redis, settings: Settings, shard_map: ShardMap | 
     rows: list[tuple[StreamShard, int, dict[str, Any] | None, Any, Any]] = []
     for i, shard in enumerate(streams):
         length, info, pending, owner = replies[4 * i : 4 * i + 4]
-        group = _group(info, group_name)
+        group = consumer_group(info, group_name)
         rows.append((shard, int(length) if isinstance(length, int) else 0, group, pending, owner))
         # the first entry after the group's last delivered one: the oldest unread
         last = text(group.get("last-delivered-id")) if group else "0-0"

@@ -24,7 +24,7 @@ from core.defaults import LAST_TURN_TTL_S
 from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
 from core.ids import ov_session_id
 from core.shard_map import ShardMap
-from workers.store.connection import stream_entries, text
+from workers.store.connection import consumer_group, stream_entries, text
 from workers.store.keys import Keys
 from workers.store.scripts import ADOPT_STRAY, DELETE_DRAINED
 from workers.store.streams import marks_last_turn
@@ -35,29 +35,21 @@ STRAY_BATCH = 100
 """Entries one stream gives up per call; the next tick takes the rest."""
 
 
-def first_streams(shard_map: ShardMap, keys: Keys) -> list[str]:
-    """The generation-0 streams older publishers write to, once the map left generation 0
-    behind for good (none while it is current or still draining: capture reads them then)."""
-    if shard_map.generation == 0 or (shard_map.previous is not None and shard_map.previous[0] == 0):
-        return []
-    return [keys.stream(tag) for tag in range(shard_map.tags)]
-
-
 async def adopt_strays(client: aioredis.Redis, settings: Settings, shard_map: ShardMap) -> int:
     """Move the strays of every generation-0 stream to their sessions' current streams, up to
     ``STRAY_BATCH`` per stream; returns how many this call moved."""
-    keys = Keys(settings.key_prefix)
-    streams = first_streams(shard_map, keys)
-    if not streams:
+    first = shard_map.first_left_behind()
+    if not first:
         return 0
+    keys = Keys(settings.key_prefix)
     async with client.pipeline(transaction=False) as pipe:
-        for stream in streams:
-            pipe.xlen(stream)
+        for stream in first:
+            pipe.xlen(keys.stream(stream))
         lengths = await pipe.execute()
     moved = 0
-    for tag, (stream, length) in enumerate(zip(streams, lengths, strict=True)):
+    for stream, length in zip(first, lengths, strict=True):
         if length:
-            moved += await _adopt(client, settings, shard_map, keys, tag, stream)
+            moved += await _adopt(client, settings, shard_map, keys, stream.tag, keys.stream(stream))
     return moved
 
 
@@ -67,9 +59,6 @@ async def _adopt(
     delivered = await _delivered(client, stream, settings.consumer_group)
     low = "-" if delivered is None else f"({delivered}"
     entries = stream_entries(await client.xrange(stream, low, "+", count=STRAY_BATCH))
-    if not entries:
-        await DELETE_DRAINED.run(client, [stream], [settings.consumer_group])
-        return 0
     moved = 0
     for entry_id, fields in entries:
         payload = fields.get(STREAM_FIELD.encode(), b"")
@@ -104,16 +93,14 @@ async def _delivered(client: aioredis.Redis, stream: str, group: str) -> str | N
         groups = await client.xinfo_groups(stream)
     except ResponseError:  # deleted meanwhile: whatever is there now is new
         return None
-    for info in groups:
-        if text(info.get("name")) == group:
-            return text(info.get("last-delivered-id"))
-    return None
+    found = consumer_group(groups, group)
+    return None if found is None else text(found.get("last-delivered-id"))
 
 
 def _destination(shard_map: ShardMap, keys: Keys, tag: int, payload: bytes) -> tuple[list[str], str]:
     """The keys after the stray's own stream (its current stream, the tag's generation key,
-        its session's last-turn key when it marks one) and its event id. An entry that is no turn
-        (or a turn of another tag's session) goes to the tag's first current stream, where capture
+    its session's last-turn key when it marks one) and its event id. An entry that is no turn
+    (or a turn of another tag's session) goes to the tag's first current stream, where capture
     deals with it as with any such entry."""
     try:
         event = decode(payload, TurnEvent)
