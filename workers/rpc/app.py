@@ -145,7 +145,7 @@ def create_app(
     )
     async def compact_route(body: CompactRequest, request: Request) -> Response:
         """Commit the session now (archive + memory extraction) and wait for it."""
-        return json_response(await compact(svc, body, caller_of(settings, request.scope, body)))
+        return json_response(await compact(svc, body, caller_of(svc, request.scope, body)))
 
     @app.get("/v1/tools", tags=["tools"])
     async def list_tools() -> dict[str, Any]:
@@ -169,7 +169,7 @@ def create_app(
     )
     async def tool_route(name: str, body: ToolRequest, request: Request) -> Response:
         """Run one agent tool; ``params`` are the tool's own (see GET /v1/tools)."""
-        caller = caller_of(settings, request.scope, body, session_required=False)
+        caller = caller_of(svc, request.scope, body, session_required=False)
         return json_response(await run_tool(svc, caller, name, body.params))
 
     @app.get(

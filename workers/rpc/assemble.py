@@ -43,6 +43,7 @@ from core.recall.text import prepare_recall_query
 from core.turns import PendingTurn
 from workers.rpc.assemble_snapshot import NO_SNAPSHOT, Snap, cached_snap, ov_unavailable, refresh, remember
 from workers.rpc.assemble_turn import cached_recall, keep_recall, kept_recall, pending_turns, recall_key
+from workers.rpc.bounded import bounded
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest
 from workers.rpc.recall import recall_block
@@ -82,12 +83,9 @@ async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[
     if caller.bypassed:
         outcome = Passthrough("session_bypassed")
     else:
-        try:  # asyncio.timeout, not wait_for: no task per call on the hot path
-            async with asyncio.timeout(svc.settings.assemble_timeout_s):
-                if path == "full":
-                    outcome = await _full_path(svc, req, caller)
-                else:
-                    outcome = await _recall_path(svc, req, caller)
+        call = _full_path(svc, req, caller) if path == "full" else _recall_path(svc, req, caller)
+        try:  # not wait_for (a task per call), not asyncio.timeout (a timer per call): a hit never waits
+            outcome = await bounded(call, svc.settings.assemble_timeout_s)
         except TimeoutError:  # OV (or Redis) too slow: the caller's turn goes on without us
             log.warning(
                 "assemble %s session=%s: no answer within assembleTimeoutS=%.1fs, passing through",
@@ -193,9 +191,9 @@ async def _turn_recall(
             return None
         cached = await cached_recall(svc, key)
     if cached is not None:
-        svc.metrics.recall_kept.inc()
+        svc.metrics.recall_turn(kept=True)
         return cached or None
-    svc.metrics.recall_searched.inc()
+    svc.metrics.recall_turn(kept=False)
     found = await _search(svc, caller, query)
     block = found if isinstance(found, str) else None
     return await keep_recall(svc, key, block)  # a failed search too: the turn's requests stay alike

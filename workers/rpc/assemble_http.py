@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from core.config import Settings
 from workers.rpc.assemble import assemble
 from workers.rpc.auth import CREDENTIAL_STATE, RequireToken, ov_key_for
-from workers.rpc.context import Caller, Services, api_key_from_headers, resolve_caller
+from workers.rpc.context import Caller, Services, api_key_from_headers
 from workers.rpc.metrics import RpcMetrics
 from workers.rpc.models import decode_assemble_request
 from workers.rpc.responses import BodyLimit, error_answer, json_response
@@ -30,13 +30,12 @@ from workers.rpc.responses import BodyLimit, error_answer, json_response
 ASSEMBLE_PATH = "/v1/assemble"
 
 
-def caller_of(settings: Settings, scope: Scope, body: object, *, session_required: bool = True) -> Caller:
+def caller_of(svc: Services, scope: Scope, body: object, *, session_required: bool = True) -> Caller:
     """Who calls, from the body's identity fields, the request's headers and the credential
     the token check found (``scope["state"]``)."""
-    sent_key = api_key_from_headers(Headers(scope=scope), bearer=not settings.credentials)
+    sent_key = api_key_from_headers(Headers(scope=scope), bearer=not svc.settings.credentials)
     credential = scope.get("state", {}).get(CREDENTIAL_STATE)
-    return resolve_caller(
-        settings,
+    return svc.callers.resolve(
         session_id=getattr(body, "sessionId", None),
         session_key=getattr(body, "sessionKey", None),
         runtime_context=getattr(body, "runtimeContext", None),
@@ -53,7 +52,7 @@ class AssembleCall:
 
     async def __call__(self, body: bytes, scope: Scope) -> Response:
         request = decode_assemble_request(body)
-        return json_response(await assemble(self.svc, request, caller_of(self.svc.settings, scope, request)))
+        return json_response(await assemble(self.svc, request, caller_of(self.svc, scope, request)))
 
 
 class ClientGone(Exception):

@@ -224,8 +224,55 @@ BASE_CACHE_SIZE = 256
 """Converted session bases kept in process: one per (session, agent, tenant) version."""
 RESULT_CACHE_SIZE = 256
 """Finished main-call answers kept, per snapshot version and budget."""
+CALLER_CACHE_SIZE = 4096
+"""Identities resolved to callers kept in process (``Callers``)."""
 RECALL_CACHE_SIZE = 4096
 """Recall blocks of recent user turns kept in process (as settled in Redis; see assemble_turn)."""
+
+
+class Callers:
+    """``resolve_caller`` remembered per identity.
+
+    The host sends the same few identities on every call; resolving one (trimming, a
+    session key's hash, the agent's sanitising, a tenant's hash) costs about as much as
+    assemble's own answer from a snapshot. The result depends only on the fields in the
+    key and on the settings, which are fixed per app. Refusals (a 400) are not kept.
+    """
+
+    def __init__(self, settings: Settings, capacity: int = CALLER_CACHE_SIZE) -> None:
+        self.settings = settings
+        self._known: LRU[tuple[Any, ...], Caller] = LRU(capacity)
+
+    def resolve(
+        self,
+        *,
+        session_id: str | None,
+        session_key: str | None,
+        runtime_context: Mapping[str, Any] | None,
+        api_key: str | None,
+        session_required: bool = False,
+    ) -> Caller:
+        runtime = runtime_context or {}
+        key = (session_id, session_key, runtime.get("sessionKey"), runtime.get("agentId"), api_key, session_required)
+        try:
+            known = self._known.get(key)
+        except TypeError:  # an unhashable field (JSON the caller nested there): resolved, not kept
+            known, keep = None, False
+        else:
+            keep = True
+        if known is not None:
+            return known
+        caller = resolve_caller(
+            self.settings,
+            session_id=session_id,
+            session_key=session_key,
+            runtime_context=runtime,
+            api_key=api_key,
+            session_required=session_required,
+        )
+        if keep:
+            self._known.put(key, caller)
+        return caller
 
 
 @dataclass
@@ -252,8 +299,10 @@ class Services:
     """Snapshot versions kept while Redis tracks them (started with the app: ``versions.start()``)."""
 
     keys: Keys = field(init=False)
+    callers: Callers = field(init=False)
 
     def __post_init__(self) -> None:
+        self.callers = Callers(self.settings)
         self.missing = MissingSessions(self.settings.missing_session_ttl_s)
         self.versions = SnapshotVersions(self.redis, self.settings)
         self.keys = Keys(self.settings.key_prefix)

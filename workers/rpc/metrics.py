@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import logging
 import time
+from bisect import bisect_left
 from collections import Counter as Tally
 from collections.abc import Iterator
+from itertools import accumulate
 
 import redis
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from core.config import Settings
 from workers.store.commit_records import outcome_status
@@ -47,6 +50,9 @@ _LATENCY_BUCKETS = (
     5.0,
     10.0,
 )
+
+_BUCKET_LABELS = [floatToGoString(b) for b in _LATENCY_BUCKETS] + ["+Inf"]  # type: ignore[no-untyped-call]
+"""Each bucket's ``le`` as Prometheus writes it."""
 
 _OUTCOME_SCAN_BATCH = 1000
 _OUTCOME_SCAN_MAX_PER_SCRAPE = 20_000
@@ -135,19 +141,57 @@ class CommitOutcomeCollector(Collector):
         yield family
 
 
-class SnapshotRatioCollector(Collector):
-    """Share of full-context assembles served from a cached snapshot."""
+class AssembleTally(Collector):
+    """Assemble's per-call series, counted in plain numbers and made into metric families
+    when scraped.
 
-    def __init__(self, metrics: RpcMetrics) -> None:
-        self._metrics = metrics
+    prometheus_client's Counter and Histogram take a lock on every increment; on a
+    snapshot hit, assemble's five increments cost about a sixth of its answer
+    (bench/RESULTS.md, "The RPC against its floor"). Assemble counts on the RPC's one
+    event loop, so plain integers do; a scrape from another thread reads them whole
+    (a copy of a list is one step under the GIL).
+    """
+
+    def __init__(self) -> None:
+        self.results: dict[tuple[str, str], int] = {}
+        """(path, reason) -> answers"""
+        self.latency: dict[str, list[float]] = {}
+        """path -> answers per bucket of ``_LATENCY_BUCKETS`` (not cumulative; the last is
+        +Inf), then the sum of their seconds"""
+        self.hits = 0
+        self.misses = 0
+        self.recalls_kept = 0
+        self.recalls_searched = 0
 
     def collect(self) -> Iterator[Metric]:
-        hits, misses = self._metrics.hits, self._metrics.misses
-        total = hits + misses
+        seconds = HistogramMetricFamily("ovstream_assemble_seconds", "Assemble latency by path", labels=["path"])
+        for path, counts in sorted(self.latency.items()):
+            *per_bucket, total = list(counts)
+            seconds.add_metric([path], list(zip(_BUCKET_LABELS, accumulate(per_bucket), strict=True)), total)
+        results = CounterMetricFamily(
+            "ovstream_assemble_results", "Assemble answers by path and reason", labels=["path", "reason"]
+        )
+        for (path, reason), count in sorted(self.results.items()):
+            results.add_metric([path, reason], count)
+        recalls = CounterMetricFamily(
+            "ovstream_recall_turn_cache",
+            "Main-call recalls answered from the turn's kept block (hit) or searched (miss)",
+            labels=["result"],
+        )
+        recalls.add_metric(["hit"], self.recalls_kept)
+        recalls.add_metric(["miss"], self.recalls_searched)
+        hits, misses = self.hits, self.misses
+        yield from (seconds, results, recalls)
+        yield CounterMetricFamily(
+            "ovstream_snapshot_hits", "Full-context assembles answered from the cached snapshot", value=hits
+        )
+        yield CounterMetricFamily(
+            "ovstream_snapshot_misses", "Full-context assembles that had to fetch OV /context", value=misses
+        )
         yield GaugeMetricFamily(
             "ovstream_snapshot_hit_ratio",
             "Snapshot hits / (hits + misses) since start; 0 before the first assemble",
-            value=hits / total if total else 0.0,
+            value=hits / (hits + misses) if hits + misses else 0.0,
         )
 
 
@@ -157,38 +201,14 @@ class RpcMetrics:
     def __init__(self, redis_client: redis.Redis | None, settings: Settings) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.assemble_seconds = Histogram(
-            "ovstream_assemble_seconds",
-            "Assemble latency by path",
-            ["path"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
         self.unauthorized = Counter(
             "ovstream_rpc_unauthorized", "Requests refused for a missing or wrong RPC token", ["reason"], registry=r
-        )
-        self.assemble_results = Counter(
-            "ovstream_assemble_results", "Assemble answers by path and reason", ["path", "reason"], registry=r
-        )
-        self.snapshot_hits = Counter(
-            "ovstream_snapshot_hits", "Full-context assembles answered from the cached snapshot", registry=r
-        )
-        self.snapshot_misses = Counter(
-            "ovstream_snapshot_misses", "Full-context assembles that had to fetch OV /context", registry=r
         )
         self.lag_overlays = Counter(
             "ovstream_lag_overlays",
             "Assembles that appended turns the snapshot had not captured yet",
             registry=r,
         )
-        self.recall_turn_cache = Counter(
-            "ovstream_recall_turn_cache",
-            "Main-call recalls answered from the turn's kept block (hit) or searched (miss)",
-            ["result"],
-            registry=r,
-        )
-        self.recall_kept = self.recall_turn_cache.labels("hit")
-        self.recall_searched = self.recall_turn_cache.labels("miss")
         self.recall_timeouts = Counter(
             "ovstream_recall_timeouts", "Auto-recall searches abandoned after recall_timeout_s", registry=r
         )
@@ -202,31 +222,35 @@ class RpcMetrics:
         self.tool_calls = Counter(
             "ovstream_tool_calls", "Tool calls by tool and outcome", ["tool", "outcome"], registry=r
         )
-        self.hits = 0
-        self.misses = 0
-        self._assembled: dict[tuple[str, str], tuple[Histogram, Counter]] = {}
-        r.register(SnapshotRatioCollector(self))
+        self.tally = AssembleTally()
+        r.register(self.tally)
         if redis_client is not None:
             r.register(StreamLagCollector(redis_client, settings))
             r.register(CommitOutcomeCollector(redis_client, settings))
 
     def assembled(self, path: str, reason: str, seconds: float) -> None:
-        """One assemble answer: its latency and its reason. The series are kept (labels() costs
-        more than the count on the hot path); paths and reasons are a small fixed set."""
-        series = self._assembled.get((path, reason))
-        if series is None:
-            series = (self.assemble_seconds.labels(path), self.assemble_results.labels(path, reason))
-            self._assembled[(path, reason)] = series
-        series[0].observe(seconds)
-        series[1].inc()
+        """One assemble answer: its latency and its reason (paths and reasons are a small fixed set)."""
+        tally = self.tally
+        results, key = tally.results, (path, reason)
+        results[key] = results.get(key, 0) + 1
+        counts = tally.latency.get(path)
+        if counts is None:
+            counts = tally.latency[path] = [0.0] * (len(_LATENCY_BUCKETS) + 2)
+        counts[bisect_left(_LATENCY_BUCKETS, seconds)] += 1  # the first bucket whose bound is >= seconds
+        counts[-1] += seconds
 
     def snapshot_hit(self) -> None:
-        self.hits += 1
-        self.snapshot_hits.inc()
+        self.tally.hits += 1
 
     def snapshot_miss(self) -> None:
-        self.misses += 1
-        self.snapshot_misses.inc()
+        self.tally.misses += 1
+
+    def recall_turn(self, *, kept: bool) -> None:
+        """The main call's recall for its turn: the turn's kept block, or a search."""
+        if kept:
+            self.tally.recalls_kept += 1
+        else:
+            self.tally.recalls_searched += 1
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
