@@ -3,6 +3,7 @@ whatever was resolved before it."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,9 +28,17 @@ IDENTITIES: list[dict[str, Any]] = [
 ]
 
 
-def resolved(resolve: Any, identity: dict[str, Any], required: bool) -> Any:
+def resolved(settings: Settings, identity: dict[str, Any], required: bool, callers: Callers | None = None) -> Any:
+    """What ``callers`` (else resolve_caller itself) makes of ``identity``."""
     try:
-        return resolve(**identity, session_required=required)
+        if callers is None:
+            return resolve_caller(settings, **identity, session_required=required)
+        body = SimpleNamespace(
+            sessionId=identity["session_id"],
+            sessionKey=identity["session_key"],
+            runtimeContext=identity["runtime_context"],
+        )
+        return callers.of(body, identity["api_key"], session_required=required)
     except RpcError as exc:
         return ("refused", exc.status, exc.field)
 
@@ -37,25 +46,23 @@ def resolved(resolve: Any, identity: dict[str, Any], required: bool) -> Any:
 @pytest.mark.parametrize("required", [False, True])
 def test_every_identity_resolves_as_resolve_caller_does_in_any_order(required: bool) -> None:
     callers = Callers(SETTINGS)
-    expected = [resolved(lambda **kw: resolve_caller(SETTINGS, **kw), i, required) for i in IDENTITIES]
     for _ in range(2):  # the second round comes from memory
-        for identity, want in zip(IDENTITIES, expected, strict=True):
-            assert resolved(callers.resolve, identity, not required) == resolved(
-                lambda **kw: resolve_caller(SETTINGS, **kw), identity, not required
-            )
-            assert resolved(callers.resolve, identity, required) == want
+        for identity in IDENTITIES:
+            assert resolved(SETTINGS, identity, not required, callers) == resolved(SETTINGS, identity, not required)
+            assert resolved(SETTINGS, identity, required, callers) == resolved(SETTINGS, identity, required)
 
 
 def test_a_caller_without_a_session_kept_for_a_tool_still_refuses_assemble() -> None:
     callers = Callers(SETTINGS)
-    nobody: dict[str, Any] = {"session_id": None, "session_key": None, "runtime_context": None, "api_key": None}
-    assert callers.resolve(**nobody).ov_session_id is None
+    nobody = SimpleNamespace(sessionId=None, sessionKey=None, runtimeContext=None)
+    assert callers.of(nobody, None, session_required=False).ov_session_id is None
     with pytest.raises(RpcError) as refused:
-        callers.resolve(**nobody, session_required=True)
+        callers.of(nobody, None, session_required=True)
     assert refused.value.status == 400
 
 
 def test_the_same_identity_is_one_caller() -> None:
     callers = Callers(SETTINGS)
-    identity = IDENTITIES[2]
-    assert callers.resolve(**identity) is callers.resolve(**dict(identity, runtime_context={"agentId": "coder"}))
+    first = SimpleNamespace(sessionId="s1", sessionKey=None, runtimeContext={"agentId": "coder"})
+    again = SimpleNamespace(sessionId="s1", sessionKey=None, runtimeContext={"agentId": "coder"})
+    assert callers.of(first, None, session_required=True) is callers.of(again, None, session_required=True)

@@ -35,13 +35,7 @@ def caller_of(svc: Services, scope: Scope, body: object, *, session_required: bo
     the token check found (``scope["state"]``)."""
     sent_key = api_key_from_headers(Headers(scope=scope), bearer=not svc.settings.credentials)
     credential = scope.get("state", {}).get(CREDENTIAL_STATE)
-    return svc.callers.resolve(
-        session_id=getattr(body, "sessionId", None),
-        session_key=getattr(body, "sessionKey", None),
-        runtime_context=getattr(body, "runtimeContext", None),
-        api_key=ov_key_for(credential, sent_key),
-        session_required=session_required,
-    )
+    return svc.callers.of(body, ov_key_for(credential, sent_key), session_required=session_required)
 
 
 class AssembleCall:

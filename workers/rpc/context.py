@@ -243,16 +243,11 @@ class Callers:
         self.settings = settings
         self._known: LRU[tuple[Any, ...], Caller] = LRU(capacity)
 
-    def resolve(
-        self,
-        *,
-        session_id: str | None,
-        session_key: str | None,
-        runtime_context: Mapping[str, Any] | None,
-        api_key: str | None,
-        session_required: bool = False,
-    ) -> Caller:
-        runtime = runtime_context or {}
+    def of(self, body: object, api_key: str | None, *, session_required: bool) -> Caller:
+        """The caller of a request whose ``body`` has the identity fields (``sessionId``,
+        ``sessionKey``, ``runtimeContext``), acting with ``api_key``."""
+        session_id, session_key = getattr(body, "sessionId", None), getattr(body, "sessionKey", None)
+        runtime = getattr(body, "runtimeContext", None) or {}
         key = (session_id, session_key, runtime.get("sessionKey"), runtime.get("agentId"), api_key, session_required)
         try:
             known = self._known.get(key)
