@@ -12,5 +12,6 @@ from tests.capture.test_capture_takeover import *  # noqa: F403
 from tests.capture.test_capture_tenant import *  # noqa: F403
 from tests.capture.test_commit_sweep import *  # noqa: F403
 from tests.capture.test_deployment import *  # noqa: F403
+from tests.capture.test_outcome_announce import *  # noqa: F403
 from tests.capture.test_reshard import *  # noqa: F403
 from tests.capture.test_strays import *  # noqa: F403

@@ -22,6 +22,7 @@ from rq.job import Job
 from core.config import Settings
 from workers.store import commit_sweep
 from workers.store.commit_queue import commit_queue
+from workers.store.commit_records import CommitRecords
 from workers.store.connection import REDIS_ERRORS, text
 from workers.store.health import forget_health, record_health
 from workers.store.scripts import CLAIM_DUE_JOBS
@@ -76,6 +77,7 @@ class DueJobMover(threading.Thread):
                 move_due_jobs(self._redis, self._settings)
                 if time.monotonic() >= next_sweep:
                     commit_sweep.sweep(self._redis, self._settings)
+                    CommitRecords(self._redis, self._settings).announce_left()
                     # twice per interval: an entry falls due at most half an interval before it is seen
                     next_sweep = time.monotonic() + commit_sweep.SWEEP_INTERVAL_S / 2
                 if failing:

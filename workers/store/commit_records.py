@@ -6,6 +6,13 @@ slot (``Keys.commit_inflight``); every final outcome is also appended to
 ``Keys.commit_outcomes()`` for whoever follows commits as a stream. Releasing
 the tenant's lock on a final outcome is the caller's job
 (``workers.store.commit_queue.record_outcome``), so this store stays below the lock.
+
+The stream lives in another slot than the session's keys, so the append cannot share the
+record's MULTI. The MULTI also files the outcome under ``Keys.commits_unannounced``, and the
+append takes it out again; a recorder stopped in between leaves it there, indexed, and the
+commit workers' sweep appends it (``announce_left``): an outcome reaches the stream at least
+once, twice only when a recorder stops between its append and the take-out (or stalls there
+for longer than ``ANNOUNCE_GRACE_S``).
 """
 
 from __future__ import annotations
@@ -19,14 +26,19 @@ import redis as redis_lib
 import redis.asyncio as aioredis
 
 from core.config import Settings
-from core.events import CommitOutcome, CommitRequest, CommitStatus, decode, encode
+from core.events import CommitOutcome, CommitRequest, CommitStatus, EventDecodeError, decode, encode
 from core.session import SessionAddress
 from workers.store.connection import text
 from workers.store.keys import Keys, SessionKeys
+from workers.store.scripts import CLAIM_STALE, DROP_IF_SCORE
 
 log = logging.getLogger(__name__)
 
 FINAL_STATUSES = frozenset({"completed", "failed", "timeout", "skipped"})
+ANNOUNCE_GRACE_S = 10.0
+"""How long a final outcome may sit unannounced before a sweep appends it for its recorder."""
+ANNOUNCE_BATCH = 200
+"""Most sessions one sweep announces for (the rest on the next)."""
 OUTCOME_FIELD = "o"
 """Field of a ``Keys.commit_outcomes()`` entry holding the outcome JSON."""
 
@@ -93,6 +105,9 @@ class CommitRecords:
     def record(self, request: CommitRequest, outcome: CommitOutcome) -> bool:
         """Store ``outcome`` unless a final one is stored; a final one also ends the in-flight slot."""
         ks = self.session_keys(request.address)
+        final = outcome.status in FINAL_STATUSES
+        if final:
+            self._index_unannounced(ks)
         with self.redis.pipeline(transaction=True) as pipe:  # WATCH: the cluster client asks for it by name
             while True:
                 try:
@@ -104,7 +119,8 @@ class CommitRecords:
                     inflight = pipe.hget(ks.commit_inflight, "req")
                     pipe.multi()
                     pipe.hset(ks.commits, request.commit_id, encode(outcome))
-                    final = outcome.status in FINAL_STATUSES
+                    if final:
+                        pipe.hset(ks.commits_unannounced, request.commit_id, encode(outcome))
                     if (
                         final
                         and inflight is not None
@@ -115,8 +131,8 @@ class CommitRecords:
                     break
                 except redis_lib.WatchError:
                     continue
-        if outcome.status in FINAL_STATUSES:
-            self._append_to_outcome_stream(outcome)
+        if final:
+            self._announce(ks, outcome)
             log.info(
                 "commit %s of session %s: %s%s",
                 request.commit_id,
@@ -130,34 +146,77 @@ class CommitRecords:
     def correct_timeout(self, request: CommitRequest, outcome: CommitOutcome) -> bool:
         """Replace a recorded ``timeout`` by the final state OV reported later (a recheck);
         any other stored outcome stands. True when corrected."""
-        key = self.session_keys(request.address).commits
+        ks = self.session_keys(request.address)
+        self._index_unannounced(ks)
         with self.redis.pipeline(transaction=True) as pipe:  # WATCH: the cluster client asks for it by name
             while True:
                 try:
-                    pipe.watch(key)
-                    current = load_outcome(pipe, key, request.commit_id)
+                    pipe.watch(ks.commits)
+                    current = load_outcome(pipe, ks.commits, request.commit_id)
                     if current is None or current.status != "timeout":
                         pipe.reset()
                         return False
                     pipe.multi()
-                    pipe.hset(key, request.commit_id, encode(outcome))
+                    pipe.hset(ks.commits, request.commit_id, encode(outcome))
+                    pipe.hset(ks.commits_unannounced, request.commit_id, encode(outcome))
                     pipe.execute()
                     break
                 except redis_lib.WatchError:
                     continue
-        self._append_to_outcome_stream(outcome)
+        self._announce(ks, outcome)
         log.info(
             "commit %s of session %s: timeout corrected to %s", request.commit_id, request.ov_session_id, outcome.status
         )
         return True
 
-    def _append_to_outcome_stream(self, outcome: CommitOutcome) -> None:
+    def _index_unannounced(self, ks: SessionKeys) -> None:
+        """Before a final outcome is filed as unannounced: where a sweep will find it."""
+        self.redis.zadd(self.keys.unannounced_index(), {ks.commits_unannounced: time.time()})
+
+    def _announce(self, ks: SessionKeys, outcome: CommitOutcome) -> None:
+        """Append ``outcome`` to the outcome stream, then take it out of the unannounced ones."""
+        self._append(encode(outcome))
+        self.redis.hdel(ks.commits_unannounced, outcome.commit_id)
+
+    def _append(self, encoded_outcome: bytes | str) -> None:
         self.redis.xadd(
             self.keys.commit_outcomes(),
-            {OUTCOME_FIELD: encode(outcome)},
+            {OUTCOME_FIELD: encoded_outcome},
             maxlen=self.settings.commit_outcome_stream_maxlen,
             approximate=True,
         )
+
+    def announce_left(self, *, older_than_s: float = ANNOUNCE_GRACE_S, now: float | None = None) -> int:
+        """Append the final outcomes recorders left unannounced (filed over ``older_than_s``
+        ago, so a live recorder gets to its own append first); returns how many. Each
+        session's entry is handed to one sweeping worker at a time (``CLAIM_STALE``)."""
+        index = self.keys.unannounced_index()
+        now = time.time() if now is None else now
+        announced = 0
+        for member in CLAIM_STALE(self.redis, [index], [now - older_than_s, now, ANNOUNCE_BATCH]):
+            key = text(member)
+            for commit_id, raw in self.redis.hgetall(key).items():
+                try:
+                    outcome = decode(raw, CommitOutcome)
+                except EventDecodeError as exc:  # not ours: nothing could read it from the stream either
+                    log.error("unannounced outcome %s in %s is not an outcome (%s); dropped", commit_id, key, exc)
+                    self.redis.hdel(key, commit_id)
+                    continue
+                if (outcome.finished_at or 0.0) > now - older_than_s:
+                    continue  # just recorded: its recorder is about to announce it
+                log.warning(
+                    "commit %s of session %s: its %s outcome was recorded but never announced "
+                    "(its recorder stopped in between); appending it to the outcome stream now",
+                    outcome.commit_id,
+                    outcome.ov_session_id,
+                    outcome.status,
+                )
+                self._append(raw)
+                self.redis.hdel(key, outcome.commit_id)
+                announced += 1
+            if not self.redis.exists(key):
+                DROP_IF_SCORE(self.redis, [index], [key, now])
+        return announced
 
     def list(self, address: SessionAddress) -> list[CommitOutcome]:
         """Every recorded commit of the session, oldest first."""

@@ -35,6 +35,7 @@ class SessionKeys:
     commits: str
     commit_generation: str
     commit_inflight: str
+    commits_unannounced: str
     recall_prefix: str
 
     def recall_turn(self, turn: str) -> str:
@@ -64,6 +65,7 @@ class Keys:
             commits=self.commits(shard, scope, sid),
             commit_generation=self.commit_generation(shard, scope, sid),
             commit_inflight=self.commit_inflight(shard, scope, sid),
+            commits_unannounced=self.commits_unannounced(shard, scope, sid),
             recall_prefix=self._session("recall", shard, scope, sid),
         )
 
@@ -141,6 +143,16 @@ class Keys:
     def commit_inflight(self, shard: int, scope: str, ov_session_id: str) -> str:
         """Hash: ``req`` = the session's in-flight CommitRequest, ``job`` = the RQ job carrying it."""
         return self._session("commit-inflight", shard, scope, ov_session_id)
+
+    def commits_unannounced(self, shard: int, scope: str, ov_session_id: str) -> str:
+        """Hash: commit_id -> a final CommitOutcome recorded (``commits``, in the same MULTI) and
+        not yet appended to ``commit_outcomes()`` (a different slot): a sweep appends what a
+        recorder that stopped in between left (workers.store.commit_records)."""
+        return self._session("commits-unannounced", shard, scope, ov_session_id)
+
+    def unannounced_index(self) -> str:
+        """Sorted set: every session's ``commits_unannounced`` key -> when a sweep may next look."""
+        return f"{self.prefix}:commits-unannounced"
 
     def commit_tenant_lock(self, tenant: str) -> str:
         """Lease (workers.store.scripts.LEASE_*): the commit whose phase 2 runs for an OV tenant

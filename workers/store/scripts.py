@@ -337,6 +337,14 @@ return claimed
 """KEYS[1] an RQ ScheduledJobRegistry. ARGV: now (unix seconds), most. The due job ids, each
 removed from the registry by exactly one caller, however many workers ask at once."""
 
+DROP_IF_SCORE = Lua("""
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) == tonumber(ARGV[2]) then return redis.call('ZREM', KEYS[1], ARGV[1]) end
+return 0
+""")
+"""KEYS[1] a sorted set. ARGV: member, score. Removes the member only while it has that score
+(the score a claim gave it): one re-added since then stays."""
+
 CLAIM_STALE = Lua("""
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[3])
 for _, id in ipairs(ids) do redis.call('ZADD', KEYS[1], ARGV[2], id) end
