@@ -42,7 +42,7 @@ from core.recall.hits import prepend_recall_block
 from core.recall.text import prepare_recall_query
 from core.turns import PendingTurn
 from workers.rpc.assemble_snapshot import NO_SNAPSHOT, Snap, cached_snap, ov_unavailable, refresh, remember
-from workers.rpc.assemble_turn import cached_recall, keep_recall, kept_recall, pending_turns, recall_key
+from workers.rpc.assemble_turn import keep_recall, kept_recall, pending_turns, recall_key, settled_recall
 from workers.rpc.bounded import bounded
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest
@@ -189,7 +189,7 @@ async def _turn_recall(
         query = prepare_recall_query(prompt)
         if len(query) < RECALL_QUERY_MIN_CHARS:
             return None
-        cached = await cached_recall(svc, key)
+        cached = await settled_recall(svc, key)
     if cached is not None:
         svc.metrics.recall_turn(kept=True)
         return cached or None

@@ -139,11 +139,9 @@ def kept_recall(svc: Services, key: str) -> str | None:
     return kept[1] if kept is not None and kept[0] > time.monotonic() else None
 
 
-async def cached_recall(svc: Services, key: str) -> str | None:
-    """The turn's block ("" when it has none), or None when no search ran yet (or Redis is away)."""
-    kept = kept_recall(svc, key)
-    if kept is not None:
-        return kept
+async def settled_recall(svc: Services, key: str) -> str | None:
+    """The turn's block as settled in Redis ("" when it has none), kept in this process from
+    then on; None when no search ran yet (or Redis is away). For a turn ``kept_recall`` lacks."""
     try:
         block = optional_text(await svc.redis.get(key))
     except REDIS_ERRORS:
