@@ -10,9 +10,14 @@ as ``ovstream capture`` does):
    to a zero-latency in-memory FakeOV (MockTransport), snapshots and all;
 3. latency: a publisher thread sends turns at a fixed rate (default 200/s)
    while the worker runs; per turn, the time from just before its XADD to the
-   refresh of a snapshot that includes it.
+   refresh of a snapshot that includes it;
+4. backlog recovery: a backlog of large afterTurn events (default 2,000 of ~40 KiB, a
+   long transcript each) on one shard, captured by one worker with the default lease: MB/s,
+   events/s, and the longest gap between two renewals of the shard's lease while it worked
+   (target: under a third of the lease, so a busy machine has two more renewals to spare).
 
     .venv/bin/python bench/capture.py [--events 6000] [--sessions 200] [--rate 200] [--seconds 10]
+                                      [--backlog-events 2000] [--backlog-kib 40]
 """
 
 from __future__ import annotations
@@ -43,15 +48,16 @@ from workers.store.streams import publish_raw, stream_of_event
 RAW_BATCH = 100
 
 
-def turn_event(session: str, index: int, *, keep_turns: int) -> TurnEvent:
-    """Turn ``index`` of a session: OpenClaw sends the transcript (here its last ``keep_turns`` turns)."""
+def turn_event(session: str, index: int, *, keep_turns: int, pad: str = "") -> TurnEvent:
+    """Turn ``index`` of a session: OpenClaw sends the transcript (here its last ``keep_turns``
+    turns), each message ``pad`` longer."""
     first = max(0, index + 1 - keep_turns)
     messages: list[dict[str, Any]] = []
     for i in range(first, index + 1):
         messages.append(
             {
                 "role": "user",
-                "content": f"question {i} of {session}: how does capture keep order?",
+                "content": f"question {i} of {session}: how does capture keep order?{pad}",
                 "timestamp": 1_700_000_000 + i,
             }
         )
@@ -59,7 +65,10 @@ def turn_event(session: str, index: int, *, keep_turns: int) -> TurnEvent:
             {
                 "role": "assistant",
                 "content": [
-                    {"type": "text", "text": f"answer {i}: one consumer per shard, entries applied in stream order."}
+                    {
+                        "type": "text",
+                        "text": f"answer {i}: one consumer per shard, entries applied in stream order.{pad}",
+                    }
                 ],
             }
         )
@@ -171,6 +180,38 @@ async def bench_latency(
     return latencies
 
 
+async def bench_backlog(settings: Settings, client: redis.Redis, events: int, kib: int) -> dict[str, float]:
+    """A backlog of ``events`` afterTurn events of about ``kib`` KiB on one shard, captured by
+    one worker with the default lease; rates and the longest gap between lease renewals."""
+    keep_turns = 20
+    pad = " filler" * max(0, (kib * 1024 // (2 * keep_turns) - 80) // 7)
+    sessions = 20
+    backlog = [
+        turn_event(f"backlog-{n % sessions:02d}", n // sessions, keep_turns=keep_turns, pad=pad) for n in range(events)
+    ]
+    payloads = [encode(e) for e in backlog]
+    await CaptureWorker(settings, ov_transport=FakeOV().transport(), burst=True).run()  # the group, then away
+    for event, payload in zip(backlog, payloads):
+        publish_raw(client, stream_of_event(settings, event), payload)
+    fake = FakeOV()
+    worker = CaptureWorker(settings, ov_transport=fake.transport(), burst=True, consumer="backlog")
+    forget = asyncio.create_task(forget_requests(fake))
+    started = time.perf_counter()
+    await worker.run()
+    elapsed = time.perf_counter() - started
+    forget.cancel()
+    assert worker.stats.applied == events and worker.stats.dead_lettered == 0, worker.stats
+    total_bytes = sum(len(p) for p in payloads)
+    return {
+        "seconds": elapsed,
+        "events_s": events / elapsed,
+        "mb_s": total_bytes / elapsed / 1e6,
+        "event_kib": total_bytes / events / 1024,
+        "gap_s": worker.stats.longest_renewal_gap_s,
+        "lease_s": worker.lease_ms / 1000,
+    }
+
+
 async def forget_requests(fake: FakeOV) -> None:
     """Drop the fake's log of requests now and then: a real OV keeps them out of our process
     (left alone, the growing heap makes the garbage collector's pauses grow with it)."""
@@ -192,6 +233,8 @@ def main() -> None:
     parser.add_argument("--keep-turns", type=int, default=10, help="turns of transcript each event carries")
     parser.add_argument("--rate", type=float, default=200.0, help="turns per second in the latency run")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency run")
+    parser.add_argument("--backlog-events", type=int, default=2000, help="afterTurn events in the backlog run")
+    parser.add_argument("--backlog-kib", type=int, default=40, help="size of each backlog event")
     args = parser.parse_args()
 
     server = start_redis_server()
@@ -208,6 +251,9 @@ def main() -> None:
         latencies = uvloop.run(
             bench_latency(latency_settings, url, args.rate, args.seconds, args.sessions, args.keep_turns)
         )
+        client.flushall()
+        backlog_settings = settings.model_copy(update={"key_prefix": "backlog", "shards": 1})
+        backlog = uvloop.run(bench_backlog(backlog_settings, client, args.backlog_events, args.backlog_kib))
     finally:
         server.stop()
 
@@ -240,6 +286,18 @@ def main() -> None:
                 f"max {max(latencies) * 1000:.1f} ms",
             ),
         ]
+    rows += [
+        (
+            f"backlog of {args.backlog_events:,} afterTurn x {backlog['event_kib']:.0f} KiB, 1 shard",
+            f"{backlog['mb_s']:,.1f} MB/s",
+            f"{backlog['events_s']:,.0f} events/s, {backlog['seconds']:.1f}s",
+        ),
+        (
+            "  longest gap between lease renewals",
+            f"{backlog['gap_s'] * 1000:,.0f} ms",
+            f"lease {backlog['lease_s']:g}s: target < {backlog['lease_s'] / 3 * 1000:,.0f} ms (a third)",
+        ),
+    ]
     print(
         f"\novstream capture benchmark: {args.events:,} events over {args.sessions} sessions, "
         f"~{size:,.0f} B each ({args.keep_turns} turns of transcript), 4 shards, zero-latency FakeOV\n"

@@ -120,6 +120,7 @@ class Settings(BaseSettings):
     capture_lease_ms: int = Field(d.CAPTURE_LEASE_MS, ge=100)
     capture_ov_concurrency: int = Field(d.CAPTURE_OV_CONCURRENCY, ge=1)
     capture_reads_per_round: int = Field(d.CAPTURE_READS_PER_ROUND, ge=1, le=100)
+    capture_round_max_bytes: int = Field(d.CAPTURE_ROUND_MAX_BYTES, ge=1024)
     capture_retry_backoff_max_s: float = Field(d.CAPTURE_RETRY_BACKOFF_MAX_S, gt=0)
     capture_settle_recheck_s: float = Field(d.CAPTURE_SETTLE_RECHECK_S, ge=0)
     capture_ov_down_backoff_max_s: float = Field(d.CAPTURE_OV_DOWN_BACKOFF_MAX_S, gt=0)

@@ -116,6 +116,17 @@ DEAD_LETTER_MAXLEN = 100_000
 """Most dead letters one ``dlq replay --all`` reads. The dead-letter stream itself is never
 capped: each entry is a turn kept for an operator (``ovstream status`` counts them)."""
 
+REDIS_POOL_SIZE = 64
+"""Connections one Redis client of a process keeps at most (per node of a cluster), unless its
+role sizes it (capture: ``workers.capture.worker.redis_connections``). A caller finding them
+all busy waits for one (``REDIS_POOL_WAIT_S``): an exhausted pool is a queue, not Redis away."""
+REDIS_POOL_WAIT_S = 30.0
+"""Longest wait for a free pooled connection (the RPC's fail-fast clients wait
+``REDIS_FAIL_FAST_TIMEOUT_S``): past it the call fails as Redis being unreachable."""
+REDIS_POOL_PER_SHARD = 4
+"""Connections a capture worker keeps per stream it may hold: its blocking read, its round's
+scripts and pipelines, its trim."""
+
 REDIS_SOCKET_TIMEOUT_MARGIN_S = 10.0
 """Socket timeout over the longest blocking read a connection declares (XREADGROUP BLOCK)."""
 REDIS_FAIL_FAST_CONNECT_TIMEOUT_S = 1.0
@@ -138,6 +149,15 @@ CAPTURE_OV_CONCURRENCY = 32
 
 CAPTURE_READS_PER_ROUND = 4
 """Full XREADGROUP batches one round may gather when a stream has a backlog."""
+
+CAPTURE_ROUND_MAX_BYTES = 16 * 1024 * 1024
+"""Most bytes of turn events one round holds (besides ``capture_batch x capture_reads_per_round``
+entries): a backlog of the host's largest events (a whole transcript each) makes rounds of
+bounded work, so a round's CPU never outgrows the shard's lease."""
+
+CAPTURE_CPU_SLICE_S = 0.01
+"""Longest a shard consumer computes (decoding, converting, planning, encoding) before it lets
+the event loop run: the lease renewals of every shard of the process run between slices."""
 
 CAPTURE_RETRY_BACKOFF_MAX_S = 5.0
 """Longest wait before a failed entry is tried again (the first wait is ``ov_backoff_s``, doubling)."""

@@ -19,6 +19,7 @@ import pytest
 from core.config import Settings
 from tests.helpers.chaos import ov_answers, spawn_fake_ov
 from tests.helpers.waiting import wait_until
+from tests.rpc.conftest import make_rpc  # noqa: F401 (a fixture: assemble over what capture stored)
 from workers.commits import context as jobs
 from workers.dev.fake_ov.app import FakeOV
 from workers.dev.local_redis import free_port

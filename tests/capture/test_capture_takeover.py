@@ -15,8 +15,9 @@ from workers.capture.plan import LeaseLost
 from workers.capture.worker import CaptureWorker, WorkerKilled
 from workers.store.applied import INTENT, LAST_ID
 from workers.store.connection import connect_async
+from workers.store.dead_letters import list_dead_letters
 from workers.store.keys import Keys, session_keys, shard_of
-from workers.store.scripts import LEASE_ACQUIRE
+from workers.store.scripts import CAPTURE_LEASE_RENEW, LEASE_ACQUIRE, LEASE_RELEASE
 
 SID = "fenced"
 
@@ -195,3 +196,49 @@ async def test_a_write_applied_after_its_timeout_is_settled_once(redis_client, s
     worker = CaptureWorker(patient, ov_transport=transport, consumer="w", lease_ms=600)
     await run_until([worker], lambda: transport.applied.is_set() and pending_count(redis_client, patient) == 0)
     assert ov_texts(fake_ov, SID) == expected_texts(SID, 1) * copies
+
+
+# --- slowness is not poison (docs/FAILURE-MODES.md: what counts toward maxDeliveries) ---------------
+
+
+async def test_a_lapsed_lease_nobody_took_is_taken_back_by_the_write(redis_client, settings):
+    """A consumer frozen past its lease (SIGSTOP, a starved machine) carries on when nobody took
+    the shard meanwhile; once anybody did, even one that gave it back, its writes are refused."""
+    shard, stream, lease, entry = _one_pending_entry(redis_client, settings)
+    keys = Keys(settings.key_prefix)
+    epoch_key = keys.capture_lease_epoch(shard)
+    target = keys.applied(shard, "main", SID)
+    redis = connect_async(settings)
+    try:
+        _, epoch = await LEASE_ACQUIRE.run(redis, [lease, epoch_key], ["me", 60_000, ""])
+        fence = ShardFence(redis, shard, stream, lease, settings.consumer_group, "me", epoch_key, epoch.decode(), 5000)
+        redis_client.delete(lease)  # lapsed
+        [[claimed_id, _]] = await fence.claim([entry])
+        assert claimed_id.decode() == entry
+        assert redis_client.hget(lease, "id") == b"me" and 0 < redis_client.pttl(lease) <= 5000  # taken back
+        redis_client.delete(lease)
+        await LEASE_ACQUIRE.run(redis, [lease, epoch_key], ["other", 60_000, ""])  # another took it ...
+        await LEASE_RELEASE.run(redis, [lease, epoch_key], ["other"])  # ... and gave it back
+        with pytest.raises(LeaseLost):
+            await fence.apply([HashWrite(target, {LAST_ID: entry})], [entry])
+        assert await CAPTURE_LEASE_RENEW.run(redis, [lease, epoch_key], ["me", epoch.decode(), 5000]) == 0
+    finally:
+        await redis.aclose()
+    assert redis_client.hgetall(target) == {} and not redis_client.exists(lease)
+
+
+async def test_entries_read_again_and_again_by_takeovers_are_not_dead_letters(redis_client, settings, fake_ov):
+    """Redelivery counts say nothing of an entry: 20 takeovers (each a re-claim) then a
+    consumer that lives applies it; only an error raised while applying it counts."""
+    [entry] = publish(redis_client, settings, [turn(SID, 0)])
+    stream = Keys(settings.key_prefix).stream(_shard(settings))
+    redis_client.xgroup_create(stream, settings.consumer_group, id="0", mkstream=True)
+    redis_client.xreadgroup(settings.consumer_group, "first", {stream: ">"})
+    for n in range(20):  # each takeover of a slow or starved consumer claims what it held
+        redis_client.xclaim(stream, settings.consumer_group, f"taker{n}", 0, [entry])
+    [row] = redis_client.xpending_range(stream, settings.consumer_group, "-", "+", 10)
+    assert row["times_delivered"] > settings.max_deliveries + 1
+    worker = make_worker(settings, fake_ov, burst=True)
+    await asyncio.wait_for(worker.run(), 20)
+    assert worker.stats.dead_lettered == 0 and list_dead_letters(redis_client, settings) == []
+    assert ov_texts(fake_ov, SID) == expected_texts(SID, 1)

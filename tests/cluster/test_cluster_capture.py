@@ -7,6 +7,7 @@ from tests.capture.test_capture_dedupe import *  # noqa: F403
 from tests.capture.test_capture_failures import *  # noqa: F403
 from tests.capture.test_capture_hostile import *  # noqa: F403
 from tests.capture.test_capture_order import *  # noqa: F403
+from tests.capture.test_capture_snapshot_behind import *  # noqa: F403
 from tests.capture.test_capture_snapshots import *  # noqa: F403
 from tests.capture.test_capture_takeover import *  # noqa: F403
 from tests.capture.test_capture_tenant import *  # noqa: F403

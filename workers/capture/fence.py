@@ -29,16 +29,23 @@ from workers.store.scripts import FENCED_APPLY, FENCED_CLAIM
 
 @dataclass(frozen=True, slots=True)
 class HashWrite:
-    """Fields to set and fields to delete in one of the shard's hashes."""
+    """Fields to set and fields to delete in one of the shard's hashes; ``px`` > 0: the hash
+    (when fields are set) lives that many ms from now."""
 
     key: str
     set: dict[str, str]
     delete: tuple[str, ...] = ()
+    px: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class ShardFence:
-    """The fenced writes of one shard consumer (``consumer`` in ``group``, holding ``lease``)."""
+    """The fenced writes of one shard consumer (``consumer`` in ``group``, holding ``lease``).
+
+    ``epoch`` is the lease's epoch when this consumer took it (``Keys.capture_lease_epoch``,
+    the counter at ``epoch_key``): a lease that lapsed untouched since is taken back for
+    ``lease_ms`` by the write itself. Without an epoch a lapsed lease refuses the write.
+    """
 
     redis: aioredis.Redis
     shard: StreamShard
@@ -46,13 +53,20 @@ class ShardFence:
     lease: str
     group: str
     consumer: str
+    epoch_key: str = ""
+    epoch: str = ""
+    lease_ms: int = 0
 
     async def claim(self, ids: Sequence[str]) -> list[Any]:
-        """Make ``ids`` pending for this consumer (their delivery count raised): the entries
-        that still exist, as ``[id, fields]``. LeaseLost when the shard is not ours."""
+        """Make ``ids`` pending for this consumer: the entries that still exist, as
+        ``[id, fields]``. LeaseLost when the shard is not ours."""
         if not ids:
             return []
-        reply = await FENCED_CLAIM.run(self.redis, [self.stream, self.lease], [self.consumer, self.group, *ids])
+        reply = await FENCED_CLAIM.run(
+            self.redis,
+            [self.stream, self.lease, self.epoch_key or self.lease],
+            [self.consumer, self.group, self.epoch, self.lease_ms, *ids],
+        )
         if reply == -1:
             raise LeaseLost(self.shard)
         return list(reply)
@@ -60,10 +74,18 @@ class ShardFence:
     async def apply(self, hashes: Sequence[HashWrite], ack: Sequence[str] = ()) -> None:
         """Write ``hashes`` and XACK ``ack``, all or nothing; LeaseLost when the shard is not ours."""
         plan = {
-            "hashes": [{"set": [x for kv in h.set.items() for x in kv], "del": list(h.delete)} for h in hashes],
+            "hashes": [
+                {"set": [x for kv in h.set.items() for x in kv], "del": list(h.delete), "px": h.px} for h in hashes
+            ],
             "ack": list(ack),
         }
-        keys = [self.lease, self.stream, *(h.key for h in hashes)]
-        args = [self.consumer, self.group, json.dumps(plan, separators=(",", ":"))]
+        keys = [self.lease, self.epoch_key or self.lease, self.stream, *(h.key for h in hashes)]
+        args: list[str | int] = [
+            self.consumer,
+            self.group,
+            json.dumps(plan, separators=(",", ":")),
+            self.epoch,
+            self.lease_ms,
+        ]
         if await FENCED_APPLY.run(self.redis, keys, args) == -1:
             raise LeaseLost(self.shard)

@@ -65,7 +65,9 @@ class Entry:
 
     id: str
     payload: bytes | None
-    deliveries: int = 1
+    failures: int = 0
+    """Times applying it raised an error (``Keys.capture_failures``): dead-lettered past
+    ``maxDeliveries``. Being read again after a lost lease, a restart or a takeover is not one."""
     event: TurnEvent | None = None
     session: SessionRef | None = None
     bad: str | None = None

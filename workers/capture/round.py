@@ -10,9 +10,13 @@ session's entries strictly in stream order, merged into one OV batch write):
 3. record each write's intent (one script);
 4. write to OV (fault hook ``before_write`` / ``after_write`` around each);
 5. fault hook ``before_ack``; one script moving ``last_id``, clearing the
-   intents and XACKing every finished entry;
-6. per written session: request a commit when its pending tokens reach the
-   threshold; refresh its snapshot (OV reads concurrently, one pipeline of writes).
+   intents, marking each written session's snapshot behind (``SNAPSHOT_BEHIND``:
+   assemble reads OV rather than serve a snapshot older than this) and XACKing
+   every finished entry; fault hook ``after_ack``;
+6. per written (or settled) session: request a commit when its pending tokens reach
+   the threshold; refresh its snapshot (hooks ``before_snapshot`` per session and
+   ``before_snapshot_store``; OV reads concurrently, one pipeline of reads and one
+   of writes), which clears the mark.
 
 Steps 3 and 5 are fenced by the shard's lease (workers.capture.fence): a
 consumer that lost it writes neither an intent nor an ack.
@@ -49,8 +53,17 @@ from workers.capture.plan import (
     plan_round,
 )
 from workers.capture.services import CaptureServices
+from workers.capture.slices import CpuSlice
 from workers.store.applied import INTENT, PARTIAL_ID, PARTIAL_SKIP, AppliedState
-from workers.store.snapshots import fetch_snapshot, grown_snapshot, read_snapshot, store_snapshot, stored_snapshot
+from workers.store.scripts import SNAPSHOT_BEHIND
+from workers.store.snapshots import (
+    fetch_snapshot,
+    grown_snapshot,
+    parse_stored,
+    snapshot_key,
+    store_snapshot,
+    stored_snapshot,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +81,9 @@ class RoundHost(Protocol):
 
     def check_lease(self) -> None:
         """Raise LeaseLost when the shard's lease went to another consumer."""
+
+    def forget_failures(self, entries: list[Entry]) -> list[HashWrite]:
+        """The fenced write dropping the failure counts of ``entries`` (being acked)."""
 
     async def record_failure(self, entry: Entry, error: BaseException) -> None:
         """Count a failed delivery of ``entry``; dead-letter it past the limit."""
@@ -193,7 +209,9 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
             pipe.hgetall(_session(entries).applied_key)
         raws = await pipe.execute()
     runs: list[_Run] = []
+    cpu = CpuSlice()
     for entries, raw in zip(groups, raws):
+        await cpu.breathe()
         ref = _session(entries)
         isolate = ref.ov_session_id in c.isolate
         plan = plan_round(settings, ref, entries, AppliedState.from_hash(raw), isolate=isolate)
@@ -223,6 +241,11 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
             fields = state.applied_fields()
             fields[PARTIAL_ID], fields[PARTIAL_SKIP] = state.partial_id or "", str(state.partial_skip)
             applied.append(HashWrite(r.plan.session.applied_key, fields, (INTENT,)))
+            if _grows_ov(r.plan) and state.last_id is not None:
+                # until a snapshot this new is stored, the stored one is no snapshot to assemble
+                behind = {SNAPSHOT_BEHIND: state.last_id}
+                applied.append(HashWrite(snapshot_key(settings, r.plan.session.address), behind, px=_snapshot_ms(c)))
+        applied += c.forget_failures([e for r in finished for e in r.plan.entries])
         try:
             await c.fence.apply(applied, [e.id for r in finished for e in r.plan.entries])
         except LeaseLost:
@@ -235,12 +258,23 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
         for r in finished:
             outcome.acked.extend(r.plan.entries)
             worker.stats.count_applied(r.plan)
+        worker.fault("after_ack")
     await _record_failures(c, runs, outcome)
-    written = [r for r in finished if r.plan.messages]
+    written = [r for r in finished if _grows_ov(r.plan)]
     if written:
         await _follow_up(c, written)
     await _commit_on_markers(c, finished)
     return outcome
+
+
+def _grows_ov(plan: SessionRound) -> bool:
+    """Whether the round put messages of the session in OV: written now, or found there from an
+    interrupted write it settled. Its snapshot must then catch up."""
+    return bool(plan.messages) or plan.settled
+
+
+def _snapshot_ms(c: RoundHost) -> int:
+    return c.settings.snapshot_ttl_s * 1000
 
 
 async def _commit_on_markers(c: RoundHost, finished: list[_Run]) -> None:
@@ -287,9 +321,16 @@ async def _follow_up(c: RoundHost, written: list[_Run]) -> None:
         if isinstance(result, Exception):  # the next batch over the threshold asks again
             log.error("session %s: commit request failed: %s", session.ov_session_id, result)
 
-    async def fetch(run: _Run) -> tuple[ContextSnapshot, int] | None:
+    # the stored snapshots the round's writes may grow, in one round trip (not one per session)
+    async with c.redis.pipeline(transaction=False) as pipe:
+        for r in written:
+            pipe.hget(snapshot_key(settings, r.plan.session.address), "data")
+        stored = [parse_stored(raw) for raw in await pipe.execute()]
+
+    async def fetch(run: _Run, kept: ContextSnapshot | None) -> tuple[ContextSnapshot, int] | None:
         ref, state = run.plan.session, run.plan.state
-        grown = await _grown(c, run)
+        worker.fault("before_snapshot")
+        grown = _grown(run, kept)
         if grown is not None:  # what OV holds now, known without asking it (core.snapshot_growth)
             return grown, int(time.time() * 1000)
         try:
@@ -299,25 +340,27 @@ async def _follow_up(c: RoundHost, written: list[_Run]) -> None:
             log.warning("session %s: snapshot not refreshed: %s", ref.ov_session_id, exc)
             return None
 
-    fetched = [f for f in await asyncio.gather(*(fetch(r) for r in written)) if f is not None]
+    fetched = [f for f in await asyncio.gather(*(fetch(r, k) for r, k in zip(written, stored))) if f is not None]
     if not fetched:
         return
+    cpu = CpuSlice()
     async with c.redis.pipeline(transaction=False) as pipe:
         for snapshot, fetched_ms in fetched:
-            await store_snapshot(pipe, settings, snapshot, fetched_ms)
+            await store_snapshot(pipe, settings, snapshot, fetched_ms)  # encodes it: sliced
+            await cpu.breathe()
+        worker.fault("before_snapshot_store")
         replies = await pipe.execute()
     for (snapshot, _), reply in zip(fetched, replies):
         worker.snapshot_refreshed(stored_snapshot(snapshot, reply))
 
 
-async def _grown(c: RoundHost, run: _Run) -> ContextSnapshot | None:
-    """The stored snapshot grown by this round's messages (or, for a session new to OV, the
-    messages alone), or None when OV must be read."""
+def _grown(run: _Run, stored: ContextSnapshot | None) -> ContextSnapshot | None:
+    """The ``stored`` snapshot grown by this round's messages (or, for a session new to OV,
+    the messages alone), or None when OV must be read."""
     plan = run.plan
     if plan.active_after is None:
         return None
     address = plan.session.address
-    stored = await read_snapshot(c.redis, c.settings, address)
     if stored is None:
         records = first_records(
             plan.messages, ov_total_before=plan.base, added=plan.added, active_after=plan.active_after

@@ -33,6 +33,8 @@ class CaptureStats:
     dead_lettered: int = 0
     commits_requested: int = 0
     snapshots: int = 0
+    longest_renewal_gap_s: float = 0.0
+    """The longest time between two renewals of the leases this worker held (loop time)."""
 
     def count_applied(self, plan: SessionRound) -> None:
         for unit in plan.units:
@@ -51,6 +53,7 @@ class CaptureServices(Protocol):
     settings: Settings
     redis: aioredis.Redis
     consumer: str
+    lease_ms: int
     burst: bool
     stopping: bool
     stats: CaptureStats

@@ -29,23 +29,23 @@ import redis as redis_lib
 from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
 from core.shard_map import StreamShard
 from workers import logs
-from workers.capture.fence import ShardFence
+from workers.capture.fence import HashWrite, ShardFence
 from workers.capture.handover import LEASE_LOST, RETIRED, predecessors_retired, retire, superseded
 from workers.capture.plan import Entry, LeaseLost, session_of
 from workers.capture.round import RoundOutcome, run_round
 from workers.capture.services import CaptureServices
+from workers.capture.slices import CpuSlice
 from workers.store.connection import redis_went_away, text
-from workers.store.dead_letters import (
-    REASON_FAILED,
-    REASON_REDELIVERED,
-    REASON_UNDECODABLE,
-    dead_letter_fields,
-)
+from workers.store.dead_letters import REASON_FAILED, REASON_UNDECODABLE, dead_letter_fields
 from workers.store.keys import Keys
 from workers.store.scripts import FENCED_READ, LEASE_RELEASE
 from workers.store.streams import AppliedTrim
 
 log = logging.getLogger(__name__)
+
+_FIRST_ENTRY_BYTES_GUESS = 64 * 1024.0
+"""An entry's size before any is seen: the first read of a backlog of large events (a whole
+transcript each) takes no more than ``capture_round_max_bytes`` of them."""
 
 
 def _flat_fields(raw: Any) -> dict[bytes, bytes]:
@@ -58,7 +58,7 @@ def _flat_fields(raw: Any) -> dict[bytes, bytes]:
 class ShardConsumer:
     """Consumes one shard while its lease is held."""
 
-    def __init__(self, worker: CaptureServices, shard: StreamShard) -> None:
+    def __init__(self, worker: CaptureServices, shard: StreamShard, epoch: str = "") -> None:
         self.worker = worker
         self.settings = worker.settings
         self.redis = worker.redis
@@ -66,9 +66,23 @@ class ShardConsumer:
         self.keys = keys = Keys(self.settings.key_prefix)
         self.stream = keys.stream(shard)
         self.lease_key = keys.capture_lease(shard)
+        self.epoch_key = keys.capture_lease_epoch(shard)
+        self.epoch = epoch
+        """The lease's epoch when this consumer took it (workers.store.scripts._HOLDS)."""
+        self.failures_key = keys.capture_failures(shard)
         self.group = self.settings.consumer_group
         self.consumer = worker.consumer
-        self.fence = ShardFence(self.redis, shard, self.stream, self.lease_key, self.group, self.consumer)
+        self.fence = ShardFence(
+            self.redis,
+            shard,
+            self.stream,
+            self.lease_key,
+            self.group,
+            self.consumer,
+            self.epoch_key,
+            epoch,
+            worker.lease_ms,
+        )
         self.trim = AppliedTrim(self.redis, self.stream, self.settings.overlay_stream_scan)
         self.backlog: list[Entry] = []
         self.isolate: set[str] = set()
@@ -79,6 +93,8 @@ class ShardConsumer:
         """Ended cleanly, lease given back (a later failed renewal means nothing then)."""
         self.retired = False
         """Its generation was superseded and it holds nothing more: it ended for good."""
+        self.entry_bytes = _FIRST_ENTRY_BYTES_GUESS
+        """Bytes of an entry of this stream, as seen lately (sizes the reads of a round)."""
         self.ov_down_until = 0.0
         self.ov_backoff = 0.0
         self.task: asyncio.Task[None] | None = None
@@ -125,7 +141,7 @@ class ShardConsumer:
         await self._release()
 
     async def _release(self) -> None:
-        await LEASE_RELEASE.run(self.redis, [self.lease_key], [self.consumer])
+        await LEASE_RELEASE.run(self.redis, [self.lease_key, self.epoch_key], [self.consumer])
         self.released = True
         log.info("shard %s released by %s", self.shard, self.consumer)
 
@@ -142,10 +158,10 @@ class ShardConsumer:
 
     # --- reading --------------------------------------------------------------------------------
 
-    def _entry(self, entry_id: Any, fields: Any, deliveries: int = 1) -> Entry:
+    def _entry(self, entry_id: Any, fields: Any) -> Entry:
         raw = _flat_fields(fields)
         payload = raw.get(STREAM_FIELD.encode()) if raw else None
-        entry = Entry(text(entry_id), payload, deliveries)
+        entry = Entry(text(entry_id), payload)
         if payload is None:
             entry.bad = f"no {STREAM_FIELD!r} field"
             return entry
@@ -194,17 +210,21 @@ class ShardConsumer:
         """
         loop = asyncio.get_running_loop()
         room = self.settings.capture_batch * self.settings.capture_reads_per_round - len(self.backlog)
-        if room <= 0 or self.stop_requested:
+        bytes_room = self.settings.capture_round_max_bytes - sum(len(e.payload or b"") for e in self.backlog)
+        if room <= 0 or bytes_room <= 0 or self.stop_requested:
             wait = self._wait_s(loop.time())
             if wait > 0 and not self._ready(loop.time()):
                 await asyncio.sleep(wait)
             return 0
         fetched = 0
-        while room > 0:
-            count = min(self.settings.capture_batch, room)
+        while room > 0 and bytes_room > 0:
+            # as many entries as fit the round's bytes at the sizes seen lately (at least one)
+            count = min(self.settings.capture_batch, room, max(1, int(bytes_room // self.entry_bytes)))
             try:
                 reply = await FENCED_READ.run(
-                    self.redis, [self.stream, self.lease_key], [self.consumer, self.group, count]
+                    self.redis,
+                    [self.stream, self.lease_key, self.epoch_key],
+                    [self.consumer, self.group, count, self.epoch, self.worker.lease_ms],
                 )
             except redis_lib.ResponseError as exc:
                 if "NOGROUP" not in str(exc):
@@ -216,14 +236,18 @@ class ShardConsumer:
                 return fetched
             if int(reply[0]) != 1:
                 break
-            new = [self._entry(i, f) for i, f in reply[1]]
+            new = await self._entries(reply[1])
             self.backlog.extend(new)
             self.worker.stats.read += len(new)
             fetched += len(new)
             room -= len(new)
+            got = sum(len(e.payload or b"") for e in new)
+            bytes_room -= got
+            if new:
+                self.entry_bytes = max(256.0, (self.entry_bytes + got / len(new)) / 2)
             if len(new) < count:
                 return fetched
-        if fetched or room <= 0:
+        if fetched or room <= 0 or bytes_room <= 0:
             return fetched
         now = loop.time()
         if self.worker.burst and not self.backlog:
@@ -236,6 +260,15 @@ class ShardConsumer:
             await self.redis.xread({self.stream: text(reply[1])}, count=1, block=block_ms)
         return 0
 
+    async def _entries(self, rows: list[Any]) -> list[Entry]:
+        """Stream rows ``[id, fields]`` decoded into entries, in CPU slices."""
+        cpu = CpuSlice()
+        out: list[Entry] = []
+        for entry_id, fields in rows:
+            out.append(self._entry(entry_id, fields))
+            await cpu.breathe()
+        return out
+
     async def _drain(self) -> None:
         """Take over what earlier owners left pending, before reading anything new."""
         summary = await self.redis.xpending(self.stream, self.group)
@@ -247,7 +280,7 @@ class ShardConsumer:
             if pending and not self.worker.stopping:
                 claimed += await self._take_over(name)
         self.backlog.sort(key=lambda e: e.order)
-        await self._set_deliveries()
+        await self._load_failures()
         self.worker.stats.claimed += claimed
         if claimed:
             log.info("shard %s: took over %d entries of earlier consumers", self.shard, claimed)
@@ -283,27 +316,20 @@ class ShardConsumer:
         the ``ids`` that came back without fields, or not at all: deleted from the stream while
         pending, nothing to apply. How many went into the backlog."""
         present = {text(e[0]): e[1] for e in entries if e and e[1]}
-        for entry_id, fields in present.items():
-            self.backlog.append(self._entry(entry_id, fields))
+        self.backlog += await self._entries(list(present.items()))
         gone = [i for i in ids if i not in present]
         if gone:
             await self.fence.apply([], gone)
         return len(present)
 
-    async def _set_deliveries(self) -> None:
-        if not self.backlog:
-            return
-        rows = await self.redis.xpending_range(
-            self.stream,
-            self.group,
-            self.backlog[0].id,
-            self.backlog[-1].id,
-            len(self.backlog) + 10,
-            consumername=self.consumer,
-        )
-        counts = {text(r["message_id"]): int(r["times_delivered"]) for r in rows}
-        for entry in self.backlog:
-            entry.deliveries = counts.get(entry.id, entry.deliveries)
+    async def _load_failures(self) -> None:
+        """The failure counts of the entries taken over (the stream's own delivery counts say
+        how often an entry was read, which a slow round or a takeover raises too)."""
+        for start in range(0, len(self.backlog), self.settings.capture_batch):
+            chunk = self.backlog[start : start + self.settings.capture_batch]
+            counts = await self.redis.hmget(self.failures_key, [e.id for e in chunk])
+            for entry, count in zip(chunk, counts):
+                entry.failures = int(count or 0)
 
     async def _forget_idle_consumers(self) -> None:
         # Consumers named after dead processes pile up in the group; drop those with nothing pending.
@@ -325,15 +351,9 @@ class ShardConsumer:
 
     async def _process(self) -> None:
         loop = asyncio.get_running_loop()
-        limit = self.settings.max_deliveries + 1
         dead = [(e, REASON_UNDECODABLE, e.bad) for e in self.backlog if e.bad is not None]
-        dead += [
-            (e, REASON_REDELIVERED, f"delivered {e.deliveries} times without an ack")
-            for e in self.backlog
-            if e.bad is None and e.deliveries > limit
-        ]
         if dead:
-            await self.dead_letter([(e, r, str(err)) for e, r, err in dead])
+            await self.dead_letter(dead)
         now = loop.time()
         # a session waits while any of its entries does (the later ones queue behind a failed one)
         ready = [es for es in self._sessions().values() if max(e.retry_at for e in es) <= now]
@@ -371,25 +391,35 @@ class ShardConsumer:
                 log.info("shard %s: OV reachable again", self.shard)
             self.ov_backoff = 0.0
 
+    def forget_failures(self, entries: list[Entry]) -> list[HashWrite]:
+        """The fenced write dropping the failure counts of ``entries`` (acked or dead-lettered)."""
+        failed = tuple(e.id for e in entries if e.failures)
+        return [HashWrite(self.failures_key, {}, failed)] if failed else []
+
     async def record_failure(self, entry: Entry, error: BaseException) -> None:
         """A handler failure of ``entry``: retry later, or dead-letter it past the limit."""
-        if entry.deliveries > self.settings.max_deliveries:
+        failures = entry.failures + 1
+        if failures > self.settings.max_deliveries:
+            entry.failures = failures
             await self.dead_letter([(entry, REASON_FAILED, f"{type(error).__name__}: {error}")])
             return
-        # XCLAIM to ourselves bumps the PEL delivery count: the failure survives a restart.
-        await self.fence.claim([entry.id])
-        entry.deliveries += 1
+        # counted in Redis: the failure survives a restart or a takeover
+        # (kept as long as a snapshot: a count whose entry went while nobody held the shard goes then)
+        kept_ms = self.settings.snapshot_ttl_s * 1000
+        await self.fence.apply([HashWrite(self.failures_key, {entry.id: str(failures)}, px=kept_ms)])
+        entry.failures = failures
         delay = min(
             self.settings.capture_retry_backoff_max_s,
-            max(self.settings.ov_backoff_s, 0.01) * 2 ** (entry.deliveries - 2),
+            max(self.settings.ov_backoff_s, 0.01) * 2 ** (failures - 1),
         )
         entry.retry_at = asyncio.get_running_loop().time() + delay
         self.worker.stats.failures += 1
         log.warning(
-            "shard %s: entry %s failed (delivery %d): %s; retry in %.2fs",
+            "shard %s: entry %s failed (failure %d of %d): %s; retry in %.2fs",
             self.shard,
             entry.id,
-            entry.deliveries - 1,
+            failures,
+            self.settings.max_deliveries,
             error,
             delay,
         )
@@ -408,12 +438,12 @@ class ShardConsumer:
                         payload=entry.payload,
                         reason=reason,
                         error=error,
-                        deliveries=entry.deliveries,
+                        deliveries=entry.failures,
                         consumer=self.consumer,
                     ),
                 )  # uncapped: a dead letter is a turn kept for an operator, never dropped
             await pipe.execute()
-        await self.fence.apply([], [e.id for e, _, _ in items])
+        await self.fence.apply(self.forget_failures([e for e, _, _ in items]), [e.id for e, _, _ in items])
         gone = {e.id for e, _, _ in items}
         self.backlog = [e for e in self.backlog if e.id not in gone]
         self.worker.stats.dead_lettered += len(items)

@@ -13,10 +13,11 @@ started again only after a backoff (``CAPTURE_RESTART_BACKOFF_S``, doubling
 per crash in a row up to ``CAPTURE_RESTART_BACKOFF_MAX_S``), logging one line
 per crash and the traceback only for the first.
 
-``fault_hook(step)`` is called at "before_write", "after_write" and
-"before_ack"; raising ``WorkerKilled`` from it stops the worker on the spot,
-cleaning nothing up (leases, pending entries and intents stay as a crash
-leaves them) — the tests' kill switch.
+``fault_hook(step)`` is called at the steps of a round (workers.capture.round: "before_write",
+"after_write", "before_ack", "after_ack", "before_snapshot", "before_snapshot_store");
+raising ``WorkerKilled`` from it stops the worker on the spot, cleaning nothing up (leases,
+pending entries and intents stay as a crash leaves them) — the tests' kill switch; raising
+another error stands for that step failing (Redis away, OV refusing a read).
 """
 
 from __future__ import annotations
@@ -51,11 +52,12 @@ from workers.store.connection import (
     connect,
     connect_async,
     redis_went_away,
+    text,
 )
 from workers.store.deployment import check_deployment_async
 from workers.store.health import forget_health, record_health
 from workers.store.keys import Keys
-from workers.store.scripts import LEASE_ACQUIRE, LEASE_RENEW
+from workers.store.scripts import CAPTURE_LEASE_RENEW, LEASE_ACQUIRE
 from workers.store.shard_map import follow_map
 from workers.store.strays import adopt_strays
 
@@ -64,6 +66,13 @@ log = logging.getLogger(__name__)
 
 class WorkerKilled(BaseException):
     """Raised by a fault hook: the worker stops at once, like a killed process."""
+
+
+def redis_connections(settings: Settings) -> int:
+    """Connections the worker's asyncio Redis client keeps at most: a few per stream it may hold
+    (twice the shards: a reshard drains the old generation beside the new), one per OV call in
+    flight (a step that touches Redis per session stays under the OV slots), and a few for the tick."""
+    return defaults.REDIS_POOL_PER_SHARD * 2 * settings.shards + settings.capture_ov_concurrency + 8
 
 
 def default_consumer_name() -> str:
@@ -91,9 +100,13 @@ class CaptureWorker:
     ) -> None:
         self.settings = settings
         self._owns_redis = redis is None
-        self.redis = redis if redis is not None else connect_async(settings, block_ms=settings.capture_block_ms)
+        if redis is None:
+            redis = connect_async(
+                settings, block_ms=settings.capture_block_ms, max_connections=redis_connections(settings)
+            )
+        self.redis = redis
         self._owns_sync_redis = sync_redis is None
-        self.sync_redis = sync_redis if sync_redis is not None else connect(settings)
+        self.sync_redis = sync_redis if sync_redis is not None else connect(settings)  # request_commit's threads
         self._owns_ov = ov is None
         self.ov = ov if ov is not None else OVClient.from_settings(settings, transport=ov_transport)
         self.consumer = consumer or default_consumer_name()
@@ -123,6 +136,7 @@ class CaptureWorker:
         self.restart_at: dict[StreamShard, float] = {}
         """Shard -> ``clock()`` time before which its crashed consumer is not started again."""
         self._scoped: dict[tuple[str | None, str], OVClient] = {}
+        self._last_renewal: float | None = None
 
     @property
     def shards(self) -> list[StreamShard]:
@@ -253,13 +267,19 @@ class CaptureWorker:
             pipe.zadd(workers_key, {self.consumer: now_ms + self.lease_ms})
             pipe.zremrangebyscore(workers_key, 0, now_ms)
             pipe.zrange(workers_key, 0, -1)
-            for shard in self.consumers:
-                await LEASE_RENEW.run(pipe, [self.keys.capture_lease(shard)], [self.consumer, self.lease_ms])
+            holding = [c for c in self.consumers.values() if not c.released]
+            for consumer in holding:
+                await CAPTURE_LEASE_RENEW.run(
+                    pipe,
+                    [consumer.lease_key, consumer.epoch_key],
+                    [self.consumer, consumer.epoch, self.lease_ms],
+                )
             record_health(pipe, self.settings, "capture", self.consumer, **self._facts())
             pipe.hgetall(self.keys.deployment())
             replies = await pipe.execute()
+        self._renewed(asyncio.get_running_loop().time())
         live = sorted(name.decode() for name in replies[2])
-        for consumer, renewed in zip(list(self.consumers.values()), replies[3 : 3 + len(self.consumers)]):
+        for consumer, renewed in zip(holding, replies[3 : 3 + len(holding)]):
             if not int(renewed) and not consumer.released:
                 consumer.lost = True
         self._reap()
@@ -275,12 +295,14 @@ class CaptureWorker:
                 continue
             if self.restart_at.get(shard, 0.0) > self.clock():  # crashed: backing off
                 continue
-            taken, _ = await LEASE_ACQUIRE.run(
-                self.redis, [self.keys.capture_lease(shard)], [self.consumer, self.lease_ms, ""]
+            taken, epoch = await LEASE_ACQUIRE.run(
+                self.redis,
+                [self.keys.capture_lease(shard), self.keys.capture_lease_epoch(shard)],
+                [self.consumer, self.lease_ms, ""],
             )
             if int(taken) == 1:
                 self.restart_at.pop(shard, None)
-                self._start(shard)
+                self._start(shard, text(epoch))
                 active.append(shard)
         for shard in reversed(self._preference()):  # hand back the least preferred extras
             if len(active) <= fair:
@@ -340,8 +362,15 @@ class CaptureWorker:
             exc_info=exc if trace else None,
         )
 
-    def _start(self, shard: StreamShard) -> None:
-        consumer = ShardConsumer(self, shard)
+    def _renewed(self, now: float) -> None:
+        """The held leases were renewed at loop time ``now``: the longest gap between two
+        renewals while shards were held goes into the stats (the bench prints it)."""
+        if self.consumers and self._last_renewal is not None:
+            self.stats.longest_renewal_gap_s = max(self.stats.longest_renewal_gap_s, now - self._last_renewal)
+        self._last_renewal = now if self.consumers else None
+
+    def _start(self, shard: StreamShard, epoch: str) -> None:
+        consumer = ShardConsumer(self, shard, epoch)
         if self.stopping:
             # stop() came while the tick awaited this shard's lease: born stopping, the consumer
             # gives the lease straight back (else it would run on, and the worker with it)

@@ -41,8 +41,8 @@ from redis.typing import EncodableT, FieldT
 from core.config import Settings
 from core.defaults import REDIS_FAIL_FAST_CONNECT_TIMEOUT_S as FAIL_FAST_CONNECT_TIMEOUT_S
 from core.defaults import REDIS_FAIL_FAST_TIMEOUT_S as FAIL_FAST_TIMEOUT_S
+from core.defaults import REDIS_POOL_SIZE, REDIS_POOL_WAIT_S, REDIS_WAIT_MAX_S, REDIS_WAIT_S
 from core.defaults import REDIS_SOCKET_TIMEOUT_MARGIN_S as SOCKET_TIMEOUT_MARGIN_S
-from core.defaults import REDIS_WAIT_MAX_S, REDIS_WAIT_S
 
 log = logging.getLogger(__name__)
 
@@ -107,31 +107,64 @@ def _options(settings: Settings, block_ms: int | None, fail_fast: bool) -> dict[
 # hash-tagged slot (workers.store.keys), which is all the cluster client asks of its callers.
 
 
-def connect(settings: Settings, *, block_ms: int | None = None, fail_fast: bool = False) -> redis.Redis:
+def _pool_wait_s(fail_fast: bool) -> float:
+    return FAIL_FAST_TIMEOUT_S if fail_fast else REDIS_POOL_WAIT_S
+
+
+def connect(
+    settings: Settings,
+    *,
+    block_ms: int | None = None,
+    fail_fast: bool = False,
+    max_connections: int = REDIS_POOL_SIZE,
+) -> redis.Redis:
     """A sync store client for ``settings.redis_url``; ``block_ms`` = longest blocking read it
-    will do; ``fail_fast``: short timeouts and one immediate retry (the RPC's)."""
+    will do; ``fail_fast``: short timeouts and one immediate retry (the RPC's). At most
+    ``max_connections`` (per cluster node); a caller past them waits for one."""
     if settings.embedded_redis:
         return fakeredis.FakeRedis(server=fake_server())
     options = _options(settings, block_ms, fail_fast)
     if settings.redis_cluster:
         retry = {"retry": Retry(NoBackoff(), 1)} if fail_fast else {}
         url = settings.redis_url
-        return cast(redis.Redis, LazyCluster(lambda: redis.cluster.RedisCluster.from_url(url, **options, **retry)))
-    client = redis.Redis.from_url(settings.redis_url, **options)
+
+        def make() -> redis.cluster.RedisCluster:
+            return redis.cluster.RedisCluster.from_url(url, max_connections=max_connections, **options, **retry)
+
+        return cast(redis.Redis, LazyCluster(make))
+    pool = redis.BlockingConnectionPool.from_url(
+        settings.redis_url, max_connections=max_connections, timeout=_pool_wait_s(fail_fast), **options
+    )
+    client = redis.Redis.from_pool(pool)
     if fail_fast:
         client.set_retry(Retry(NoBackoff(), 1))
     return client
 
 
-def connect_async(settings: Settings, *, block_ms: int | None = None, fail_fast: bool = False) -> aioredis.Redis:
-    """An asyncio store client for ``settings.redis_url`` (same embedded server for ``fakeredis://``)."""
+def connect_async(
+    settings: Settings,
+    *,
+    block_ms: int | None = None,
+    fail_fast: bool = False,
+    max_connections: int = REDIS_POOL_SIZE,
+) -> aioredis.Redis:
+    """An asyncio store client for ``settings.redis_url`` (same embedded server for
+    ``fakeredis://``); the arguments as ``connect``'s. A cluster client cannot wait for a
+    connection (redis-py raises past ``max_connections`` per node): its callers keep their
+    concurrency under it."""
     if settings.embedded_redis:
         return fakeredis.FakeAsyncRedis(server=fake_server())
     options = _options(settings, block_ms, fail_fast)
     if settings.redis_cluster:
         retry = {"retry": AsyncRetry(NoBackoff(), 1)} if fail_fast else {}
-        return cast(aioredis.Redis, aiocluster.RedisCluster.from_url(settings.redis_url, **options, **retry))
-    client = aioredis.Redis.from_url(settings.redis_url, **options)
+        return cast(
+            aioredis.Redis,
+            aiocluster.RedisCluster.from_url(settings.redis_url, max_connections=max_connections, **options, **retry),
+        )
+    pool = aioredis.BlockingConnectionPool.from_url(
+        settings.redis_url, max_connections=max_connections, timeout=_pool_wait_s(fail_fast), **options
+    )
+    client = aioredis.Redis.from_pool(pool)
     if fail_fast:
         client.set_retry(AsyncRetry(NoBackoff(), 1))
     return client
@@ -176,7 +209,10 @@ def queue_client(store: redis.Redis, settings: Settings) -> redis.Redis:
     with _queue_clients_lock:
         client = _queue_clients.get(url)
         if client is None:
-            client = _queue_clients[url] = redis.Redis.from_url(url, **_tls(settings, url))
+            pool = redis.BlockingConnectionPool.from_url(
+                url, max_connections=REDIS_POOL_SIZE, timeout=REDIS_POOL_WAIT_S, **_tls(settings, url)
+            )
+            client = _queue_clients[url] = redis.Redis.from_pool(pool)
         return client
 
 

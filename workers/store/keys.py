@@ -174,6 +174,17 @@ class Keys:
         renewed while it is alive."""
         return self._of_stream(shard, "lease:capture")
 
+    def capture_lease_epoch(self, shard: int | StreamShard) -> str:
+        """Counter: how many times the shard's lease was taken. A consumer whose lease lapsed
+        takes it back only while this still names its own taking (workers.store.scripts._HOLDS)."""
+        return self._of_stream(shard, "lease:capture:epoch")
+
+    def capture_failures(self, shard: int | StreamShard) -> str:
+        """Hash: entry id -> how many times applying that entry of the shard's stream raised an
+        error (only those count toward ``maxDeliveries``; a re-claim after a lost lease, a
+        restart or a takeover does not). A field goes when its entry is acked or dead-lettered."""
+        return self._of_stream(shard, "failures")
+
     def process_health(self, name: str) -> str:
         """Hash with a TTL: the liveness record of one ovstream process (workers.store.health)."""
         return f"{self.prefix}:health:{name}"

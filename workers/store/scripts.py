@@ -66,10 +66,12 @@ local cur = redis.call('HGET', KEYS[1], 'id')
 if cur and cur ~= ARGV[1] then return {0, redis.call('HGET', KEYS[1], 'data') or ''} end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'data', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if KEYS[2] then return {1, tostring(redis.call('INCR', KEYS[2]))} end
 return {1, ''}
 """)
-"""KEYS[1] lease. ARGV: owner, ms, data. Free or already ours: take (renew) it, {1, ''};
-held by another: {0, its data}."""
+"""KEYS[1] lease, KEYS[2] (optional) its epoch counter. ARGV: owner, ms, data. Free or already
+ours: take (renew) it, {1, ''}, or {1, the new epoch} with an epoch counter; held by another:
+{0, its data}."""
 
 LEASE_RENEW = Lua("""
 if redis.call('HGET', KEYS[1], 'id') == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
@@ -78,15 +80,44 @@ return 0
 """KEYS[1] lease. ARGV: owner, ms. 1 when renewed, 0 when it is not ours any more."""
 
 LEASE_RELEASE = Lua("""
-if redis.call('HGET', KEYS[1], 'id') == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
+if redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return 0 end
+if KEYS[2] then redis.call('INCR', KEYS[2]) end
+return redis.call('DEL', KEYS[1])
 """)
-"""KEYS[1] lease. ARGV: owner. Deletes the lease only when ``owner`` holds it."""
+"""KEYS[1] lease, KEYS[2] (optional) its epoch counter. ARGV: owner. Deletes the lease only when
+``owner`` holds it, moving its epoch on: a lease given back is never taken back (``_HOLDS``)."""
 
 # --- capture ----------------------------------------------------------------------------------
 
-FENCED_READ = Lua("""
-if redis.call('HGET', KEYS[2], 'id') ~= ARGV[1] then return -1 end
+_HOLDS = """
+local function holds(lease, epoch_key, me, epoch, ms)
+  local cur = redis.call('HGET', lease, 'id')
+  if cur then return cur == me end
+  if epoch == '' or redis.call('GET', epoch_key) ~= epoch then return false end
+  redis.call('HSET', lease, 'id', me, 'data', '')
+  redis.call('PEXPIRE', lease, ms)
+  return true
+end
+"""
+"""Lua: whether consumer ``me`` holds a shard's lease. A lease that lapsed while nobody took it
+since ``me`` took it (its epoch counter still at ``epoch``) is taken back: nothing of the shard
+can have changed hands meanwhile, so a consumer frozen or starved past its lease (SIGSTOP, a
+busy machine) carries on where it was instead of handing its work to itself."""
+
+CAPTURE_LEASE_RENEW = Lua(
+    _HOLDS
+    + """
+if holds(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]) then return redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+return 0
+"""
+)
+"""KEYS[1] a shard's lease, KEYS[2] its epoch counter. ARGV: consumer, its epoch, ms. 1 when
+renewed (or taken back, untouched since), 0 when another consumer took it."""
+
+FENCED_READ = Lua(
+    _HOLDS
+    + """
+if not holds(KEYS[2], KEYS[3], ARGV[1], ARGV[4], ARGV[5]) then return -1 end
 local r = redis.call('XREADGROUP', 'GROUP', ARGV[2], ARGV[1], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
 local entries = nil
 if r and r[1] then  -- Redis: {{stream, entries}}; the embedded fakeredis: {stream, entries}
@@ -96,74 +127,55 @@ if entries and entries[1] then return {1, entries} end
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 if last[1] then return {0, last[1][1]} end
 return {0, '0-0'}
-""")
-"""KEYS[1] stream, KEYS[2] the shard's lease. ARGV: consumer, group, count. -1: the lease is
-not ours. {1, entries}: new entries. {0, last id}: nothing new; the stream's last id, to
-wait on with XREAD for anything newer."""
+"""
+)
+"""KEYS[1] stream, KEYS[2] the shard's lease, KEYS[3] its epoch counter. ARGV: consumer, group,
+count, epoch, lease ms (``_HOLDS``). -1: the lease is not ours. {1, entries}: new entries.
+{0, last id}: nothing new; the stream's last id, to wait on with XREAD for anything newer."""
 
-FENCED_CLAIM = Lua("""
-if redis.call('HGET', KEYS[2], 'id') ~= ARGV[1] then return -1 end
+FENCED_CLAIM = Lua(
+    _HOLDS
+    + """
+if not holds(KEYS[2], KEYS[3], ARGV[1], ARGV[3], ARGV[4]) then return -1 end
 local out = {}
-for i = 3, #ARGV, 500 do
+for i = 5, #ARGV, 500 do
   local r = redis.call('XCLAIM', KEYS[1], ARGV[2], ARGV[1], 0, unpack(ARGV, i, math.min(i + 499, #ARGV)))
   for _, e in ipairs(r) do out[#out + 1] = e end
 end
 return out
-""")
-"""KEYS[1] stream, KEYS[2] the shard's lease. ARGV: consumer, group, entry ids. -1: the lease
-is not ours. Otherwise the entries, now pending for ``consumer`` with their delivery count
-raised (an id missing from the answer was deleted from the stream). Whoever holds the lease
+"""
+)
+"""KEYS[1] stream, KEYS[2] the shard's lease, KEYS[3] its epoch counter. ARGV: consumer, group,
+epoch, lease ms (``_HOLDS``), entry ids. -1: the lease is not ours. Otherwise the entries, now
+pending for ``consumer`` (an id missing from the answer was deleted from the stream). Whoever holds the lease
 owns every pending entry of the shard, so no idle time is waited for: a takeover starts as
 soon as the lease is won."""
 
-FENCED_APPLY = Lua("""
-if redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return -1 end
+FENCED_APPLY = Lua(
+    _HOLDS
+    + """
+if not holds(KEYS[1], KEYS[2], ARGV[1], ARGV[4], ARGV[5]) then return -1 end
 local plan = cjson.decode(ARGV[3])
 for i, w in ipairs(plan.hashes) do
-  if #w.set > 0 then redis.call('HSET', KEYS[i + 2], unpack(w.set)) end
-  if #w.del > 0 then redis.call('HDEL', KEYS[i + 2], unpack(w.del)) end
+  if #w.set > 0 then redis.call('HSET', KEYS[i + 3], unpack(w.set)) end
+  if #w.del > 0 then redis.call('HDEL', KEYS[i + 3], unpack(w.del)) end
+  if w.px > 0 and #w.set > 0 then redis.call('PEXPIRE', KEYS[i + 3], w.px) end
 end
 for i = 1, #plan.ack, 500 do
-  redis.call('XACK', KEYS[2], ARGV[2], unpack(plan.ack, i, math.min(i + 499, #plan.ack)))
+  redis.call('XACK', KEYS[3], ARGV[2], unpack(plan.ack, i, math.min(i + 499, #plan.ack)))
 end
 return 1
-""")
-"""KEYS[1] the shard's lease, KEYS[2] its stream, KEYS[3..] hashes of its sessions. ARGV:
-consumer, group, JSON ``{"hashes": [{"set": [field, value, ...], "del": [field, ...]}, ...],
-"ack": [entry id, ...]}`` (``hashes[i]`` for ``KEYS[i + 2]``). 1 when every write was made;
+"""
+)
+"""KEYS[1] the shard's lease, KEYS[2] its epoch counter, KEYS[3] its stream, KEYS[4..] hashes of
+its sessions. ARGV: consumer, group, JSON ``{"hashes": [{"set": [field, value, ...], "del":
+[field, ...], "px": ms}, ...], "ack": [entry id, ...]}`` (``hashes[i]`` for ``KEYS[i + 3]``; a
+hash given fields to set lives ``px`` ms from now, when ``px`` > 0), epoch, lease ms
+(``_HOLDS``). 1 when every write was made;
 -1, writing nothing, when the lease is not ours: a consumer stalled past its lease (a GC
 pause, SIGSTOP) cannot record an intent or ack after another took the shard over."""
 
-# --- snapshots (workers.store.snapshots) --------------------------------------------------------
-
-SNAPSHOT_WRITE_IF_NEWER = Lua("""
-local cur = redis.call('HMGET', KEYS[1], 'id', 'fetched_ms', 'data')
-if cur[1] and cur[3] then
-  local cms, cseq = string.match(cur[1], '^(%d+)-(%d+)$')
-  local nms, nseq = string.match(ARGV[1], '^(%d+)-(%d+)$')
-  cms, cseq, nms, nseq = tonumber(cms), tonumber(cseq), tonumber(nms), tonumber(nseq)
-  local older = nms < cms or (nms == cms and nseq < cseq)
-  local same = nms == cms and nseq == cseq
-  if older or (same and tonumber(ARGV[2]) < tonumber(cur[2] or '0')) then
-    return {0, cur[3]}
-  end
-end
-redis.call('HSET', KEYS[1], 'id', ARGV[1], 'fetched_ms', ARGV[2], 'data', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return {1}
-""")
-"""KEYS[1] snapshot hash. ARGV: stream id, fetched_ms, data, ttl_ms. {1} when written,
-{0, stored data} when the stored one is newer."""
-
-SNAPSHOT_VERSION = Lua("""
-local v = redis.call('HMGET', KEYS[1], 'id', 'fetched_ms')
-return {v[1] or false, v[2] or false, redis.call('HSTRLEN', KEYS[1], 'data'), redis.call('GET', KEYS[2]) or false}
-""")
-"""KEYS[1] snapshot hash, KEYS[2] the session's last-turn key. {stream id, fetched_ms, data
-size, newest published turn}: what assemble needs to know whether its cached copy is current,
-in one command."""
-
-# --- the turn streams ---------------------------------------------------------------------------
+# --- stream ids (Lua helpers of the scripts below) ------------------------------------------
 
 _STREAM_IDS = """
 local function parse(id)
@@ -182,6 +194,50 @@ end
 """
 """Lua helpers of the stream scripts: stream ids compared as Redis orders them, and a field
 of an XINFO reply (a flat name, value, ... list)."""
+
+
+# --- snapshots (workers.store.snapshots) --------------------------------------------------------
+
+SNAPSHOT_WRITE_IF_NEWER = Lua(
+    _STREAM_IDS
+    + """
+local cur = redis.call('HMGET', KEYS[1], 'id', 'fetched_ms', 'data', 'behind')
+if cur[1] and cur[3] then
+  local same = cur[1] == ARGV[1]
+  if older(ARGV[1], cur[1]) or (same and tonumber(ARGV[2]) < tonumber(cur[2] or '0')) then
+    return {0, cur[3]}
+  end
+end
+redis.call('HSET', KEYS[1], 'id', ARGV[1], 'fetched_ms', ARGV[2], 'data', ARGV[3])
+if cur[4] and not older(ARGV[1], cur[4]) then redis.call('HDEL', KEYS[1], 'behind') end
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return {1}
+"""
+)
+"""KEYS[1] snapshot hash. ARGV: stream id, fetched_ms, data, ttl_ms. {1} when written,
+{0, stored data} when the stored one is newer. A written snapshot at or past the hash's
+``behind`` mark (``SNAPSHOT_BEHIND``) clears it."""
+
+SNAPSHOT_BEHIND = "behind"
+"""Field of a snapshot hash: the stream id of the newest entry capture acknowledged after
+writing its messages to OV (set in the same fenced script as the ack). A stored snapshot older
+than it lacks turns that are in OV and may be gone from the stream: it is no snapshot at all
+to assemble (``SNAPSHOT_VERSION``) until one at or past the mark is stored."""
+
+SNAPSHOT_VERSION = Lua(
+    _STREAM_IDS
+    + """
+local v = redis.call('HMGET', KEYS[1], 'id', 'fetched_ms', 'behind')
+local size = redis.call('HSTRLEN', KEYS[1], 'data')
+if v[3] and (not v[1] or older(v[1], v[3])) then size = 0 end
+return {v[1] or false, v[2] or false, size, redis.call('GET', KEYS[2]) or false}
+"""
+)
+"""KEYS[1] snapshot hash, KEYS[2] the session's last-turn key. {stream id, fetched_ms, data
+size, newest published turn}: what assemble needs to know whether its cached copy is current,
+in one command. A snapshot behind its ``behind`` mark answers size 0: missing, read OV again."""
+
+# --- the turn streams ---------------------------------------------------------------------------
 
 TRIM_APPLIED = Lua(
     _STREAM_IDS
