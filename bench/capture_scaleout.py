@@ -29,8 +29,12 @@ from processes import OVSTREAM, spawn, stop  # bench/processes.py
 
 from core.config import Settings
 from core.events import TurnEvent
+from core.session import SessionAddress
 from workers.dev.local_redis import free_port, start_redis_server
+from workers.store.applied import parse_id
 from workers.store.keys import Keys
+from workers.store.scripts import SNAPSHOT_BEHIND
+from workers.store.snapshots import snapshot_key
 from workers.store.status import read_backlog
 from workers.store.streams import publish_turn
 
@@ -51,8 +55,33 @@ def turn(session: str, index: int) -> TurnEvent:
     )
 
 
-def run(processes: int, args: argparse.Namespace, redis_url: str, work: Path) -> float:
-    """Events per second for ``processes`` capture processes."""
+POOL_ERRORS = ("Too many connections", "No connection available", "MaxConnectionsError")
+"""What redis-py says when a process's connection pool is exhausted."""
+
+
+def snapshots_complete(client: redis.Redis, settings: Settings, last_ids: dict[str, str]) -> int:
+    """Sessions whose stored snapshot reflects their last published turn and is not behind
+    what capture applied: what assemble serves as current is whole."""
+    complete = 0
+    for session, last_id in last_ids.items():
+        key = snapshot_key(settings, SessionAddress(session, "main"))
+        stored_id, behind = client.hmget(key, ["id", SNAPSHOT_BEHIND])
+        if (
+            stored_id is not None
+            and stored_id.decode() == last_id
+            and (behind is None or parse_id(behind.decode()) <= parse_id(last_id))
+        ):
+            complete += 1
+    return complete
+
+
+def pool_errors(logs: list[Path]) -> int:
+    return sum(log.read_text(errors="replace").count(e) for log in logs for e in POOL_ERRORS)
+
+
+def run(processes: int, args: argparse.Namespace, redis_url: str, work: Path) -> tuple[float, int, int]:
+    """Events per second for ``processes`` capture processes, sessions whose snapshot is
+    complete after, and pool errors logged."""
     ov_port = free_port()
     base = {k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")}
     prefix = f"scale{processes}x{uuid.uuid4().hex[:6]}"
@@ -86,7 +115,7 @@ def run(processes: int, args: argparse.Namespace, redis_url: str, work: Path) ->
         sessions = [f"s{i}" for i in range(args.sessions)]
         events = [turn(sessions[i % len(sessions)], i // len(sessions)) for i in range(args.events)]
         for n in range(processes):
-            workers.append(spawn([*OVSTREAM, "--log-level", "WARNING", "capture"], env, work / f"capture{n}.log"))
+            workers.append(spawn([*OVSTREAM, "--log-level", args.log_level, "capture"], env, work / f"capture{n}.log"))
         # The clock starts once every process owns its share of the shards: what is measured
         # is capture, not Python starting up or the shards being split.
         deadline = time.monotonic() + 60
@@ -95,13 +124,15 @@ def run(processes: int, args: argparse.Namespace, redis_url: str, work: Path) ->
                 raise RuntimeError(f"the capture processes did not split the shards; see {work}")
             time.sleep(0.05)
         started = time.monotonic()
-        for event in events:
-            publish_turn(client, settings, event)
+        last_ids = {event.session_id: publish_turn(client, settings, event) for event in events}
         while any(s.oldest_unapplied is not None for s in read_backlog(client, settings)):
             if any(w.poll() is not None for w in workers):
                 raise RuntimeError(f"a capture process exited; see {work}")
             time.sleep(0.05)
-        return args.events / (time.monotonic() - started)
+        rate = args.events / (time.monotonic() - started)
+        time.sleep(1.0)  # the last round's snapshot writes follow its ack
+        logs = [work / f"capture{n}.log" for n in range(processes)]
+        return rate, snapshots_complete(client, settings, last_ids), pool_errors(logs)
     finally:
         for proc in [*workers, ov]:
             stop(proc)
@@ -114,22 +145,24 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=400)
     parser.add_argument("--ov-latency-ms", type=float, default=20.0)
     parser.add_argument("--processes", default="1,2,4,8")
+    parser.add_argument("--log-level", default="WARNING", help="of the capture processes")
     args = parser.parse_args()
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"ovstream-scaleout-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
     server = start_redis_server()
     try:
-        rates = {int(n): run(int(n), args, server.url, work) for n in args.processes.split(",")}
+        results = {int(n): run(int(n), args, server.url, work) for n in args.processes.split(",")}
     finally:
         server.stop()
+    rates = {n: r[0] for n, r in results.items()}
     one = rates[min(rates)]
     print(
         f"capture scale-out: {args.events} turn events ({args.sessions} sessions, 2 messages each), {SHARDS} shards,"
         f" OV latency {args.ov_latency_ms:g} ms per call, {os.cpu_count()} CPUs"
     )
-    print(f"{'processes':>9} {'events/s':>9} {'x one':>6}")
-    for n, rate in rates.items():
-        print(f"{n:>9} {rate:>9,.0f} {rate / one:>6.2f}")
+    print(f"{'processes':>9} {'events/s':>9} {'x one':>6} {'snapshots complete':>19} {'pool errors':>11}")
+    for n, (rate, complete, errors) in results.items():
+        print(f"{n:>9} {rate:>9,.0f} {rate / one:>6.2f} {f'{complete}/{args.sessions}':>19} {errors:>11}")
 
 
 if __name__ == "__main__":

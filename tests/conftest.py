@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 import redis
 
-from workers.dev.local_redis import LocalRedisError, free_port, start_redis_server  # noqa: F401 (free_port for tests)
+from workers.dev.local_redis import (  # noqa: F401 (free_port for tests)
+    LocalRedisError,
+    RedisClusterServers,
+    free_port,
+    start_redis_cluster,
+    start_redis_server,
+)
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +35,20 @@ def redis_server() -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServers]:
+    """Three cluster-enabled ``redis-server`` masters joined by ``redis-cli --cluster create``,
+    for the whole test session (the cluster and slow tiers)."""
+    try:
+        cluster = start_redis_cluster(masters=3)
+    except LocalRedisError as exc:
+        pytest.fail(str(exc))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture

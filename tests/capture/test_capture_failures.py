@@ -152,3 +152,29 @@ async def test_ov_down_acks_nothing_then_everything_is_written(redis_client, set
     for s in sessions:
         assert ov_texts(fake_ov, s) == expected_texts(s, 5)
     assert worker.stats.failures == 0 and list_dead_letters(redis_client, settings) == []
+
+
+async def test_ov_answering_500_to_every_write_is_ov_failing_not_the_turns(redis_client, settings, fake_ov):
+    """A server error for every session is OV failing: no failure counted, no dead letter, each
+    session's turns in order once OV writes again."""
+    sessions = [f"five{i}" for i in range(3)]
+    publish(redis_client, settings, [turn(s, t) for t in range(4) for s in sessions])
+    fake_ov.fail_next(4 * settings.max_deliveries + 4, status=500, code="INTERNAL", route="/messages/batch")
+    worker = make_worker(settings, fake_ov)
+    await run_until([worker], lambda: all(len(ov_texts(fake_ov, s)) == 8 for s in sessions), timeout_s=60)
+    for s in sessions:
+        assert ov_texts(fake_ov, s) == expected_texts(s, 4)
+    assert worker.stats.failures == 0 and list_dead_letters(redis_client, settings) == []
+
+
+async def test_a_500_beside_writes_that_go_through_counts_against_its_entry(redis_client, settings, fake_ov):
+    """The 500 that came beside a write that went through counts (it may be the entry's own);
+    the ones it met alone after are OV failing and do not."""
+    settings = settings.model_copy(update={"shards": 1})  # one round holds both sessions
+    publish(redis_client, settings, [turn("bad500", 0), turn("good500", 0)])
+    fake_ov.fail_next(settings.max_deliveries + 1, status=500, code="INTERNAL", route="/sessions/bad500/messages")
+    worker = make_worker(settings, fake_ov)
+    await run_until([worker], lambda: len(ov_texts(fake_ov, "bad500")) == 2, timeout_s=30)
+    assert ov_texts(fake_ov, "good500") == expected_texts("good500", 1)
+    assert ov_texts(fake_ov, "bad500") == expected_texts("bad500", 1)
+    assert worker.stats.failures == 1 and list_dead_letters(redis_client, settings) == []

@@ -3,7 +3,8 @@ final and as OV reports it; each fault's recovery measured (docs/FAILURE-MODES.m
 
 The load publishes turns of SESSIONS at RATE while, one after another: a capture process is
 SIGKILLed, the worker is SIGKILLed, OV is frozen (SIGSTOP) for OV_FREEZE_S, Redis is
-SIGKILLed and started again, and a capture process and the worker die together. After each
+SIGKILLed and started again, Redis is full (every write refused) for REDIS_FULL_S, and a
+capture process and the worker die together. After each
 fault the test measures how long until capture has applied everything published up to a
 second after the fault ended, and until every commit unsettled then is final. A final check
 kills the worker in the middle of a commit and measures until that commit is final.
@@ -16,6 +17,8 @@ import signal
 import time
 from collections.abc import Callable
 
+import redis
+
 from core.session import SessionAddress
 from tests.chaos.conftest import ChaosWorld
 from tests.helpers.chaos import Ledger, Load, expected_ids, measure
@@ -26,6 +29,8 @@ SESSIONS = [f"chaos-{i}" for i in range(8)]
 RATE = 8.0
 """Turns a second over all sessions, from before the first fault until after the last."""
 OV_FREEZE_S = 8.0
+REDIS_FULL_S = 60.0
+"""How long Redis refuses every write (``maxmemory`` reached under ``noeviction``)."""
 RECOVERY_DEADLINE_S = 120.0
 NEXT_COMMIT_DEADLINE_S = 30.0
 """The issue's bound: after a SIGKILL of the worker the next commit completes within 30 s."""
@@ -59,6 +64,21 @@ def _freeze_ov(world: ChaosWorld) -> None:
         os.killpg(world.ov.pid, signal.SIGCONT)
 
 
+def _fill_redis(world: ChaosWorld) -> None:
+    """Redis at ``maxmemory`` with ``noeviction`` for REDIS_FULL_S: every write refused (OOM)."""
+    client = redis.Redis.from_url(world.redis.url)
+    policy = client.config_get("maxmemory-policy")["maxmemory-policy"]
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", 1)
+    try:
+        time.sleep(REDIS_FULL_S)
+        assert not world.deployment.exited(), world.deployment.exited()  # waited out, not crashed
+    finally:
+        client.config_set("maxmemory", 0)
+        client.config_set("maxmemory-policy", policy)
+        client.close()
+
+
 def test_faults_under_load_lose_repeat_and_reorder_nothing(world: ChaosWorld) -> None:
     deployment = world.deployment
     ledger = Ledger(deployment.settings, world.ov.url, SESSIONS)
@@ -69,6 +89,7 @@ def test_faults_under_load_lose_repeat_and_reorder_nothing(world: ChaosWorld) ->
         _recover(world, ledger, load, "worker SIGKILL", lambda: deployment.restart("worker"))
         _recover(world, ledger, load, f"OV frozen {OV_FREEZE_S:g} s", lambda: _freeze_ov(world))
         _recover(world, ledger, load, "Redis SIGKILL + restart", world.redis.restart)
+        _recover(world, ledger, load, f"Redis full {REDIS_FULL_S:g} s", lambda: _fill_redis(world))
 
         def both() -> None:
             deployment.kill("capture-b")

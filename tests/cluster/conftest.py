@@ -1,7 +1,7 @@
 """The cluster tier: capture, commit and assemble tests again, on a real Redis Cluster.
 
-``redis_cluster`` starts three cluster-enabled ``redis-server`` masters joined by
-``redis-cli --cluster create`` for the whole test session. The test modules here import the
+``redis_cluster`` (tests/conftest.py) runs three cluster-enabled ``redis-server`` masters
+for the whole test session. The test modules here import the
 single-Redis tests they run again; the fixtures below put those tests' store on the cluster
 (``redis_settings``, ``redis_client``) and their RQ commit queue on the plain
 ``redis_server`` (``queue_redis_url``), as RQ does not speak Redis Cluster. Every test here
@@ -20,7 +20,7 @@ from redis.cluster import RedisCluster
 
 from tests.capture.conftest import fake_ov, fake_ov_url, settings  # noqa: F401 (fixtures of the imported tests)
 from tests.rpc.conftest import commit_worker, fake, make_rpc, rpc  # noqa: F401
-from workers.dev.local_redis import LocalRedisError, RedisClusterServers, start_redis_cluster
+from workers.dev.local_redis import RedisClusterServers
 
 _HERE = Path(__file__).parent
 
@@ -29,18 +29,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(str(item.fspath)).is_relative_to(_HERE):
             item.add_marker(pytest.mark.redis)
-
-
-@pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[RedisClusterServers]:
-    try:
-        cluster = start_redis_cluster(masters=3)
-    except LocalRedisError as exc:
-        pytest.fail(str(exc))
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture

@@ -132,8 +132,10 @@ REDIS_AWAY = (
     ClusterDownError,
     TryAgainError,
     RedisClusterException,
+    redis.OutOfMemoryError,
 )
-"""What a publisher sees while Redis, or a cluster node, is down or starting again."""
+"""What a publisher sees while Redis, or a cluster node, is down, starting again or full (the
+plugin keeps such a turn and sends it again)."""
 
 
 class Load:
@@ -274,11 +276,12 @@ def measure(until: Callable[[], bool], *, timeout_s: float, what: str) -> float:
     return time.monotonic() - started
 
 
-def spawn_fake_ov(port: int, workdir: Path) -> subprocess.Popen[bytes]:
-    """``ovstream fake-ov`` on ``port`` (the FakeOV over HTTP, as a process); wait with ``ov_answers``."""
+def spawn_fake_ov(port: int, workdir: Path, *options: str) -> subprocess.Popen[bytes]:
+    """``ovstream fake-ov`` on ``port`` (the FakeOV over HTTP, as a process; ``options`` of the
+    command, e.g. ``--route-latency-ms``); wait with ``ov_answers``."""
     log = open(workdir / "fake-ov.log", "ab")  # noqa: SIM115 (the child keeps it)
     proc = subprocess.Popen(
-        [*ovstream_command(), "fake-ov", "--port", str(port)],
+        [*ovstream_command(), "fake-ov", "--port", str(port), *options],
         env=settings_env({}),
         cwd=workdir,
         stdout=log,

@@ -42,6 +42,7 @@ from core.events import ContextSnapshot
 from core.ov.client import OVClient, OVError, OVUnavailable
 from core.snapshot_growth import first_records, grown_records
 from workers import logs
+from workers.capture.failures import EntryFailures
 from workers.capture.fence import HashWrite, ShardFence
 from workers.capture.plan import (
     Entry,
@@ -77,13 +78,11 @@ class RoundHost(Protocol):
     stream: str
     group: str
     fence: ShardFence
+    failures: EntryFailures
     isolate: set[str]
 
     def check_lease(self) -> None:
         """Raise LeaseLost when the shard's lease went to another consumer."""
-
-    def forget_failures(self, entries: list[Entry]) -> list[HashWrite]:
-        """The fenced write dropping the failure counts of ``entries`` (being acked)."""
 
     async def record_failure(self, entry: Entry, error: BaseException) -> None:
         """Count a failed delivery of ``entry``; dead-letter it past the limit."""
@@ -231,6 +230,7 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
             *(_guard(r, partial(_write, c, r), slots) for r in writing), return_exceptions=True
         )
         _raise_kill(results)
+    _server_errors_are_ov_failing(runs)
     finished = [r for r in runs if r.ok and r.plan.units]
     if finished:
         c.check_lease()
@@ -245,7 +245,7 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
                 # until a snapshot this new is stored, the stored one is no snapshot to assemble
                 behind = {SNAPSHOT_BEHIND: state.last_id}
                 applied.append(HashWrite(snapshot_key(settings, r.plan.session.address), behind, px=_snapshot_ms(c)))
-        applied += c.forget_failures([e for r in finished for e in r.plan.entries])
+        applied += c.failures.forget([e for r in finished for e in r.plan.entries])
         try:
             await c.fence.apply(applied, [e.id for r in finished for e in r.plan.entries])
         except LeaseLost:
@@ -265,6 +265,21 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
         await _follow_up(c, written)
     await _commit_on_markers(c, finished)
     return outcome
+
+
+def _server_errors_are_ov_failing(runs: list[_Run]) -> None:
+    """OV answering a server error (HTTP 5xx) to every session of the round that reached it is
+    OV failing, not the entries: those runs become unavailable (the shard backs off, nothing
+    counts against an entry, nothing applies past it). A 5xx beside writes that went through
+    says something of the entry it answered, and counts."""
+    failing = [r for r in runs if isinstance(r.error, OVError) and r.error.status >= 500]
+    if not failing or any(r.ok and r.plan.messages for r in runs):
+        return
+    for r in failing:
+        error = r.error
+        assert isinstance(error, OVError)
+        r.unavailable = OVUnavailable(error.code, f"HTTP {error.status} to every session: {error.message}")
+        r.error = None
 
 
 def _grows_ov(plan: SessionRound) -> bool:

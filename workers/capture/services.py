@@ -75,5 +75,8 @@ class CaptureServices(Protocol):
     async def request_commit(self, session: SessionRef, reason: str = "threshold") -> None:
         """Ask for a commit of the session."""
 
+    def redis_unavailable(self, exc: BaseException, who: str) -> None:
+        """Redis is away or full: logged once per outage."""
+
     def snapshot_refreshed(self, snapshot: ContextSnapshot) -> None:
         """A snapshot was stored (stats, the test hook)."""

@@ -29,14 +29,15 @@ import redis as redis_lib
 from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
 from core.shard_map import StreamShard
 from workers import logs
-from workers.capture.fence import HashWrite, ShardFence
+from workers.capture.failures import EntryFailures
+from workers.capture.fence import ShardFence
 from workers.capture.handover import LEASE_LOST, RETIRED, predecessors_retired, retire, superseded
 from workers.capture.plan import Entry, LeaseLost, session_of
 from workers.capture.round import RoundOutcome, run_round
 from workers.capture.services import CaptureServices
 from workers.capture.slices import CpuSlice
 from workers.store.connection import redis_went_away, text
-from workers.store.dead_letters import REASON_FAILED, REASON_UNDECODABLE, dead_letter_fields
+from workers.store.dead_letters import REASON_FAILED, REASON_UNDECODABLE
 from workers.store.keys import Keys
 from workers.store.scripts import FENCED_READ, LEASE_RELEASE
 from workers.store.streams import AppliedTrim
@@ -69,7 +70,6 @@ class ShardConsumer:
         self.epoch_key = keys.capture_lease_epoch(shard)
         self.epoch = epoch
         """The lease's epoch when this consumer took it (workers.store.scripts._HOLDS)."""
-        self.failures_key = keys.capture_failures(shard)
         self.group = self.settings.consumer_group
         self.consumer = worker.consumer
         self.fence = ShardFence(
@@ -83,6 +83,7 @@ class ShardConsumer:
             epoch,
             worker.lease_ms,
         )
+        self.failures = EntryFailures(self.redis, self.settings, self.fence, worker.stats)
         self.trim = AppliedTrim(self.redis, self.stream, self.settings.overlay_stream_scan)
         self.backlog: list[Entry] = []
         self.isolate: set[str] = set()
@@ -119,6 +120,8 @@ class ShardConsumer:
                 if self.lost:
                     break
                 if not self.backlog:
+                    if fetched == 0:  # idle: what the last rounds applied goes (at most every interval)
+                        await self.trim()
                     if fetched == 0 and superseded(self) and await self._retire():
                         break
                     if self.worker.burst and fetched == 0:
@@ -133,7 +136,7 @@ class ShardConsumer:
             # Redis away (a restart, a failover): not this consumer's fault, so no crash and no
             # backoff; the worker takes the shard again (its own lease, if it survived) once
             # Redis answers, and the new consumer starts by draining what this one held.
-            log.warning("shard %s: Redis unreachable (%s); %d held entries wait", self.shard, exc, len(self.backlog))
+            self.worker.redis_unavailable(exc, f"shard {self.shard}")
             return
         if self.lost:
             log.warning("shard %s: lease lost; %d held entries left for the next owner", self.shard, len(self.backlog))
@@ -280,7 +283,7 @@ class ShardConsumer:
             if pending and not self.worker.stopping:
                 claimed += await self._take_over(name)
         self.backlog.sort(key=lambda e: e.order)
-        await self._load_failures()
+        await self.failures.load(self.backlog)
         self.worker.stats.claimed += claimed
         if claimed:
             log.info("shard %s: took over %d entries of earlier consumers", self.shard, claimed)
@@ -321,15 +324,6 @@ class ShardConsumer:
         if gone:
             await self.fence.apply([], gone)
         return len(present)
-
-    async def _load_failures(self) -> None:
-        """The failure counts of the entries taken over (the stream's own delivery counts say
-        how often an entry was read, which a slow round or a takeover raises too)."""
-        for start in range(0, len(self.backlog), self.settings.capture_batch):
-            chunk = self.backlog[start : start + self.settings.capture_batch]
-            counts = await self.redis.hmget(self.failures_key, [e.id for e in chunk])
-            for entry, count in zip(chunk, counts):
-                entry.failures = int(count or 0)
 
     async def _forget_idle_consumers(self) -> None:
         # Consumers named after dead processes pile up in the group; drop those with nothing pending.
@@ -391,61 +385,13 @@ class ShardConsumer:
                 log.info("shard %s: OV reachable again", self.shard)
             self.ov_backoff = 0.0
 
-    def forget_failures(self, entries: list[Entry]) -> list[HashWrite]:
-        """The fenced write dropping the failure counts of ``entries`` (acked or dead-lettered)."""
-        failed = tuple(e.id for e in entries if e.failures)
-        return [HashWrite(self.failures_key, {}, failed)] if failed else []
-
     async def record_failure(self, entry: Entry, error: BaseException) -> None:
         """A handler failure of ``entry``: retry later, or dead-letter it past the limit."""
-        failures = entry.failures + 1
-        if failures > self.settings.max_deliveries:
-            entry.failures = failures
-            await self.dead_letter([(entry, REASON_FAILED, f"{type(error).__name__}: {error}")])
-            return
-        # counted in Redis: the failure survives a restart or a takeover
-        # (kept as long as a snapshot: a count whose entry went while nobody held the shard goes then)
-        kept_ms = self.settings.snapshot_ttl_s * 1000
-        await self.fence.apply([HashWrite(self.failures_key, {entry.id: str(failures)}, px=kept_ms)])
-        entry.failures = failures
-        delay = min(
-            self.settings.capture_retry_backoff_max_s,
-            max(self.settings.ov_backoff_s, 0.01) * 2 ** (failures - 1),
-        )
-        entry.retry_at = asyncio.get_running_loop().time() + delay
-        self.worker.stats.failures += 1
-        log.warning(
-            "shard %s: entry %s failed (failure %d of %d): %s; retry in %.2fs",
-            self.shard,
-            entry.id,
-            failures,
-            self.settings.max_deliveries,
-            error,
-            delay,
-        )
+        if await self.failures.record(entry, error, REASON_FAILED):
+            self.backlog = [e for e in self.backlog if e.id != entry.id]
 
     async def dead_letter(self, items: list[tuple[Entry, str, str]]) -> None:
-        """Copy entries to the dead-letter stream, then ack them here (fenced: a copy made just
-        before the lease was lost is made again by the next owner, never lost)."""
-        dlq = Keys(self.settings.key_prefix).dead_letters()
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for entry, reason, error in items:
-                pipe.xadd(
-                    dlq,
-                    dead_letter_fields(
-                        stream=self.stream,
-                        entry_id=entry.id,
-                        payload=entry.payload,
-                        reason=reason,
-                        error=error,
-                        deliveries=entry.failures,
-                        consumer=self.consumer,
-                    ),
-                )  # uncapped: a dead letter is a turn kept for an operator, never dropped
-            await pipe.execute()
-        await self.fence.apply(self.forget_failures([e for e, _, _ in items]), [e.id for e, _, _ in items])
+        """Dead-letter ``items`` (entry, reason, error) and drop them from the backlog."""
+        await self.failures.dead_letter(items)
         gone = {e.id for e, _, _ in items}
         self.backlog = [e for e in self.backlog if e.id not in gone]
-        self.worker.stats.dead_lettered += len(items)
-        for entry, reason, error in items:
-            log.error("shard %s: entry %s dead-lettered (%s): %s", self.shard, entry.id, reason, error)

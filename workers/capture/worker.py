@@ -2,11 +2,9 @@
 
 Each shard stream is consumed by one worker at a time. A worker owns a
 shard through a renewable lease (``Keys.capture_lease``, a lease of workers.store.scripts, renewed
-every third of its length); live workers announce themselves in
-``Keys.capture_workers()`` and each takes about ``shards / live workers`` free
-shards (the division's remainder going to the first names in order),
-handing extras back when more workers join, so 4 workers x 4 shards spread out and a dead
-worker's shards are taken over once its lease expires.
+every third of its length, or sooner); live workers announce themselves in
+``Keys.capture_workers()`` and split the shards (core.shard_split), so 4 workers x 4 shards
+spread out and a dead worker's shards are taken over once its lease expires.
 The shard's consumer (workers.capture.shard) does the reading, ordering,
 exactly-once application and dead-lettering. A consumer that crashes is
 started again only after a backoff (``CAPTURE_RESTART_BACKOFF_S``, doubling
@@ -41,6 +39,7 @@ from core.config import Settings
 from core.events import ContextSnapshot
 from core.ov.client import OVClient
 from core.shard_map import ShardMap, StreamShard
+from core.shard_split import fair_share, preference
 from workers.capture.plan import SessionRef
 from workers.capture.services import CaptureStats
 from workers.capture.shard import ShardConsumer
@@ -137,6 +136,7 @@ class CaptureWorker:
         """Shard -> ``clock()`` time before which its crashed consumer is not started again."""
         self._scoped: dict[tuple[str | None, str], OVClient] = {}
         self._last_renewal: float | None = None
+        self._redis_away_since: float | None = None
 
     @property
     def shards(self) -> list[StreamShard]:
@@ -144,16 +144,6 @@ class CaptureWorker:
         new ones of their tags wait for them), then the current generation's."""
         draining = [s for s in self.shard_map.draining() if s not in self.retired]
         return [s for s in [*draining, *self.shard_map.current()] if self.only is None or s.number in self.only]
-
-    def _preference(self) -> list[StreamShard]:
-        """``shards``, each generation rotated by consumer name so workers start on different shards."""
-        offset, shards = sum(self.consumer.encode()), self.shards
-        out: list[StreamShard] = []
-        for generation in sorted({s.generation for s in shards}):
-            group = [s for s in shards if s.generation == generation]
-            cut = offset % len(group)
-            out += group[cut:] + group[:cut]
-        return out
 
     # --- hooks the shard consumers use -------------------------------------------------------
 
@@ -185,6 +175,21 @@ class CaptureWorker:
         )
         self.stats.commits_requested += 1
 
+    def redis_unavailable(self, exc: BaseException, who: str) -> None:
+        """Redis is away or full (``redis_went_away``): one warning per outage, the rest at
+        debug level, whichever of the worker's loops met it first."""
+        if self._redis_away_since is None:
+            self._redis_away_since = time.monotonic()
+            log.warning("%s: Redis unavailable (%s); waiting for it, held entries resume then", who, exc)
+        else:
+            log.debug("%s: Redis still unavailable (%s)", who, exc)
+
+    def _redis_back(self) -> None:
+        if self._redis_away_since is not None:
+            away = time.monotonic() - self._redis_away_since
+            self._redis_away_since = None
+            log.info("capture worker %s: Redis answers again (after %.1fs)", self.consumer, away)
+
     def snapshot_refreshed(self, snapshot: ContextSnapshot) -> None:
         self.stats.snapshots += 1
         if self.on_snapshot is not None:
@@ -214,11 +219,12 @@ class CaptureWorker:
             while True:
                 try:
                     await self._tick(acquire=not self.stopping)
+                    self._redis_back()
                 except Exception as exc:
                     if not redis_went_away(exc):
                         raise
                     # Redis away: nothing can be read or acked; the leases lapse and are taken again
-                    log.warning("capture worker %s: Redis unreachable (%s); retrying", self.consumer, exc)
+                    self.redis_unavailable(exc, f"capture worker {self.consumer}")
                 if first and self.burst:  # a burst covers the shards it could take at the start
                     self._burst_done.update(s for s in self.shards if s not in self.consumers)
                 first = False
@@ -256,8 +262,9 @@ class CaptureWorker:
                 for shard in self.shard_map.current():
                     await self.ensure_group(shard)
                 return True
-            except REDIS_AWAY:
-                continue  # lost again right after the PING: wait again
+            except REDIS_AWAY as exc:  # lost again right after the PING, or full: wait again
+                self.redis_unavailable(exc, who)
+                await asyncio.sleep(defaults.REDIS_WAIT_S)
         return False
 
     async def _tick(self, *, acquire: bool) -> None:
@@ -286,9 +293,9 @@ class CaptureWorker:
         await self._follow_map(replies[-1])
         if not acquire:
             return
-        fair = len(self.shards) if self.burst else self._share(live)
+        fair = len(self.shards) if self.burst else fair_share(self.consumer, live, len(self.shards))
         active = [s for s, c in self.consumers.items() if not c.stop_requested]
-        for shard in self._preference():
+        for shard in preference(self.consumer, self.shards):
             if len(active) >= fair:
                 break
             if shard in self.consumers or shard in self._burst_done:
@@ -304,7 +311,7 @@ class CaptureWorker:
                 self.restart_at.pop(shard, None)
                 self._start(shard, text(epoch))
                 active.append(shard)
-        for shard in reversed(self._preference()):  # hand back the least preferred extras
+        for shard in reversed(preference(self.consumer, self.shards)):  # hand back the least preferred extras
             if len(active) <= fair:
                 break
             if shard in active:
@@ -320,16 +327,6 @@ class CaptureWorker:
             log.info("shard map: %s", shard_map)
         self.shard_map = shard_map
         await adopt_strays(self.redis, self.settings, shard_map)
-
-    def _share(self, live: list[str]) -> int:
-        """This worker's number of shards: N / live, the remainder going to the first names.
-
-        Every worker reads the same live list, so the shares add up to N.
-        """
-        if self.consumer not in live:
-            live = sorted([*live, self.consumer])
-        base, extra = divmod(len(self.shards), len(live))
-        return base + (1 if live.index(self.consumer) < extra else 0)
 
     def _wait_s(self) -> float:
         """How long the loop may sleep: a third of the lease (at most CAPTURE_TICK_MAX_S), less

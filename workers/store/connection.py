@@ -34,7 +34,7 @@ import redis.asyncio.cluster as aiocluster
 import redis.cluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
-from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
+from redis.exceptions import ClusterError, OutOfMemoryError, RedisClusterException, TryAgainError
 from redis.retry import Retry
 from redis.typing import EncodableT, FieldT
 
@@ -132,13 +132,12 @@ def connect(
             return redis.cluster.RedisCluster.from_url(url, max_connections=max_connections, **options, **retry)
 
         return cast(redis.Redis, LazyCluster(make))
+    if fail_fast:  # the pool's connections take it (redis-py's set_retry fails on a blocking pool)
+        options["retry"] = Retry(NoBackoff(), 1)
     pool = redis.BlockingConnectionPool.from_url(
         settings.redis_url, max_connections=max_connections, timeout=_pool_wait_s(fail_fast), **options
     )
-    client = redis.Redis.from_pool(pool)
-    if fail_fast:
-        client.set_retry(Retry(NoBackoff(), 1))
-    return client
+    return redis.Redis.from_pool(pool)
 
 
 def connect_async(
@@ -161,13 +160,12 @@ def connect_async(
             aioredis.Redis,
             aiocluster.RedisCluster.from_url(settings.redis_url, max_connections=max_connections, **options, **retry),
         )
+    if fail_fast:
+        options["retry"] = AsyncRetry(NoBackoff(), 1)
     pool = aioredis.BlockingConnectionPool.from_url(
         settings.redis_url, max_connections=max_connections, timeout=_pool_wait_s(fail_fast), **options
     )
-    client = aioredis.Redis.from_pool(pool)
-    if fail_fast:
-        client.set_retry(AsyncRetry(NoBackoff(), 1))
-    return client
+    return aioredis.Redis.from_pool(pool)
 
 
 class LazyCluster:
@@ -289,9 +287,17 @@ class _Waiting:
             log.info("%s: Redis reachable at %s (after %.1fs)", self.who, self.where, time.monotonic() - self.since)
 
 
-REDIS_AWAY = (redis.ConnectionError, redis.TimeoutError, ClusterError, TryAgainError, RedisClusterException)
+REDIS_AWAY = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    ClusterError,
+    TryAgainError,
+    RedisClusterException,
+    OutOfMemoryError,
+)
 """Redis, or a part of a cluster, is away for now (down, restarting, failing over, its slots
-moving): what a loop waits out and tries again."""
+moving, or full: ``maxmemory`` reached under ``noeviction`` refuses every write until capture's
+acks and trims, or an operator, make room): what a loop waits out and tries again."""
 REDIS_ERRORS = (redis.RedisError, RedisClusterException)
 """Any failure of a Redis call; a cluster client's ``RedisClusterException`` (no node reachable,
 a slot no node serves) is not a ``RedisError``."""

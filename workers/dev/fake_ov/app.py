@@ -20,8 +20,9 @@ Knobs:
   (optionally only those whose route name or "METHOD /path" contains ``route``)
   answer with that error.
 - ``down = True``: every call raises ``httpx.ConnectError``.
-- ``latency_s``: a float for every route or ``{route_name: seconds}``; the
-  answer waits that long (``asyncio.sleep``; AsyncClient only).
+- ``latency_s``: a float for every route or ``{route_name: seconds}`` (seconds may be a
+  ``(low, high)`` range, drawn per call); the answer waits that long, then the call takes
+  effect (``asyncio.sleep``; AsyncClient only).
 - ``calls``: ``[(method, path)]`` of every request; ``requests``: the httpx requests.
 - ``api_keys={key: (account, user)}`` and/or ``root_key``: API-key mode (401 on a
   missing/unknown key, 403 for the root key on data routes); otherwise dev mode
@@ -32,6 +33,7 @@ Knobs:
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -166,9 +168,10 @@ class FakeOV(SessionRoutes):
         return app
 
     def _latency(self, name: str) -> float:
-        if isinstance(self.latency_s, dict):
-            return float(self.latency_s.get(name, 0.0))
-        return float(self.latency_s or 0.0)
+        value = self.latency_s.get(name, 0.0) if isinstance(self.latency_s, dict) else self.latency_s
+        if isinstance(value, tuple):  # (low, high): an OV whose answers vary under load
+            return random.uniform(*value)
+        return float(value or 0.0)
 
     def _match(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
         for route in ROUTES:

@@ -43,6 +43,13 @@ def add_fake_ov_arguments(parser: argparse.ArgumentParser) -> None:
         "--latency-ms", type=float, default=0.0, help="added to every call: an OV under load (benchmarks)"
     )
     parser.add_argument(
+        "--route-latency-ms",
+        action="append",
+        default=[],
+        metavar="ROUTE=MS[-MS]",
+        help="added to the calls of one route (e.g. add_messages=1000-2000: each write answers after 1-2 s)",
+    )
+    parser.add_argument(
         "--api-key",
         action="append",
         default=[],
@@ -62,11 +69,27 @@ def _api_keys(specs: list[str]) -> dict[str, tuple[str, str]]:
     return keys
 
 
+def _route_latencies(specs: list[str]) -> dict[str, float | tuple[float, float]]:
+    latencies: dict[str, float | tuple[float, float]] = {}
+    for spec in specs:
+        route, sep, ms = spec.partition("=")
+        low, _, high = ms.partition("-")
+        try:
+            latencies[route] = (float(low) / 1000, float(high) / 1000) if high else float(low) / 1000
+        except ValueError:
+            raise SystemExit(
+                f"ovstream fake-ov: --route-latency-ms wants ROUTE=MS or ROUTE=MS-MS, got {spec!r}"
+            ) from None
+        if not (sep and route):
+            raise SystemExit(f"ovstream fake-ov: --route-latency-ms wants ROUTE=MS or ROUTE=MS-MS, got {spec!r}")
+    return latencies
+
+
 def cli_fake_ov(settings: Settings, args: argparse.Namespace) -> int:
     host = args.host
     port = _default_port(settings) if args.port is None else args.port
     fake = FakeOV(api_keys=_api_keys(args.api_key) or None)
-    fake.latency_s = args.latency_ms / 1000
+    fake.latency_s = _route_latencies(args.route_latency_ms) or args.latency_ms / 1000
     log.info("fake OV %s on http://%s:%s (%s mode)", "0.5.2", host, port, "api-key" if fake.auth_enabled else "dev")
     uvicorn.run(fake.asgi_app(), host=host, port=port, log_config=None, access_log=False)
     return 0

@@ -28,7 +28,7 @@ class FakeStore:
         self.phase2 = phase2
         self.phase2_reads_until_done = phase2_reads_until_done
         self.down = False
-        self.latency_s: float | dict[str, float] = {}
+        self.latency_s: float | dict[str, float | tuple[float, float]] = {}
         self.calls: list[tuple[str, str]] = []
         self.requests: list[httpx.Request] = []
         self.tenants: dict[tuple[str, str], Tenant] = {}
