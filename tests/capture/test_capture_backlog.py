@@ -174,3 +174,19 @@ def test_status_counts_commit_jobs_and_the_last_hours_outcomes(redis_client, set
     check_deployment(redis_client, settings.model_copy(update={"shards": 7}))  # a deployment of 7 shards
     mismatch = "generation 0: 7 shards (created with: 7)  <- MISMATCH: this process has shards = 4"
     assert mismatch in format_status(read_status(redis_client, settings))
+
+
+async def test_a_stale_lag_counter_does_not_show_unread_entries(redis_client, settings, fake_ov) -> None:
+    """A promoted replica's group can report a ``lag`` of dozens with nothing unread (its
+    entries-read counter behind); status and the lag metric count from the stream itself."""
+    settings = settings.model_copy(update={"shards": 1})
+    publish(redis_client, settings, [turn(f"lag{s}", 0) for s in range(5)])
+    await make_worker(settings, fake_ov, burst=True).run()
+    stream = Keys(settings.key_prefix).stream(0)
+    redis_client.execute_command("XGROUP", "SETID", stream, settings.consumer_group, "$", "ENTRIESREAD", 0)
+    [group] = redis_client.xinfo_groups(stream)
+    assert group["lag"] == 5  # what the stale counter says
+    [shard] = read_backlog(redis_client, settings)
+    assert (shard.unread, shard.pending, shard.oldest_unapplied) == (0, 0, None)
+    publish(redis_client, settings, [turn("lag0", 1)])  # one really unread: shown, whatever lag says
+    assert read_backlog(redis_client, settings)[0].unread >= 1

@@ -104,10 +104,10 @@ async def test_a_stop_that_arrives_while_a_shard_is_being_taken_still_stops_the_
 ):
     """stop() lands while the worker's tick awaits a lease it then wins: the consumer it starts
     must stop too (it once ran on, and the worker with it: a hang in CI, a SIGTERM ignored)."""
-    from workers.capture import worker as worker_module
+    from workers.capture import leases as leases_module
 
     worker = make_worker(settings, fake_ov, consumer="late")
-    acquire = worker_module.LEASE_ACQUIRE
+    acquire = leases_module.LEASE_ACQUIRE
 
     class StopMidAcquire:
         async def run(self, *args, **kwargs):
@@ -115,7 +115,7 @@ async def test_a_stop_that_arrives_while_a_shard_is_being_taken_still_stops_the_
             worker.stop()  # as a SIGTERM or a test's stop() arriving during the await
             return taken
 
-    monkeypatch.setattr(worker_module, "LEASE_ACQUIRE", StopMidAcquire())
+    monkeypatch.setattr(leases_module, "LEASE_ACQUIRE", StopMidAcquire())
     await asyncio.wait_for(worker.run(), timeout=10)
     assert not worker.consumers
     owners = [redis_client.hget(Keys(settings.key_prefix).capture_lease(s), "id") for s in range(settings.shards)]

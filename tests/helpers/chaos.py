@@ -32,7 +32,7 @@ from tests.helpers.e2e import ovstream_command, settings_env
 from tests.helpers.waiting import wait_until
 from workers.store.applied import parse_id
 from workers.store.commit_records import CommitRecords
-from workers.store.connection import connect, text
+from workers.store.connection import REDIS_ERRORS, connect, failing_over, text
 from workers.store.keys import Keys
 from workers.store.streams import publish_turn
 
@@ -162,7 +162,9 @@ class Load:
         while True:
             try:
                 return publish_turn(self.client, self.settings, event)
-            except REDIS_AWAY:
+            except redis.RedisError as exc:
+                if not (isinstance(exc, REDIS_AWAY) or failing_over(exc)):
+                    raise
                 self.resends += 1  # the same event again: capture drops a copy by its event id
                 time.sleep(0.2)
 
@@ -226,7 +228,7 @@ class Ledger:
                     return False
                 if self.redis.xpending_range(stream, self.settings.consumer_group, "-", mark, 1):
                     return False
-        except redis.RedisError:
+        except REDIS_ERRORS:  # a cluster's "no node reachable" is no RedisError
             return False
         return True
 
@@ -242,7 +244,7 @@ class Ledger:
                 for o in self.commits(s)
                 if o.status not in ("completed", "failed", "skipped", "timeout")
             }
-        except redis.RedisError:
+        except REDIS_ERRORS:
             return {"?"}
 
     def ov_ids(self, session: str) -> list[str]:

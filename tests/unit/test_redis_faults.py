@@ -9,6 +9,7 @@ from redis.exceptions import ClusterDownError, RedisClusterException
 from core.config import Settings
 from tests.helpers.redis_faults import REDIS_CONNECTION, raised_in
 from workers.store.connection import (
+    KeptCommandTable,
     RedisConfigError,
     leaked_by_redis_py,
     redis_failed,
@@ -33,6 +34,9 @@ from workers.store.connection import (
         (ClusterDownError("The cluster is down"), False, True),
         (RedisClusterException("no node reachable"), False, True),
         (redis.ResponseError("WRONGTYPE"), False, False),
+        (redis.ResponseError("UNBLOCKED force unblock from blocking operation, instance state changed"), False, True),
+        (redis.ResponseError("READONLY You can't write against a read only replica."), False, True),
+        (redis.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."), False, True),
     ],
     ids=[
         "writer-gone",
@@ -44,6 +48,9 @@ from workers.store.connection import (
         "clusterdown",
         "no-node",
         "wrongtype",
+        "failover-unblocked",
+        "demoted-master",
+        "full",
     ],
 )
 def test_redis_went_away(exc: BaseException, leaked: bool, away: bool) -> None:
@@ -95,3 +102,16 @@ class _Failing:
     def ping(self) -> bool:
         self.pings.append(1)
         raise self.exc
+
+
+@pytest.mark.parametrize(
+    ("args", "keys"),
+    [
+        (("XREAD", "COUNT", 1, "BLOCK", 100, "STREAMS", "a{s1}", "0-0"), ("a{s1}",)),
+        (("xread", "STREAMS", "a", "b", "1-0", "2-0"), ("a", "b")),
+        ((b"XREADGROUP", b"GROUP", b"g", b"c", b"COUNT", 5, b"STREAMS", b"s", b">"), (b"s",)),
+    ],
+)
+async def test_the_cluster_client_reads_a_stream_reads_keys_itself(args: tuple, keys: tuple) -> None:
+    """No ``COMMAND GETKEYS`` round trip to a default node that may be a dead master."""
+    assert await KeptCommandTable().get_keys(*args) == keys

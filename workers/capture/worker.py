@@ -40,6 +40,7 @@ from core.events import ContextSnapshot
 from core.ov.client import OVClient
 from core.shard_map import ShardMap, StreamShard
 from core.shard_split import fair_share, preference
+from workers.capture.leases import ShardLeases
 from workers.capture.plan import SessionRef
 from workers.capture.services import CaptureStats
 from workers.capture.shard import ShardConsumer
@@ -51,12 +52,10 @@ from workers.store.connection import (
     connect,
     connect_async,
     redis_went_away,
-    text,
 )
 from workers.store.deployment import check_deployment_async
 from workers.store.health import forget_health, record_health
 from workers.store.keys import Keys
-from workers.store.scripts import CAPTURE_LEASE_RENEW, LEASE_ACQUIRE
 from workers.store.shard_map import follow_map
 from workers.store.strays import adopt_strays
 
@@ -135,7 +134,7 @@ class CaptureWorker:
         self.restart_at: dict[StreamShard, float] = {}
         """Shard -> ``clock()`` time before which its crashed consumer is not started again."""
         self._scoped: dict[tuple[str | None, str], OVClient] = {}
-        self._last_renewal: float | None = None
+        self.leases = ShardLeases(self.redis, self.keys, self.consumer, self.lease_ms, self.stats)
         self._redis_away_since: float | None = None
 
     @property
@@ -268,27 +267,17 @@ class CaptureWorker:
         return False
 
     async def _tick(self, *, acquire: bool) -> None:
+        await self.leases.renew(list(self.consumers.values()))
         now_ms = int(time.time() * 1000)
         workers_key = self.keys.capture_workers()
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.zadd(workers_key, {self.consumer: now_ms + self.lease_ms})
             pipe.zremrangebyscore(workers_key, 0, now_ms)
             pipe.zrange(workers_key, 0, -1)
-            holding = [c for c in self.consumers.values() if not c.released]
-            for consumer in holding:
-                await CAPTURE_LEASE_RENEW.run(
-                    pipe,
-                    [consumer.lease_key, consumer.epoch_key],
-                    [self.consumer, consumer.epoch, self.lease_ms],
-                )
             record_health(pipe, self.settings, "capture", self.consumer, **self._facts())
             pipe.hgetall(self.keys.deployment())
             replies = await pipe.execute()
-        self._renewed(asyncio.get_running_loop().time())
         live = sorted(name.decode() for name in replies[2])
-        for consumer, renewed in zip(holding, replies[3 : 3 + len(holding)]):
-            if not int(renewed) and not consumer.released:
-                consumer.lost = True
         self._reap()
         await self._follow_map(replies[-1])
         if not acquire:
@@ -302,14 +291,10 @@ class CaptureWorker:
                 continue
             if self.restart_at.get(shard, 0.0) > self.clock():  # crashed: backing off
                 continue
-            taken, epoch = await LEASE_ACQUIRE.run(
-                self.redis,
-                [self.keys.capture_lease(shard), self.keys.capture_lease_epoch(shard)],
-                [self.consumer, self.lease_ms, ""],
-            )
-            if int(taken) == 1:
+            epoch = await self.leases.take(shard)
+            if epoch is not None:
                 self.restart_at.pop(shard, None)
-                self._start(shard, text(epoch))
+                self._start(shard, epoch)
                 active.append(shard)
         for shard in reversed(preference(self.consumer, self.shards)):  # hand back the least preferred extras
             if len(active) <= fair:
@@ -358,13 +343,6 @@ class CaptureWorker:
             delay,
             exc_info=exc if trace else None,
         )
-
-    def _renewed(self, now: float) -> None:
-        """The held leases were renewed at loop time ``now``: the longest gap between two
-        renewals while shards were held goes into the stats (the bench prints it)."""
-        if self.consumers and self._last_renewal is not None:
-            self.stats.longest_renewal_gap_s = max(self.stats.longest_renewal_gap_s, now - self._last_renewal)
-        self._last_renewal = now if self.consumers else None
 
     def _start(self, shard: StreamShard, epoch: str) -> None:
         consumer = ShardConsumer(self, shard, epoch)

@@ -132,7 +132,8 @@ def start_redis_server(exe: str | None = None, *, durable: bool = False) -> Redi
 
 @dataclass
 class RedisClusterServers:
-    """A Redis Cluster of ``len(nodes)`` masters (no replicas) this process started."""
+    """A Redis Cluster this process started: ``nodes`` (the masters first, then their replicas,
+    as created; a failover swaps roles, ``role`` asks the node)."""
 
     nodes: list[RedisServer]
 
@@ -142,39 +143,61 @@ class RedisClusterServers:
         return self.nodes[0].url
 
     def wait_ok(self) -> None:
-        """Until every node says ``cluster_state:ok`` (after a node's restart, say)."""
+        """Until every node says ``cluster_state:ok`` and every replica's link to its master is
+        up (after a node's restart, say)."""
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not all(_cluster_ok(n.url) for n in self.nodes):
+        while not all(_cluster_ok(n.url) and _replica_linked(n.url) for n in self.nodes):
             if time.monotonic() > deadline:
                 raise LocalRedisError("the cluster did not reach cluster_state:ok")
             time.sleep(0.05)
+
+    def role(self, node: RedisServer) -> str:
+        """ "master" or "slave", as the node says now ("" when it does not answer)."""
+        client = redis.Redis.from_url(node.url, socket_timeout=1.0)
+        try:
+            return str(client.info("replication").get("role", ""))
+        except redis.RedisError:
+            return ""
+        finally:
+            client.close()
 
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
 
 
-def start_redis_cluster(masters: int = 3, exe: str | None = None, *, durable: bool = False) -> RedisClusterServers:
-    """``masters`` cluster-enabled ``redis-server``s on free loopback ports, joined by
-    ``redis-cli --cluster create`` (the 16,384 slots split between them); waits until every
-    node says ``cluster_state:ok``. ``durable`` as in ``start_redis_server``: a node can be
-    killed and ``restart``ed with its data and its place in the cluster (nodes.conf)."""
+def start_redis_cluster(
+    masters: int = 3,
+    exe: str | None = None,
+    *,
+    durable: bool = False,
+    replicas: int = 0,
+    node_timeout_ms: int | None = None,
+) -> RedisClusterServers:
+    """``masters`` cluster-enabled ``redis-server``s on free loopback ports, each with
+    ``replicas`` replicas, joined by ``redis-cli --cluster create`` (the 16,384 slots split
+    between the masters); waits until every node says ``cluster_state:ok``. ``durable`` as in
+    ``start_redis_server``: a node can be killed and ``restart``ed with its data and its place
+    in the cluster (nodes.conf). ``node_timeout_ms``: how long a master may be unreachable
+    before its replica is promoted (Redis's default 15 s)."""
     exe = exe or shutil.which("redis-server")
     cli = shutil.which("redis-cli")
     if exe is None or cli is None:
         raise LocalRedisError("redis-server and redis-cli must be on PATH for a cluster")
     nodes: list[RedisServer] = []
     try:
-        for _ in range(masters):
+        for _ in range(masters * (1 + replicas)):
             port, workdir = _cluster_port(), tempfile.mkdtemp(prefix="ovstream-redis-cluster-")
-            extra = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+            extra: tuple[str, ...] = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+            if node_timeout_ms is not None:
+                extra += ("--cluster-node-timeout", str(node_timeout_ms))
             url = f"redis://127.0.0.1:{port}"
             server = RedisServer(_spawn(exe, port, workdir, durable, extra), url, workdir, exe, durable, extra)
             nodes.append(server)
             _wait_answering(server)
         addresses = [f"127.0.0.1:{n.port}" for n in nodes]
         created = subprocess.run(
-            [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+            [cli, "--cluster", "create", *addresses, "--cluster-replicas", str(replicas), "--cluster-yes"],
             capture_output=True,
             text=True,
             timeout=60,
@@ -201,6 +224,18 @@ def _cluster_port() -> int:
         if port_free(port) and port_free(port + CLUSTER_BUS_OFFSET):
             return port
     raise LocalRedisError("no free port pair for a cluster node")
+
+
+def _replica_linked(url: str) -> bool:
+    """A master, or a replica whose link to its master is up (it has the data)."""
+    client = redis.Redis.from_url(url, socket_timeout=1.0)
+    try:
+        info = client.info("replication")
+        return info.get("role") != "slave" or info.get("master_link_status") == "up"
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
 
 
 def _cluster_ok(url: str) -> bool:

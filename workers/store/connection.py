@@ -32,6 +32,7 @@ import redis
 import redis.asyncio as aioredis
 import redis.asyncio.cluster as aiocluster
 import redis.cluster
+from redis._parsers.commands import AsyncCommandsParser
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.exceptions import ClusterError, OutOfMemoryError, RedisClusterException, TryAgainError
@@ -156,16 +157,45 @@ def connect_async(
     options = _options(settings, block_ms, fail_fast)
     if settings.redis_cluster:
         retry = {"retry": AsyncRetry(NoBackoff(), 1)} if fail_fast else {}
-        return cast(
-            aioredis.Redis,
-            aiocluster.RedisCluster.from_url(settings.redis_url, max_connections=max_connections, **options, **retry),
+        cluster = aiocluster.RedisCluster.from_url(
+            settings.redis_url, max_connections=max_connections, **options, **retry
         )
+        cluster.commands_parser = KeptCommandTable()
+        return cast(aioredis.Redis, cluster)
     if fail_fast:
         options["retry"] = AsyncRetry(NoBackoff(), 1)
     pool = aioredis.BlockingConnectionPool.from_url(
         settings.redis_url, max_connections=max_connections, timeout=_pool_wait_s(fail_fast), **options
     )
     return aioredis.Redis.from_pool(pool)
+
+
+class KeptCommandTable(AsyncCommandsParser):
+    """redis-py's asyncio cluster client (8.1) asks its default node for the command table
+    (``COMMAND``) every time it refreshes its slot map, and a refresh makes the first master of
+    the new map the default node. A master that died and has not failed over yet is still in
+    the map, first when it serves the lowest slots: every refresh then fails, and every command
+    of the client with it, whichever node it is for (capture stalled on every shard until the
+    replica took over). The table never changes while the client lives: asked once, kept.
+
+    The same default node is asked for the keys of a command whose keys move (``COMMAND
+    GETKEYS``): XREAD, capture's blocking read, would fail on every shard too. Its keys are
+    read here instead (the first half of what follows ``STREAMS``), one round trip fewer."""
+
+    async def initialize(self, node: aiocluster.ClusterNode | None = None) -> None:
+        if self.commands:
+            if node is not None:
+                self.node = node
+            return
+        await super().initialize(node)
+
+    async def get_keys(self, *args: Any) -> tuple[Any, ...] | None:
+        if args and text(args[0]).upper() in ("XREAD", "XREADGROUP"):
+            words = [text(a).upper() for a in args]
+            if "STREAMS" in words:
+                rest = args[words.index("STREAMS") + 1 :]
+                return tuple(rest[: len(rest) // 2])
+        return await super().get_keys(*args)
 
 
 class LazyCluster:
@@ -321,10 +351,22 @@ def leaked_by_redis_py(exc: BaseException) -> bool:
     return False
 
 
+_FAILING_OVER = ("UNBLOCKED", "READONLY", "LOADING", "MASTERDOWN")
+"""Error replies of a node changing roles or starting: a blocked read force-unblocked by a
+failover (``CLUSTER FAILOVER TAKEOVER``), a write to a master just demoted to a replica, a
+node loading its data, a replica whose master is gone."""
+
+
+def failing_over(exc: BaseException) -> bool:
+    """``exc`` is an error reply of a node changing roles or starting (``_FAILING_OVER``)."""
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith(_FAILING_OVER)
+
+
 def redis_went_away(exc: BaseException) -> bool:
-    """``exc`` says Redis (or a cluster node) is away for now: ``REDIS_AWAY``, or the same
-    fault as redis-py leaks it (``leaked_by_redis_py``)."""
-    return isinstance(exc, REDIS_AWAY) or leaked_by_redis_py(exc)
+    """``exc`` says Redis (or a cluster node) is away for now: ``REDIS_AWAY``, a failover's
+    error replies (``failing_over``), or the same fault as redis-py leaks it
+    (``leaked_by_redis_py``)."""
+    return isinstance(exc, REDIS_AWAY) or failing_over(exc) or leaked_by_redis_py(exc)
 
 
 def redis_failed(exc: BaseException) -> bool:

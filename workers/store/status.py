@@ -88,20 +88,34 @@ def read_backlog(client: redis.Redis, settings: Settings, shard_map: ShardMap | 
             candidates.append(text(pending["min"]))
         if isinstance(first, list) and first:
             candidates.append(text(first[0][0]))
-        lag = group.get("lag") if group else length
         out.append(
             ShardBacklog(
                 shard=shard.number,
                 generation=shard.generation,
                 name=str(shard),
                 length=length,
-                unread=None if lag is None else int(lag),
+                unread=_unread(group, length, first),
                 pending=held,
                 oldest_unapplied=min(candidates, key=parse_id) if candidates else None,
                 owner=optional_text(owner) if not isinstance(owner, Exception) else None,
             )
         )
     return out
+
+
+def _unread(group: dict[str, Any] | None, length: int, first_unread: Any) -> int | None:
+    """Entries the group has not read yet. Its ``lag`` counts them from two counters that a
+    failover can leave stale (a promoted replica's group reported 41-45 unread when nothing
+    was): when no entry follows the group's last delivered id, nothing is unread whatever
+    ``lag`` says; when one does, at least one is."""
+    if group is None:
+        return length
+    lag = group.get("lag")
+    if isinstance(first_unread, list):
+        if not first_unread:
+            return 0
+        return max(1, int(lag)) if lag is not None else None
+    return None if lag is None else int(lag)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,161 @@
+"""A Redis Cluster failover's side effects on capture (3 masters, one replica each).
+
+Under load (turns published by a thread, two ``ovstream capture`` processes, the FakeOV over
+HTTP), a master is SIGKILLed and its replica promoted, the old master rejoins as a replica, and
+then takes its place back with ``CLUSTER FAILOVER TAKEOVER``. What the test holds capture to:
+
+- a dead master stalls only its own shards: a turn published to another master's shard
+  well after the kill (longer than a lease) is applied before the replica takes over;
+- once drained, ``ovstream status`` (and the lag metric, from the same read) shows nothing
+  unread, whatever the promoted replica's group counters say;
+- a planned takeover logs no crash and no traceback (the blocked reads it unblocks are a
+  failover, not a consumer's bug);
+- every session's turns in OV once and in order, no dead letter, no process exited.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from core.session import shard_of
+from tests.cluster.test_cluster_processes import _deployment
+from tests.helpers.chaos import Deployment, Ledger, Load, chaos_turn, expected_ids, measure
+from tests.helpers.waiting import wait_until
+from workers.dev.local_redis import RedisClusterServers, RedisServer, start_redis_cluster
+from workers.store.connection import connect
+from workers.store.dead_letters import list_dead_letters
+from workers.store.keys import Keys
+from workers.store.status import read_backlog
+from workers.store.streams import publish_turn
+
+SESSIONS = [f"fo{i}" for i in range(8)]
+SHARDS = 8
+RATE = 20.0
+LEASE_MS = 3000
+NODE_TIMEOUT_MS = 9000
+"""How long the cluster waits before promoting a dead master's replica: long enough that a
+capture stalled by the dead master alone would show (its leases lapse after LEASE_MS)."""
+DEADLINE_S = 90.0
+
+
+@pytest.fixture(scope="module")
+def replicated_cluster() -> Iterator[RedisClusterServers]:
+    cluster = start_redis_cluster(masters=3, replicas=1, durable=True, node_timeout_ms=NODE_TIMEOUT_MS)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _node(cluster: RedisClusterServers, port: int) -> RedisServer:
+    return next(n for n in cluster.nodes if n.port == port)
+
+
+def _master_of(cluster: RedisClusterServers, client: redis.Redis, key: str) -> RedisServer:
+    return _node(cluster, int(client.get_node_from_key(key).port))  # type: ignore[attr-defined]
+
+
+def _replica_of(cluster: RedisClusterServers, master: RedisServer) -> RedisServer:
+    for node in cluster.nodes:
+        client = redis.Redis.from_url(node.url, socket_timeout=1.0)
+        try:
+            info = client.info("replication")
+        finally:
+            client.close()
+        if info.get("role") == "slave" and int(info.get("master_port", 0)) == master.port:
+            return node
+    raise AssertionError(f"no replica of the master on port {master.port}")
+
+
+def _probe(settings, client: redis.Redis, avoid: RedisServer, cluster: RedisClusterServers) -> tuple[str, int]:
+    """A session (not one of the load's) whose stream lives on a master other than ``avoid``."""
+    keys = Keys(settings.key_prefix)
+    for n in itertools.count():
+        session = f"probe{n}"
+        shard = shard_of(session, SHARDS)
+        if _master_of(cluster, client, keys.stream(shard)).port != avoid.port:
+            return session, shard
+    raise AssertionError("unreachable")
+
+
+def test_a_failover_stalls_only_its_shards_and_leaves_no_false_lag_or_traceback(
+    replicated_cluster: RedisClusterServers, redis_url: str, fake_ov_url: str, tmp_path: Path
+) -> None:
+    cluster = replicated_cluster
+    values = _deployment(
+        cluster, redis_url, fake_ov_url, shards=SHARDS, capture_lease_ms=LEASE_MS, commit_token_threshold=10**9
+    )
+    deploy = Deployment(values, tmp_path)
+    settings = deploy.settings
+    ledger = Ledger(settings, fake_ov_url, SESSIONS)
+    ledger.redis.ping()  # the cluster clients learn every node now, not from a seed that may die
+    client = connect(settings)
+    client.ping()
+    keys = Keys(settings.key_prefix)
+    try:
+        deploy.start("capture-a")
+        deploy.start("capture-b")
+        load = Load(settings, SESSIONS, RATE).start()
+        time.sleep(3.0)
+
+        # the victim: the master of the load's first session, not the one of the deployment hash
+        # (which every publish reads), so that other shards can still be published to
+        victim = next(
+            _master_of(cluster, client, keys.stream(shard_of(s, SHARDS)))
+            for s in SESSIONS
+            if _master_of(cluster, client, keys.stream(shard_of(s, SHARDS))).port
+            != _master_of(cluster, client, keys.deployment()).port
+        )
+        replica = _replica_of(cluster, victim)
+        probe, probe_shard = _probe(settings, client, victim, cluster)
+        victim.kill()
+        time.sleep(LEASE_MS / 1000 + 1.0)  # past every lease the dead master could have held up
+        probe_id = publish_turn(client, settings, chaos_turn(probe, 0))
+        measure(
+            lambda: ledger.caught_up({probe_shard: probe_id}),
+            timeout_s=NODE_TIMEOUT_MS / 1000,
+            what="a turn on a live master's shard applied while the dead master's replica waits",
+        )
+        assert cluster.role(replica) == "slave", "the replica was promoted first: the test proved nothing"
+        wait_until(lambda: cluster.role(replica) == "master", "the replica promoted", timeout_s=DEADLINE_S)
+
+        victim.restart()  # rejoins as a replica of the promoted one
+        cluster.wait_ok()
+        time.sleep(2.0)
+        taken_back = redis.Redis.from_url(victim.url)
+        try:
+            taken_back.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
+        finally:
+            taken_back.close()
+        wait_until(lambda: cluster.role(victim) == "master", "the old master back by TAKEOVER", timeout_s=DEADLINE_S)
+        cluster.wait_ok()
+        time.sleep(2.0)
+
+        turns = load.finish(timeout_s=DEADLINE_S)
+        marks = load.marks()
+        measure(lambda: ledger.caught_up(marks), timeout_s=DEADLINE_S, what="the last turns applied")
+        assert not deploy.exited(), {n: deploy.log(n) for n in deploy.exited()}
+
+        def nothing_unread() -> bool:
+            backlog = read_backlog(client, settings)
+            return all(s.unread == 0 and s.pending == 0 for s in backlog)
+
+        wait_until(nothing_unread, "status showing nothing unread once drained", timeout_s=30)
+        for session in SESSIONS:
+            assert ledger.ov_ids(session) == expected_ids(session, turns), session
+        assert ledger.ov_ids(probe)[:2] == [f"{probe}:q0", f"{probe}:a0"]
+        assert list_dead_letters(ledger.redis, settings) == []
+        for name in ("capture-a", "capture-b"):
+            log = deploy.log(name, lines=100_000)
+            assert "Traceback" not in log and "crashed" not in log, log[-5000:]
+        print(f"\nfailover: {len(SESSIONS)} sessions x {turns} turns, {load.resends} publishes resent")
+    finally:
+        client.close()
+        ledger.close()
+        deploy.stop()
