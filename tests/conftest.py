@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
 from workers.dev.local_redis import (  # noqa: F401 (free_port for tests)
     LocalRedisError,
@@ -49,6 +50,16 @@ def redis_cluster() -> Iterator[RedisClusterServers]:
         yield cluster
     finally:
         cluster.stop()
+
+
+def cluster_store(cluster: RedisClusterServers, queue_url: str) -> dict[str, Any]:
+    """Settings putting the store on ``cluster`` (flushed) and the RQ queue on ``queue_url``."""
+    client = RedisCluster.from_url(cluster.url)
+    try:
+        client.flushall(target_nodes=RedisCluster.PRIMARIES)
+    finally:
+        client.close()
+    return {"redis_url": cluster.url, "redis_cluster": True, "queue_redis_url": queue_url}
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from tests.capture.conftest import fake_ov, fake_ov_url, settings  # noqa: F401 (fixtures of the imported tests)
+from tests.conftest import cluster_store
 from tests.rpc.conftest import commit_worker, fake, make_rpc, rpc  # noqa: F401
 from workers.dev.local_redis import RedisClusterServers
 
@@ -34,12 +35,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def redis_settings(redis_url: str, redis_cluster: RedisClusterServers) -> dict[str, Any]:
     """The store on the cluster (flushed), the commit queue on the plain (flushed) ``redis_url``."""
-    client = RedisCluster.from_url(redis_cluster.url)
-    try:
-        client.flushall(target_nodes=RedisCluster.PRIMARIES)
-    finally:
-        client.close()
-    return {"redis_url": redis_cluster.url, "redis_cluster": True, "queue_redis_url": redis_url}
+    return cluster_store(redis_cluster, redis_url)
 
 
 @pytest.fixture

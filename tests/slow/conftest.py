@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from redis.cluster import RedisCluster
 
+from tests.conftest import cluster_store
 from workers.dev.local_redis import RedisClusterServers
 
 _HERE = Path(__file__).parent
@@ -40,12 +40,7 @@ def store(request: pytest.FixtureRequest, redis_url: str) -> dict[str, Any]:
     if request.param == "redis":
         return {"redis_url": redis_url}
     cluster: RedisClusterServers = request.getfixturevalue("redis_cluster")
-    client = RedisCluster.from_url(cluster.url)
-    try:
-        client.flushall(target_nodes=RedisCluster.PRIMARIES)
-    finally:
-        client.close()
-    return {"redis_url": cluster.url, "redis_cluster": True, "queue_redis_url": redis_url}
+    return cluster_store(cluster, redis_url)
 
 
 class Starver:

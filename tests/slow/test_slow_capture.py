@@ -20,6 +20,7 @@ import pytest
 
 from core.events import TurnEvent
 from core.session import shard_of
+from tests.capture.test_capture_backlog import commit_turn  # commitTurn's event: its turn, its key
 from tests.helpers.chaos import Deployment, Ledger, ov_answers, spawn_fake_ov
 from tests.helpers.waiting import wait_until
 from tests.slow.conftest import WRITE_LATENCY_MS, Starver
@@ -55,22 +56,6 @@ def after_turn(session: str, index: int) -> TurnEvent:
         session_id=session,
         messages=messages,
         pre_prompt_message_count=2 * index,
-        published_at=time.time(),
-    )
-
-
-def commit_turn(session: str, index: int) -> TurnEvent:
-    """commitTurn's event: the turn's own messages and its advancement key."""
-    messages = [
-        {"role": "user", "content": f"{session}:q{index} question"},
-        {"role": "assistant", "content": [{"type": "text", "text": f"{session}:a{index} answer"}]},
-    ]
-    return TurnEvent(
-        event_id=uuid.uuid4().hex,
-        session_id=session,
-        messages=messages,
-        pre_prompt_message_count=0,
-        advancement_key=f"{session}:turn{index}",
         published_at=time.time(),
     )
 
