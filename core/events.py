@@ -53,6 +53,10 @@ class TurnEvent(msgspec.Struct, kw_only=True):
     import_transcript: bool = False
     """The plugin's bootstrap import of a transcript older than ovstream: written
     only into a session capture has never applied an entry to (core.turns)."""
+    release: bool = False
+    """A release marker (no messages; only ``ovstream dlq replay`` sends one): the session,
+    parked behind a dead-lettered entry, applies its dead letters here in their order, then
+    goes on (workers.capture.parking)."""
 
 
 class CommitRequest(msgspec.Struct, kw_only=True):

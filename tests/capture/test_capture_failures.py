@@ -59,39 +59,81 @@ async def test_bad_events_are_dead_lettered_at_once_and_the_worker_goes_on(redis
     assert pending_count(redis_client, settings) == 0
 
 
-async def test_repeated_failures_dead_letter_one_entry_and_the_session_continues(
+async def test_an_entry_failing_repeatedly_parks_its_session_and_a_replay_keeps_its_order(
     redis_client, settings, fake_ov, cli_env, capsys
 ):
+    """Nothing of a session applies past an entry it could not apply: the entries behind it are
+    dead-lettered too (other sessions go on), and a replay applies them all in their order."""
     # the merged write of turns 0+1 fails, then turn 0 alone fails max_deliveries + 1 times
     fake_ov.fail_next(
         1 + settings.max_deliveries + 1, status=400, code="INVALID_ARGUMENT", route="/sessions/flaky/messages/batch"
     )
     publish(redis_client, settings, [turn("flaky", 0), turn("flaky", 1), turn("fine", 0)])
     worker = make_worker(settings, fake_ov)
-    await run_until([worker], lambda: len(ov_texts(fake_ov, "flaky")) == 2, timeout_s=30)
-    [letter] = list_dead_letters(redis_client, settings)
-    assert letter.reason == "failed" and letter.deliveries == settings.max_deliveries + 1
-    assert "INVALID_ARGUMENT" in letter.error and letter.event().messages[-1]["content"] == [
+    await run_until([worker], lambda: len(list_dead_letters(redis_client, settings)) == 2, timeout_s=30)
+    failed, parked = list_dead_letters(redis_client, settings)
+    assert failed.reason == "failed" and failed.deliveries == settings.max_deliveries + 1
+    assert "INVALID_ARGUMENT" in failed.error and failed.event().messages[-1]["content"] == [
         {"type": "text", "text": "flaky:a0"}
     ]
-    assert ov_texts(fake_ov, "flaky") == ["flaky:q1", "flaky:a1"]
+    assert parked.reason == "parked" and failed.entry_id in parked.error
+    assert parked.event().messages[-1]["content"] == [{"type": "text", "text": "flaky:a1"}]
+    assert ov_texts(fake_ov, "flaky") == []  # not turn 1 past turn 0
     assert ov_texts(fake_ov, "fine") == expected_texts("fine", 1)
     assert worker.stats.failures == settings.max_deliveries
 
+    publish(redis_client, settings, [turn("flaky", 2)])  # a turn after the park waits too
+    await make_worker(settings, fake_ov, burst=True).run()
+    assert len(list_dead_letters(redis_client, settings)) == 3
+    assert ov_texts(fake_ov, "flaky") == []
+
     assert main(["dlq", "list"]) == 0
     listing = capsys.readouterr().out
-    assert "1 dead letter(s)" in listing and letter.dlq_id in listing and "flaky" in listing
-    assert "failed" in listing
+    assert "3 dead letter(s)" in listing and failed.dlq_id in listing and "flaky" in listing
+    assert "failed" in listing and "parked" in listing
 
-    assert main(["dlq", "replay", "--all"]) == 0
+    assert main(["dlq", "replay", failed.dlq_id]) == 0  # one id releases the whole session
     replayed = capsys.readouterr().out
-    assert f"{letter.dlq_id} replayed -> " in replayed and "1 replayed, 0 not" in replayed
-    assert list_dead_letters(redis_client, settings) == []
+    assert f"{failed.dlq_id} released" in replayed and "0 replayed, 1 released, 0 not" in replayed
     await make_worker(settings, fake_ov, burst=True).run()
-    assert ov_texts(fake_ov, "flaky") == ["flaky:q1", "flaky:a1", "flaky:q0", "flaky:a0"]
+    assert ov_texts(fake_ov, "flaky") == expected_texts("flaky", 3)  # in their order
+    assert list_dead_letters(redis_client, settings) == []
+    publish(redis_client, settings, [turn("flaky", 3)])  # released: the session goes on
+    await make_worker(settings, fake_ov, burst=True).run()
+    assert ov_texts(fake_ov, "flaky") == expected_texts("flaky", 4)
 
     assert main(["dlq", "list"]) == 0
     assert "dead-letter stream is empty" in capsys.readouterr().out
+
+
+async def test_a_released_letter_failing_again_keeps_the_session_parked_until_dropped(
+    redis_client, settings, fake_ov, cli_env, capsys
+):
+    route = "/sessions/stuck/messages"
+    fake_ov.fail_next(settings.max_deliveries + 1, status=400, code="INVALID_ARGUMENT", route=route)
+    publish(redis_client, settings, [turn("stuck", 0)])
+    await make_worker(settings, fake_ov, burst=True).run()
+    publish(redis_client, settings, [turn("stuck", 1)])
+    await make_worker(settings, fake_ov, burst=True).run()
+    head, behind = list_dead_letters(redis_client, settings)
+    assert (head.reason, behind.reason) == ("failed", "parked")
+
+    # the merged write of both letters fails, then the head alone max_deliveries + 1 times
+    fake_ov.fail_next(1 + settings.max_deliveries + 1, status=400, code="INVALID_ARGUMENT", route=route)
+    assert main(["dlq", "replay", "--all"]) == 0
+    assert "0 replayed, 2 released, 0 not" in capsys.readouterr().out
+    await make_worker(settings, fake_ov, burst=True).run()
+    assert ov_texts(fake_ov, "stuck") == []  # the head failed again: nothing past it
+    assert [d.dlq_id for d in list_dead_letters(redis_client, settings)] == [head.dlq_id, behind.dlq_id]
+
+    assert main(["dlq", "drop", head.dlq_id]) == 0  # given up on: the rest applies on replay
+    assert f"{head.dlq_id} dropped" in capsys.readouterr().out
+    assert main(["dlq", "replay", "--all"]) == 0
+    await make_worker(settings, fake_ov, burst=True).run()
+    assert ov_texts(fake_ov, "stuck") == ["stuck:q1", "stuck:a1"]
+    assert list_dead_letters(redis_client, settings) == []
+    assert main(["dlq", "drop", "0-1"]) == 1
+    assert "no dead letter 0-1" in capsys.readouterr().out
 
 
 async def test_dlq_replay_keeps_what_cannot_be_replayed(redis_client, settings, fake_ov, cli_env, capsys):

@@ -20,7 +20,9 @@ from core.config import Settings
 from workers.capture.fence import HashWrite, ShardFence
 from workers.capture.plan import Entry
 from workers.capture.services import CaptureStats
-from workers.store.dead_letters import dead_letter_fields
+from workers.store.applied import PARKED
+from workers.store.connection import text
+from workers.store.dead_letters import REASON_FAILED, REASON_PARKED, dead_letter_fields
 from workers.store.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -53,12 +55,14 @@ class EntryFailures:
         return [HashWrite(self.key, {}, failed)] if failed else []
 
     async def record(self, entry: Entry, error: BaseException, reason: str) -> bool:
-        """Count a failure of ``entry``; past the limit dead-letter it with ``reason`` (True),
-        else set when it may be tried again (False)."""
+        """Count a failure of ``entry``; past the limit dead-letter it with ``reason`` (True; a
+        dead letter being released is one already: the caller ends its release), else set when
+        it may be tried again (False)."""
         failures = entry.failures + 1
         entry.failures = failures
         if failures > self.settings.max_deliveries:
-            await self.dead_letter([(entry, reason, f"{type(error).__name__}: {error}")])
+            if entry.letter is None:
+                await self.dead_letter([(entry, reason, f"{type(error).__name__}: {error}")])
             return True
         # kept as long as a snapshot: a count whose entry went while nobody held the shard goes then
         kept_ms = self.settings.snapshot_ttl_s * 1000
@@ -82,7 +86,9 @@ class EntryFailures:
 
     async def dead_letter(self, items: list[tuple[Entry, str, str]]) -> None:
         """Copy entries to the dead-letter stream with their reason, then ack them (fenced: a
-        copy made just before the lease was lost is made again by the next owner, never lost)."""
+        copy made just before the lease was lost is made again by the next owner, never lost).
+        An entry of a session is kept in the session's parked index, and one that failed parks
+        its session (workers.capture.parking), in the same fenced write as the ack."""
         dlq = Keys(self.settings.key_prefix).dead_letters()
         async with self.redis.pipeline(transaction=False) as pipe:
             for entry, reason, error in items:
@@ -98,8 +104,16 @@ class EntryFailures:
                         consumer=self.fence.consumer,
                     ),
                 )  # uncapped: a dead letter is a turn kept for an operator, never dropped
-            await pipe.execute()
-        await self.fence.apply(self.forget([e for e, _, _ in items]), [e.id for e, _, _ in items])
+            dlq_ids = await pipe.execute()
+        parks: list[HashWrite] = []
+        for (entry, reason, _), dlq_id in zip(items, dlq_ids):
+            if entry.session is None or reason not in (REASON_FAILED, REASON_PARKED):
+                continue  # undecodable, or another shard's: no session of this shard to park
+            parks.append(HashWrite(entry.session.parked_key, {entry.id: text(dlq_id)}))
+            if reason == REASON_FAILED:
+                parks.append(HashWrite(entry.session.applied_key, {PARKED: entry.id}))
+        await self.fence.apply(parks + self.forget([e for e, _, _ in items]), [e.id for e, _, _ in items])
         self.stats.dead_lettered += len(items)
         for entry, reason, error in items:
-            log.error("shard %s: entry %s dead-lettered (%s): %s", self.fence.shard, entry.id, reason, error)
+            if reason != REASON_PARKED:  # those behind it are said once a round (workers.capture.parking)
+                log.error("shard %s: entry %s dead-lettered (%s): %s", self.fence.shard, entry.id, reason, error)

@@ -46,6 +46,7 @@ class SessionRef:
     scope: str
     shard: int
     applied_key: str
+    parked_key: str
 
     @property
     def address(self) -> SessionAddress:
@@ -56,7 +57,9 @@ def session_of(settings: Settings, event: TurnEvent) -> SessionRef:
     """The session an event belongs to; ValueError when the event names none."""
     address = address_of(event, settings.agent_prefix)
     keys = session_keys(settings, address)
-    return SessionRef(address.ov_session_id, address.agent_id, address.tenant, keys.scope, keys.shard, keys.applied)
+    return SessionRef(
+        address.ov_session_id, address.agent_id, address.tenant, keys.scope, keys.shard, keys.applied, keys.parked
+    )
 
 
 @dataclass(slots=True)
@@ -74,6 +77,9 @@ class Entry:
     """Why the entry is not a usable event (then it is dead-lettered at once)."""
     retry_at: float = 0.0
     """Loop time before which a failed entry is not tried again."""
+    letter: str | None = None
+    """Its dead-letter id when it is a parked session's dead letter being released (its ``id``
+    is the stream id it had; it is not on this consumer's stream: never acked here)."""
 
     @property
     def order(self) -> tuple[int, int]:
@@ -142,7 +148,8 @@ SKIP_APPLIED = "applied before"
 SKIP_EVENT_SEEN = "event seen"
 SKIP_SETTLED = "written before a crash"
 SKIP_COMMIT_MARKER = "commit marker"
-_DUPLICATES = frozenset({SKIP_APPLIED, SKIP_EVENT_SEEN, SKIP_ADVANCEMENT_SEEN})
+SKIP_RELEASE_MARKER = "release marker"
+_DUPLICATES = frozenset({SKIP_APPLIED, SKIP_EVENT_SEEN, SKIP_ADVANCEMENT_SEEN, SKIP_RELEASE_MARKER})
 """Skips that say nothing new about the transcript (``captured`` stays)."""
 
 
@@ -173,9 +180,12 @@ def plan_round(
             continue
         # Known: capture applied an entry of the session before, or one comes earlier in this round.
         known = state.last_id is not None or state.captured > 0 or bool(plan.units)
-        reason = (
-            SKIP_COMMIT_MARKER if event.commit is not None else skip_reason(settings, event, seen, session_known=known)
-        )
+        if event.release:
+            reason: str | None = SKIP_RELEASE_MARKER
+        elif event.commit is not None:  # a bypassed session's end (an older plugin sent it) asks for nothing
+            reason = skip_reason(settings, event, seen, session_known=known) or SKIP_COMMIT_MARKER
+        else:
+            reason = skip_reason(settings, event, seen, session_known=known)
         if reason is not None:
             seen_events.add(event.event_id)
             plan.units.append(Unit(entry, [], reason))
@@ -225,6 +235,8 @@ def finish_state(plan: SessionRound) -> AppliedState:
         state.captured = captured_after(state.captured, event)
         if event.advancement_key:
             state.remember_advancement(event.advancement_key)
+    if any(u.skip == SKIP_RELEASE_MARKER for u in plan.units):
+        state.parked = None  # every dead letter of the session came before its release marker
     if plan.base is not None:
         state.total = plan.base + plan.added
     if state.partial_id is not None and any(u.entry.id == state.partial_id for u in plan.units):

@@ -44,6 +44,7 @@ from core.snapshot_growth import first_records, grown_records
 from workers import logs
 from workers.capture.failures import EntryFailures
 from workers.capture.fence import HashWrite, ShardFence
+from workers.capture.parking import applied_letters, delete_letters, entries_of_parked
 from workers.capture.plan import (
     Entry,
     LeaseLost,
@@ -55,7 +56,7 @@ from workers.capture.plan import (
 )
 from workers.capture.services import CaptureServices
 from workers.capture.slices import CpuSlice
-from workers.store.applied import INTENT, PARTIAL_ID, PARTIAL_SKIP, AppliedState
+from workers.store.applied import INTENT, PARKED, PARTIAL_ID, PARTIAL_SKIP, AppliedState
 from workers.store.scripts import SNAPSHOT_BEHIND
 from workers.store.snapshots import (
     fetch_snapshot,
@@ -86,6 +87,9 @@ class RoundHost(Protocol):
 
     async def record_failure(self, entry: Entry, error: BaseException) -> None:
         """Count a failed delivery of ``entry``; dead-letter it past the limit."""
+
+    async def dead_letter(self, items: list[tuple[Entry, str, str]]) -> None:
+        """Dead-letter ``items`` (entry, reason, error) and drop them from the backlog."""
 
 
 @dataclass(slots=True)
@@ -212,8 +216,13 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
     for entries, raw in zip(groups, raws):
         await cpu.breathe()
         ref = _session(entries)
+        state = AppliedState.from_hash(raw)
+        if state.parked is not None:
+            entries = await entries_of_parked(redis, settings, c.failures, c.dead_letter, ref, entries, state.parked)
+            if not entries:
+                continue
         isolate = ref.ov_session_id in c.isolate
-        plan = plan_round(settings, ref, entries, AppliedState.from_hash(raw), isolate=isolate)
+        plan = plan_round(settings, ref, entries, state, isolate=isolate)
         runs.append(_Run(plan, worker.ov_for(ref), settings, entries, isolate))
     slots = worker.ov_slots
     results = await asyncio.gather(*(_guard(r, partial(_prepare, r), slots) for r in runs), return_exceptions=True)
@@ -240,14 +249,16 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
             state = finish_state(r.plan)
             fields = state.applied_fields()
             fields[PARTIAL_ID], fields[PARTIAL_SKIP] = state.partial_id or "", str(state.partial_skip)
-            applied.append(HashWrite(r.plan.session.applied_key, fields, (INTENT,)))
+            dropped = (INTENT,) if state.parked is not None else (INTENT, PARKED)
+            applied.append(HashWrite(r.plan.session.applied_key, fields, dropped))
+            applied += applied_letters(r.plan.session, r.plan.entries)
             if _grows_ov(r.plan) and state.last_id is not None:
                 # until a snapshot this new is stored, the stored one is no snapshot to assemble
                 behind = {SNAPSHOT_BEHIND: state.last_id}
                 applied.append(HashWrite(snapshot_key(settings, r.plan.session.address), behind, px=_snapshot_ms(c)))
         applied += c.failures.forget([e for r in finished for e in r.plan.entries])
         try:
-            await c.fence.apply(applied, [e.id for r in finished for e in r.plan.entries])
+            await c.fence.apply(applied, [e.id for r in finished for e in r.plan.entries if e.letter is None])
         except LeaseLost:
             if writing:  # the intents stay: the next owner learns from OV's count what got in
                 log.warning(
@@ -259,6 +270,7 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
             outcome.acked.extend(r.plan.entries)
             worker.stats.count_applied(r.plan)
         worker.fault("after_ack")
+        await delete_letters(redis, settings, [e for r in finished for e in r.plan.entries])
     await _record_failures(c, runs, outcome)
     written = [r for r in finished if _grows_ov(r.plan)]
     if written:

@@ -386,9 +386,39 @@ class ShardConsumer:
             self.ov_backoff = 0.0
 
     async def record_failure(self, entry: Entry, error: BaseException) -> None:
-        """A handler failure of ``entry``: retry later, or dead-letter it past the limit."""
-        if await self.failures.record(entry, error, REASON_FAILED):
-            self.backlog = [e for e in self.backlog if e.id != entry.id]
+        """A handler failure of ``entry``: retry later, or dead-letter it past the limit. A dead
+        letter being released retries with its release marker, and past the limit ends the
+        release (the session stays parked, workers.capture.parking)."""
+        past_limit = await self.failures.record(entry, error, REASON_FAILED)
+        if entry.letter is None:
+            if past_limit:
+                self.backlog = [e for e in self.backlog if e.id != entry.id]
+            return
+        marker = self._release_marker(entry)
+        if marker is None:
+            return
+        if not past_limit:
+            marker.retry_at = entry.retry_at
+            return
+        await self.fence.apply(self.failures.forget([entry]), [marker.id])
+        self.backlog = [e for e in self.backlog if e.id != marker.id]
+        log.error(
+            "shard %s: dead letter %s (entry %s) failed again: %s; session %s stays parked"
+            " (`ovstream dlq drop %s` gives it up, then `ovstream dlq replay`)",
+            self.shard,
+            entry.letter,
+            entry.id,
+            error,
+            entry.session.ov_session_id if entry.session else "?",
+            entry.letter,
+        )
+
+    def _release_marker(self, letter: Entry) -> Entry | None:
+        """The release marker in the backlog that released ``letter``'s session."""
+        for e in self.backlog:
+            if e.session == letter.session and e.event is not None and e.event.release:
+                return e
+        return None
 
     async def dead_letter(self, items: list[tuple[Entry, str, str]]) -> None:
         """Dead-letter ``items`` (entry, reason, error) and drop them from the backlog."""

@@ -15,7 +15,10 @@ Stream delivery is at-least-once, so every session keeps a Redis hash
   in OV (learned from an intent), and how many;
 - ``adv``: recent commitTurn advancement keys, to drop a re-sent turn;
 - ``ev``: recent event ids, to drop an event the publisher re-sent as a new
-  entry (it lost the XADD reply), which stream ids cannot tell apart.
+  entry (it lost the XADD reply), which stream ids cannot tell apart;
+- ``parked``: the stream id of an entry that was dead-lettered: nothing of the
+  session applies past it until an operator's ``dlq replay`` releases the session
+  (workers.capture.parking), so a replay keeps the session's order.
 
 After a write, one MULTI sets ``last_id``/``total``, drops the intent and
 XACKs. A redelivered entry at or below ``last_id`` is acked and skipped; an
@@ -44,6 +47,7 @@ PARTIAL_ID = "partial_id"
 PARTIAL_SKIP = "partial_skip"
 ADVANCEMENTS = "adv"
 EVENT_IDS = "ev"
+PARKED = "parked"
 
 
 def parse_id(stream_id: str) -> tuple[int, int]:
@@ -96,6 +100,8 @@ class AppliedState:
     partial_skip: int = 0
     advancements: list[str] = field(default_factory=list)
     event_ids: list[str] = field(default_factory=list)
+    parked: str | None = None
+    """The dead-lettered entry the session waits behind (None: not parked)."""
     settled_ids: set[str] = field(default_factory=set)
     """Entries ``settle_intent`` found fully stored (this round only, never persisted)."""
 
@@ -112,6 +118,7 @@ class AppliedState:
             partial_skip=int(h.get(PARTIAL_SKIP) or 0),
             advancements=json.loads(h[ADVANCEMENTS]) if h.get(ADVANCEMENTS) else [],
             event_ids=json.loads(h[EVENT_IDS]) if h.get(EVENT_IDS) else [],
+            parked=h.get(PARKED) or None,
         )
 
     def is_applied(self, stream_id: str) -> bool:

@@ -2,9 +2,11 @@
 
 A turn entry that cannot be applied — undecodable, or failing more than
 ``max_deliveries`` times — is copied to ``Keys.dead_letters()`` with the reason
-and acked on its shard, so the shard moves on. ``replay`` publishes the event
-again (to the shard of its session, as a new entry) and deletes the
-dead letter; an undecodable entry cannot be replayed and stays.
+and acked on its shard, so the shard moves on; a session whose entry failed is
+parked behind it, its later entries dead-lettered too (workers.capture.parking).
+``replay`` releases a parked session (its dead letters apply in their order) or
+publishes an older letter again as a new entry; ``drop`` deletes letters for good;
+an undecodable entry cannot be replayed and stays.
 """
 
 from __future__ import annotations
@@ -12,23 +14,27 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import msgspec
 import redis as redis_lib
 
 from core.config import Settings
 from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
+from core.turns import address_of
+from workers.store.applied import PARKED
 from workers.store.connection import Fields, connect, stream_entries, text
-from workers.store.keys import Keys
+from workers.store.keys import Keys, session_keys
 from workers.store.streams import publish_turn
 
 log = logging.getLogger(__name__)
 
 REASON_UNDECODABLE = "undecodable"
 REASON_FAILED = "failed"
-REASON_REDELIVERED = "redelivered"
-"""Delivered more than max_deliveries + 1 times without an ack (its handler keeps dying)."""
+REASON_PARKED = "parked"
+"""A later entry of a session parked behind one that failed (workers.capture.parking)."""
 
 
 def dead_letter_fields(
@@ -85,32 +91,54 @@ def list_dead_letters(redis: redis_lib.Redis, settings: Settings, *, limit: int 
     return [DeadLetter.from_entry(i, f) for i, f in entries]
 
 
+def release_marker(event: TurnEvent) -> TurnEvent:
+    """The release marker of ``event``'s session (same identity, no messages)."""
+    return msgspec.structs.replace(
+        event,
+        event_id=str(uuid.uuid4()),
+        messages=[],
+        pre_prompt_message_count=0,
+        is_heartbeat=False,
+        published_at=time.time(),
+        advancement_key=None,
+        commit=None,
+        import_transcript=False,
+        release=True,
+    )
+
+
 def replay_dead_letters(
     redis: redis_lib.Redis, settings: Settings, ids: list[str] | None = None
 ) -> list[tuple[DeadLetter, str | None, str]]:
-    """Publish the dead letters ``ids`` (None: all) again and remove them from the DLQ.
+    """Put the dead letters ``ids`` (None: all) back on their way.
 
-    Returns ``(dead letter, new stream id or None, note)`` per entry looked at.
-    A stream entry dead-lettered twice (a crash between the copy and the ack)
-    is published once.
+    A letter of a parked session (workers.capture.parking) is *released*: one release marker
+    per session, behind which capture applies all the session's dead letters in their order
+    and deletes them. Any other letter (one from before parking existed) is published again
+    as a new entry and removed. Returns ``(dead letter, stream id or None, note)`` per letter
+    looked at. A stream entry dead-lettered twice (a crash between the copy and the ack) is
+    published once.
     """
     key = Keys(settings.key_prefix).dead_letters()
     if ids is None:
         letters = list_dead_letters(redis, settings, limit=settings.dead_letter_maxlen)
     else:
-        letters = []
-        for dlq_id in ids:
-            found = stream_entries(redis.xrange(key, min=dlq_id, max=dlq_id))
-            if not found:
-                raise KeyError(dlq_id)
-            letters.append(DeadLetter.from_entry(*found[0]))
+        letters = [_one_letter(redis, key, dlq_id) for dlq_id in ids]
     seen: set[tuple[str, str]] = set()
+    released: dict[str, str] = {}
     results: list[tuple[DeadLetter, str | None, str]] = []
     for letter in letters:
         try:
             event = letter.event()
-        except EventDecodeError as exc:
+            session = session_keys(settings, address_of(event, settings.agent_prefix))
+        except (EventDecodeError, ValueError) as exc:
             results.append((letter, None, f"kept: not replayable ({exc})"))
+            continue
+        if redis.hexists(session.applied, PARKED):
+            if session.applied not in released:
+                released[session.applied] = publish_turn(redis, settings, release_marker(event))
+                log.info("session %s released at %s", event.session_id, released[session.applied])
+            results.append((letter, released[session.applied], NOTE_RELEASED))
             continue
         origin = (letter.stream, letter.entry_id)
         new_id = None
@@ -126,6 +154,40 @@ def replay_dead_letters(
     return results
 
 
+NOTE_RELEASED = "released: applies with its session's other dead letters, in their order"
+
+
+def drop_dead_letters(redis: redis_lib.Redis, settings: Settings, ids: list[str]) -> list[tuple[DeadLetter, str]]:
+    """Delete the dead letters ``ids`` for good (a turn an operator gives up on). A parked
+    session left with none is released (nothing of it waits any more)."""
+    key = Keys(settings.key_prefix).dead_letters()
+    results: list[tuple[DeadLetter, str]] = []
+    for dlq_id in ids:
+        letter = _one_letter(redis, key, dlq_id)
+        note = "dropped"
+        try:
+            event = letter.event()
+            session = session_keys(settings, address_of(event, settings.agent_prefix))
+        except (EventDecodeError, ValueError):
+            session = None
+        redis.xdel(key, letter.dlq_id)
+        if session is not None:
+            redis.hdel(session.parked, letter.entry_id)
+            if redis.hexists(session.applied, PARKED) and not redis.hlen(session.parked):
+                at = publish_turn(redis, settings, release_marker(event))
+                note = f"dropped; session {event.session_id} has no dead letters left: released at {at}"
+        log.info("dead letter %s %s", letter.dlq_id, note)
+        results.append((letter, note))
+    return results
+
+
+def _one_letter(redis: redis_lib.Redis, key: str, dlq_id: str) -> DeadLetter:
+    found = stream_entries(redis.xrange(key, min=dlq_id, max=dlq_id))
+    if not found:
+        raise KeyError(dlq_id)
+    return DeadLetter.from_entry(*found[0])
+
+
 # --- CLI -----------------------------------------------------------------------------------
 
 
@@ -136,6 +198,8 @@ def add_dlq_arguments(parser: argparse.ArgumentParser) -> None:
     replay = sub.add_parser("replay", help="publish dead-lettered events again and remove them")
     replay.add_argument("ids", nargs="*", help="dead-letter ids (from `dlq list`)")
     replay.add_argument("--all", action="store_true", help="replay every dead letter")
+    drop = sub.add_parser("drop", help="delete dead letters for good (turns given up on)")
+    drop.add_argument("ids", nargs="+", help="dead-letter ids (from `dlq list`)")
 
 
 def _session_of(letter: DeadLetter) -> str:
@@ -178,6 +242,15 @@ def cli_dlq(settings: Settings, args: argparse.Namespace) -> int:
         print(f"{total} dead letter(s)" + (f", oldest {len(letters)} shown" if total > len(letters) else ""))
         print(format_dead_letters(letters))
         return 0
+    if args.dlq_command == "drop":
+        try:
+            dropped = drop_dead_letters(redis, settings, list(args.ids))
+        except KeyError as exc:
+            print(f"ovstream dlq drop: no dead letter {exc.args[0]}")
+            return 1
+        for letter, note in dropped:
+            print(f"{letter.dlq_id} {note}")
+        return 0
     if not args.ids and not args.all:
         print("ovstream dlq replay: name dead-letter ids or pass --all")
         return 2
@@ -189,6 +262,7 @@ def cli_dlq(settings: Settings, args: argparse.Namespace) -> int:
     for letter, new_id, note in results:
         target = f" -> {new_id}" if new_id else ""
         print(f"{letter.dlq_id} {note}{target}")
-    replayed = sum(1 for _, new_id, _ in results if new_id)
-    print(f"{replayed} replayed, {len(results) - replayed} not")
+    released = sum(1 for _, _, note in results if note == NOTE_RELEASED)
+    replayed = sum(1 for _, new_id, note in results if new_id and note != NOTE_RELEASED)
+    print(f"{replayed} replayed, {released} released, {len(results) - replayed - released} not")
     return 0

@@ -36,6 +36,7 @@ class SessionKeys:
     commit_generation: str
     commit_inflight: str
     commits_unannounced: str
+    parked: str
     recall_prefix: str
 
     def recall_turn(self, turn: str) -> str:
@@ -66,6 +67,7 @@ class Keys:
             commit_generation=self.commit_generation(shard, scope, sid),
             commit_inflight=self.commit_inflight(shard, scope, sid),
             commits_unannounced=self.commits_unannounced(shard, scope, sid),
+            parked=self.parked(shard, scope, sid),
             recall_prefix=self._session("recall", shard, scope, sid),
         )
 
@@ -126,6 +128,11 @@ class Keys:
     def applied(self, shard: int, scope: str, ov_session_id: str) -> str:
         """Hash: the last stream id applied to OV for this session, and bookkeeping."""
         return self._session("applied", shard, scope, ov_session_id)
+
+    def parked(self, shard: int, scope: str, ov_session_id: str) -> str:
+        """Hash: while the session is parked behind a dead letter, its dead-lettered entries,
+        stream entry id -> dead-letter id (workers.capture.parking)."""
+        return self._session("parked", shard, scope, ov_session_id)
 
     def snapshot(self, shard: int, scope: str, ov_session_id: str) -> str:
         """Hash: ``data`` = the session's ContextSnapshot (msgspec JSON), ``id`` = its

@@ -37,6 +37,8 @@ export interface TurnEvent {
   commit: string | null;
   /** bootstrap's import of a transcript older than ovstream (written only into a new session). */
   import_transcript: boolean;
+  /** Set only by `ovstream dlq replay`: the session's dead letters apply here, in order. */
+  release: boolean;
 }
 
 export interface TurnInput {
@@ -113,6 +115,7 @@ export function buildTurnEvent(input: TurnInput): TurnEvent {
     user: nonEmptyString(input.user),
     commit: nonEmptyString(input.commit),
     import_transcript: input.importTranscript === true,
+    release: false,
   };
 }
 

@@ -19,6 +19,7 @@ const FIELDS = [
   "user",
   "commit",
   "import_transcript",
+  "release",
 ].sort();
 
 const user = (text: string) => ({ role: "user", content: text, timestamp: 1_760_000_000_000 });
