@@ -224,6 +224,21 @@ def _normalised(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+EACH_ITS_OWN = frozenset({"events", "cases"})
+"""Categories where the same words are still two memories (two meetings, two cases)."""
+
+
+def distinct_key(hit: RecallHit) -> str:
+    """Hits with the same key are one memory to recall or forget: an event or a case by its
+    URI; any other by its category and normalised abstract (its URI when it has none)."""
+    category = recall_category(hit).lower()
+    uri = hit.uri.lower()
+    abstract = _normalised(hit.abstract)
+    if not abstract or category in EACH_ITS_OWN or any(f"/{c}/" in uri for c in EACH_ITS_OWN):
+        return f"uri:{hit.uri}"
+    return f"abstract:{category}:{abstract}"
+
+
 def select_recall_hits(
     hits: Iterable[Any],
     *,
@@ -237,8 +252,9 @@ def select_recall_hits(
     without a level stay; scores (clamped to [0, 1]) below the threshold go;
     hits are ranked (score + 0.12 for a leaf + up to 0.2 word overlap with the
     query + event/preference boosts when the query asks for them); of hits
-    with the same normalised abstract the best-ranked stays; leaves come
-    before level-less hits, as in the reference.
+    with the same ``distinct_key`` (category and normalised abstract; an event
+    or a case is its own) the best-ranked stays; leaves come before level-less
+    hits, as in the reference.
     """
     if limit <= 0:
         return []
@@ -265,7 +281,7 @@ def select_recall_hits(
     seen: set[str] = set()
     distinct: list[RecallHit] = []
     for _, hit in ranked:
-        key = _normalised(hit.abstract) or f"uri:{hit.uri}"
+        key = distinct_key(hit)
         if key in seen:
             continue
         seen.add(key)

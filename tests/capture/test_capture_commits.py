@@ -21,6 +21,7 @@ from workers.commits.context import context_of
 from workers.commits.run import run_commit, run_poll, run_recheck
 from workers.commits.scheduler import move_due_jobs
 from workers.commits.worker import drain_jobs, jobs_waiting
+from workers.commits.worker import make_worker as make_commit_worker
 from workers.store import commit_queue
 from workers.store.commit_queue import request_commit, wait_commit_outcome
 from workers.store.commit_records import CommitRecords
@@ -118,6 +119,18 @@ def test_poller_records_a_failed_phase2(redis_client, settings, fake_ov):
     request = _request(redis_client, settings)
     outcome = wait_for_outcome(redis_client, settings, request)
     assert outcome.status == "failed" and "memory extraction failed" in outcome.error
+
+
+@pytest.mark.parametrize("embedded", [True, False])
+def test_commit_workers_open_no_pubsub_channel(redis_client, settings, embedded):
+    """An RQ worker that unsubscribes waits up to 60 s for redis-py 8.1's pubsub thread (a stalled
+    burst round, a SIGTERM honoured a minute late): ovstream's workers listen on no channel."""
+    worker = make_commit_worker(redis_client, settings, embedded=embedded)
+    for _ in range(3):
+        worker.work(burst=True, logging_level="WARNING")
+        assert worker.pubsub_thread is None and worker.pubsub is None
+    clients = redis_client.client_list()
+    assert not [c for c in clients if int(c.get("sub", 0)) or int(c.get("psub", 0))], clients
 
 
 def wait_for_outcome(client, settings, request):

@@ -161,6 +161,18 @@ async def test_a_commit_marker_commits_after_every_earlier_turn(redis_client, se
     assert worker.stats.commits_requested == 1
 
 
+async def test_a_bypassed_sessions_end_asks_ov_for_nothing(redis_client, settings, fake_ov):
+    settings = settings.model_copy(update={"bypass_session_patterns": ["agent:*:cron:**"]})
+    key = "agent:main:cron:nightly:run:1"
+    marker = msgspec.structs.replace(_marker("cron-run"), session_key=key)
+    publish(redis_client, settings, [turn("cron-run", 0, session_key=key), marker])
+    calls_before = len(fake_ov.calls)
+    worker = make_worker(settings, fake_ov, burst=True)
+    await worker.run()
+    assert fake_ov.calls[calls_before:] == []  # no session read, no commit
+    assert worker.stats.commits_requested == 0
+
+
 async def test_an_import_is_written_only_into_a_session_capture_never_touched(redis_client, settings, fake_ov):
     publish(redis_client, settings, [_import("imp", ["old one", "old two"]), turn("imp", 0)])
     worker = make_worker(settings, fake_ov, burst=True)

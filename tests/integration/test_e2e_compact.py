@@ -97,7 +97,10 @@ def test_compact_answers_the_seeds_compact_result(
     assert (answer["ok"], answer["compacted"], answer["reason"]) == (True, True, "commit_completed"), answer
     result = answer["result"]
     assert result["firstKeptEntryId"] == "archive_002"  # last segment of the new archive's URI
-    assert result["tokensBefore"] == estimate_message_tokens(conv.messages)
+    # before: what assemble sent before the commit (archive 1's summary, the guide, the turn
+    # since); the host's own count comes back beside it
+    assert result["details"]["hostTokensBefore"] == estimate_message_tokens(conv.messages)
+    assert result["tokensBefore"] > 0
     # after: what assemble sends now (everything archived: the summary and the guide only);
     # prompt null: the session's context without a turn's recalled memories
     assert context["messages"] == [] and context["stats"]["totalArchives"] == 2

@@ -60,9 +60,11 @@ async def test_compact_archives_and_reports(rpc: Any, commit_worker: None) -> No
     assert (body["ok"], body["compacted"], body["reason"]) == (True, True, "commit_completed")
     result = body["result"]
     assert result["firstKeptEntryId"] == "archive_001"
-    assert result["tokensBefore"] == 1234
+    # both counts measure what assemble sends; the host's own count is passed back beside them
+    assert result["details"]["hostTokensBefore"] == 1234
+    assert 0 < result["tokensBefore"] != 1234
     assert result["summary"]  # the archive overview (working memory was on)
-    assert result["tokensAfter"] is not None and result["tokensAfter"] < 1234
+    assert result["tokensAfter"] is not None and result["tokensAfter"] > 0
     assert rpc.fake.sessions[SID].messages == []  # nothing kept: keep_recent_count 0
     # The snapshot now holds the compacted context.
     snap = stored_snapshot(rpc.redis, rpc.settings, SessionAddress(SID, "main", None))
@@ -71,10 +73,15 @@ async def test_compact_archives_and_reports(rpc: Any, commit_worker: None) -> No
     assert (outcome.reason, outcome.status) == ("compact", "completed")
 
 
-async def test_tokens_before_and_after_measure_the_assembled_context(rpc: Any, commit_worker: None) -> None:
+@pytest.mark.parametrize("host_count", [None, 50, 99_999])
+async def test_tokens_before_and_after_measure_the_assembled_context(
+    rpc: Any, commit_worker: None, host_count: int | None
+) -> None:
+    """Whatever the host counts (its system prompt, its tools), tokensBefore and tokensAfter are
+    both what assemble sends: before the commit and next."""
     await rpc.ov.add_messages(SID, turns(4))
     before = (await rpc.assemble({"sessionId": SID, "messages": [], "prompt": None})).json()
-    body = (await rpc.compact({"sessionId": SID})).json()
+    body = (await rpc.compact({"sessionId": SID, "currentTokenCount": host_count})).json()
     assert body["result"]["tokensBefore"] == before["estimatedTokens"] > 0
     after = (await rpc.assemble({"sessionId": SID, "messages": [], "prompt": None})).json()
     assert body["result"]["tokensAfter"] == after["estimatedTokens"]
@@ -85,7 +92,7 @@ async def test_failed_phase2_is_commit_failed(rpc: Any, commit_worker: None) -> 
     await rpc.ov.add_messages(SID, turns(2))
     body = (await rpc.compact({"sessionId": SID, "currentTokenCount": 50})).json()
     assert (body["ok"], body["compacted"], body["reason"]) == (False, False, "commit_failed")
-    assert body["result"]["tokensBefore"] == 50
+    assert body["result"]["details"]["hostTokensBefore"] == 50 and body["result"]["tokensBefore"] > 0
     assert body["result"]["details"]["commit"]["status"] == "failed"
 
 
@@ -109,7 +116,7 @@ async def test_nothing_to_archive_is_commit_no_archive(rpc: Any, commit_worker: 
     await rpc.ov.create_session(SID)
     body = (await rpc.compact({"sessionId": SID, "currentTokenCount": 10})).json()
     assert (body["ok"], body["compacted"], body["reason"]) == (True, False, "commit_no_archive")
-    assert body["result"]["tokensAfter"] == 10
+    assert body["result"]["tokensAfter"] == body["result"]["tokensBefore"] == 0  # nothing to send
 
 
 async def test_a_commit_in_flight_is_awaited_not_duplicated(rpc: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from typing import Any
 
@@ -109,6 +110,42 @@ async def test_without_redis_healthz_is_down_status_503_and_assemble_still_answe
         # Assemble still answers: it passes the messages through.
         r = await client.post("/v1/assemble", json={"sessionId": "s", "messages": [], "prompt": "p"})
         assert r.status_code == 200
+    await app.state.services.ov.aclose()
+
+
+async def test_without_redis_a_held_import_adds_nothing_to_what_ov_holds(fake: Any, redis_url: str) -> None:
+    """The host bootstraps on a session's second turn: the plugin may still hold an import of
+    the turn OV has already. With Redis away it is not appended on top of OV's copy."""
+    import httpx
+
+    from core.events import TurnEvent
+
+    dead = Settings(redis_url="redis://127.0.0.1:1/0")
+    app = create_app(
+        Settings(redis_url=redis_url),
+        redis=connect_async(dead, fail_fast=True),
+        commit_redis=connect(dead, fail_fast=True),
+        ov_transport=fake.transport(),
+    )
+    first = [{"role": "user", "content": "Local run with Redis up."}, {"role": "assistant", "content": "Noted."}]
+    async with httpx.AsyncClient(transport=fake.transport(), base_url="http://ov") as ov:
+        parts = [{"role": m["role"], "parts": [{"type": "text", "text": m["content"]}]} for m in first]
+        (await ov.post("/api/v1/sessions/s2/messages/batch", json={"messages": parts})).raise_for_status()
+    held = TurnEvent(
+        event_id="import-s2", session_id="s2", messages=first, import_transcript=True, published_at=time.time()
+    )
+    call = {
+        "sessionId": "s2",
+        "messages": [],
+        "prompt": "second turn",
+        "heldTurns": [json.loads(encode(held))],
+        "recentTurns": [],
+    }
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://rpc") as client:
+        r = await client.post("/v1/assemble", json=call)
+    assert r.status_code == 200, r.text
+    said = json.dumps(r.json()["messages"])
+    assert said.count("Local run with Redis up.") == 1, said
     await app.state.services.ov.aclose()
 
 

@@ -239,6 +239,17 @@ async def test_forget_by_query_lists_candidates_when_unsure(rpc: Any) -> None:
     assert len(rpc.fake.memories()) == 2  # nothing deleted
 
 
+async def test_forget_by_query_lists_two_events_in_the_same_words(rpc: Any) -> None:
+    """Two events reading alike are two memories: listed as candidates, neither deleted."""
+    first = rpc.fake.seed_memory("Met Bob at the cafe", category="events")
+    second = rpc.fake.seed_memory("Met Bob at the cafe", category="events")
+    r = await rpc.tool("memory_forget", call({"query": "Met Bob at the cafe", "scoreThreshold": 0.6}))
+    details = r.json()["details"]
+    assert details["action"] == "candidates", details
+    assert sorted(c["uri"] for c in details["candidates"]) == sorted([first, second])
+    assert len(rpc.fake.memories()) == 2  # nothing deleted
+
+
 async def test_forget_by_query_without_match(rpc: Any) -> None:
     r = await rpc.tool("memory_forget", call({"query": "something never stored", "scoreThreshold": 0.9}))
     assert r.json()["details"]["action"] == "none"

@@ -172,6 +172,33 @@ def test_rank_score(raw: dict, query: str | None, expected: float) -> None:
             {"limit": 5},
             ["b", "c"],
         ),
+        # two events (or cases) in the same words are two memories: both stay
+        (
+            [
+                hit("events/e1.md", 0.9, abstract="Met Bob at the cafe"),
+                hit("events/e2.md", 0.9, abstract="Met Bob at the cafe"),
+            ],
+            {"limit": 5},
+            ["events/e1.md", "events/e2.md"],
+        ),
+        (
+            [
+                hit("cases/c1.md", 0.8, abstract="restart fixed it"),
+                hit("cases/c2.md", 0.7, abstract="restart fixed it"),
+            ],
+            {"limit": 5},
+            ["cases/c1.md", "cases/c2.md"],
+        ),
+        # the same words in two categories are two memories; twice in one category, one
+        (
+            [
+                hit("preferences/p.md", 0.9, abstract="likes tea"),
+                hit("entities/t.md", 0.8, abstract="likes tea"),
+                hit("preferences/q.md", 0.7, abstract="Likes tea"),
+            ],
+            {"limit": 5},
+            ["preferences/p.md", "entities/t.md"],
+        ),
         # empty abstracts are not duplicates of each other
         ([hit("a", 0.5, abstract=""), hit("b", 0.4, abstract="  ")], {"limit": 5}, ["a", "b"]),
         # the query lifts a lower-scored hit over a higher one

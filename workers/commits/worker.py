@@ -47,8 +47,24 @@ REDIS_RETRY_MAX_S = 5.0
 """First and longest wait before ``ovstream worker`` starts a new RQ worker after losing Redis."""
 
 
-class EmbeddedWorker(SimpleWorker):
-    """A SimpleWorker that may run in any thread: no signal handlers, timer-based timeouts."""
+class CommitWorker(SimpleWorker):
+    """RQ's SimpleWorker without a pubsub channel.
+
+    The channel carries RQ's stop-job and shutdown commands, and ovstream sends none (SIGTERM
+    stops a worker). With redis-py 8.1, a worker that unsubscribes waits for its pubsub thread,
+    which sits up to 60 s waiting for a subscription that will not come: `ovstream worker`
+    took a minute to honour SIGTERM, and each burst round of the embedded worker could stall
+    a commit as long, at random."""
+
+    def subscribe(self) -> None:
+        """Nothing to listen to."""
+
+    def unsubscribe(self) -> None:
+        """Nothing was subscribed."""
+
+
+class EmbeddedWorker(CommitWorker):
+    """A CommitWorker that may run in any thread: no signal handlers, timer-based timeouts."""
 
     death_penalty_class = TimerDeathPenalty
 
@@ -61,7 +77,7 @@ def make_worker(redis: redis_lib.Redis, settings: Settings, *, embedded: bool = 
     register(settings)
     # Jobs run in this process (no fork per job, as arq does): its JobContext
     # (workers.commits.context) keeps one event loop, OV pool and Redis client for all.
-    cls: type[BaseWorker] = EmbeddedWorker if embedded else SimpleWorker
+    cls: type[BaseWorker] = EmbeddedWorker if embedded else CommitWorker
     # Registries (abandoned jobs of a killed worker among them) are cleaned this often.
     queue = commit_queue(redis, settings)
     return cls([queue], connection=queue.connection, maintenance_interval=MAINTENANCE_INTERVAL_S)

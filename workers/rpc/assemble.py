@@ -277,7 +277,9 @@ async def _lag_tail(
         after_id=snap.applied_id,
         reflected_event_ids=snap.event_ids,
         reflected_advancements=snap.advancements,
-        session_known=snap.capture_known,
+        # with Redis away capture's record is out of reach: OV holding the session makes it known
+        # (an import the plugin still holds would repeat what is there), as capture's record would
+        session_known=snap.capture_known or (direct and not snap.base.empty),
         last_turn=last_turn,
         redis_away=direct,
     )

@@ -163,11 +163,14 @@ async def _context_estimate(svc: Services, caller: Caller, ov_session_id: str, b
         return -1
 
 
-def _outcome_details(outcome: CommitOutcome) -> dict[str, Any]:
-    return {"commit": msgspec.to_builtins(outcome)}
+def _outcome_details(outcome: CommitOutcome, host_tokens: int | None = None) -> dict[str, Any]:
+    details: dict[str, Any] = {"commit": msgspec.to_builtins(outcome)}
+    if host_tokens is not None:
+        details["hostTokensBefore"] = host_tokens  # the host's count, for its own comparisons
+    return details
 
 
-def _failure(reason: str, tokens_before: int, outcome: CommitOutcome) -> dict[str, Any]:
+def _failure(reason: str, tokens_before: int, outcome: CommitOutcome, host_tokens: int | None) -> dict[str, Any]:
     return {
         "ok": False,
         "compacted": False,
@@ -176,7 +179,7 @@ def _failure(reason: str, tokens_before: int, outcome: CommitOutcome) -> dict[st
             "summary": "",
             "firstKeptEntryId": "",
             "tokensBefore": tokens_before,
-            "details": _outcome_details(outcome),
+            "details": _outcome_details(outcome, host_tokens),
         },
     }
 
@@ -211,9 +214,13 @@ async def _compact(svc: Services, req: CompactRequest, caller: Caller) -> dict[s
             return {"ok": True, "compacted": False, "reason": "session_not_found"}
         raise rpc_error_for(exc) from None
 
-    tokens_before = _valid_count(req.currentTokenCount)
-    if tokens_before is None:
-        tokens_before = await _context_estimate(svc, caller, ov_sid, budget)
+    # tokensBefore and tokensAfter both count what assemble sends (messages and the system
+    # prompt addition, estimated as assemble estimates): the host's own count covers more (its
+    # system prompt, the tools) and comparing it with ours said compaction grew the context.
+    host_tokens = _valid_count(req.currentTokenCount)
+    tokens_before = await _context_estimate(svc, caller, ov_sid, budget)
+    if tokens_before < 0 and host_tokens is not None:
+        tokens_before = host_tokens
     try:
         outcome = await commit_and_wait(svc, caller, ov_sid, reason="compact")
     except OVUnavailable as exc:  # inline commit only; queued commits report through the outcome
@@ -228,16 +235,17 @@ async def _compact(svc: Services, req: CompactRequest, caller: Caller) -> dict[s
             CommitOutcome(
                 commit_id="inline", ov_session_id=ov_sid, agent_id=caller.agent_id, status="failed", error=str(exc)
             ),
+            host_tokens,
         )
 
     if outcome.status == "failed":
-        return _failure("commit_failed", tokens_before, outcome)
+        return _failure("commit_failed", tokens_before, outcome, host_tokens)
     # Still running at our bound (below the host's compaction timeout): the archive
     # is made, only memory extraction goes on, and its poller records the outcome.
     finished = outcome.status in ("completed", "skipped")
     phase2_pending = not finished and outcome.archived
     if not finished and not phase2_pending:
-        return _failure("commit_timeout", tokens_before, outcome)
+        return _failure("commit_timeout", tokens_before, outcome, host_tokens)
     if outcome.status == "skipped" or not outcome.archived:
         return {
             "ok": True,
@@ -248,11 +256,11 @@ async def _compact(svc: Services, req: CompactRequest, caller: Caller) -> dict[s
                 "firstKeptEntryId": "",
                 "tokensBefore": tokens_before,
                 "tokensAfter": tokens_before if tokens_before >= 0 else None,
-                "details": _outcome_details(outcome),
+                "details": _outcome_details(outcome, host_tokens),
             },
         }
 
-    details = _outcome_details(outcome)
+    details = _outcome_details(outcome, host_tokens)
     summary, tokens_after = "", None
     try:
         snapshot = await refresh_snapshot(svc.redis, ov, svc.settings, caller.address(ov_sid))

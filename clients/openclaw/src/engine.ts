@@ -307,6 +307,11 @@ export function createEngine(rt: PluginRuntime): ContextEngine {
         if (bypassed(params.sessionId, sessionKey)) return { bootstrapped: false, reason: "session_bypassed" };
         const ovSid = ovSessionId(params.sessionId, sessionKey);
         if (rt.importDone(ovSid)) return { bootstrapped: false, reason: "imported before" };
+        if (rt.publishedSessions.has(ovSid)) {
+          // The host bootstraps on a session's second turn: its transcript is the turn we sent.
+          rt.markImported(ovSid);
+          return { bootstrapped: false, reason: "turns captured since the session began" };
+        }
         const agentId = agentIdOf(params.sessionTarget?.agentId, params.runtimeContext?.agentId);
         const messages = await readTranscript({ agentId, sessionKey, sessionId: params.sessionId });
         if (messages === undefined) return { bootstrapped: false, reason: "transcript unreadable" };

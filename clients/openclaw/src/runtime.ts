@@ -14,7 +14,7 @@ import { join } from "node:path";
 
 import type { PluginConfig } from "./config.js";
 import { buildTurnEvent, encodeTurnEvent, type TurnEvent, type TurnInput } from "./events.js";
-import { ovSessionId } from "./ids.js";
+import { isBypassed, ovSessionId } from "./ids.js";
 import { deploymentKey, LAST_TURN_TTL_S, lastTurnKey, shardOf, streamKey } from "./keys.js";
 import { TurnPublisher, type PublisherOptions } from "./publisher.js";
 import { RpcClient } from "./rpc.js";
@@ -119,6 +119,9 @@ export class PluginRuntime {
   readonly stateDir: string;
   /** Per OV session: the turns this process published lately (assemble's overlay). */
   private readonly recent = new Map<string, Recent[]>();
+  /** OV sessions this process published a turn of: capture knows them, so an import of their
+   * transcript would only repeat turns (capture skips it; with Redis away assemble would not). */
+  readonly publishedSessions = new RecentSet(4096);
   /** OV sessions a commit marker went out for lately (before_reset and session_end both fire). */
   private readonly ended = new RecentSet(1024);
 
@@ -182,6 +185,7 @@ export class PluginRuntime {
       : undefined;
     this.publisher.enqueue(streamKey(this.config.keyPrefix, shard), payload, { session: ovSid, lastTurn });
     if (isTurn) this.remember(ovSid, payload);
+    if (isTurn && !event.import_transcript) this.publishedSessions.add(ovSid);
     return true;
   }
 
@@ -218,6 +222,8 @@ export class PluginRuntime {
    */
   endSession(params: { sessionId?: string; sessionKey?: string; agentId?: string }, reason: string): boolean {
     if (!this.config.autoCapture || !params.sessionId) return false;
+    // bypassed sessions never leave the process: nothing of them was captured, nothing to commit
+    if (isBypassed(this.config.bypassSessionPatterns, params.sessionId, params.sessionKey)) return false;
     let ovSid: string;
     try {
       ovSid = ovSessionId(params.sessionId, params.sessionKey);

@@ -221,6 +221,18 @@ function memoryCoreActive(config: unknown): boolean {
   return slot === undefined || slot === "memory-core";
 }
 
+/**
+ * Warnings about the config already said in this process: the host registers the plugin
+ * twice at start and again on every config reload, and one warning is enough.
+ */
+export const SAID_ONCE = new Set<string>();
+
+function warnOnce(rt: PluginRuntime, message: string): void {
+  if (SAID_ONCE.has(message)) return;
+  SAID_ONCE.add(message);
+  rt.logger.warn(message);
+}
+
 /** Register every tool as a factory, so each call knows its session; `toolNames` renames. */
 export function registerTools(api: PluginApi, rt: PluginRuntime): number {
   if (typeof api.registerTool !== "function") {
@@ -229,13 +241,14 @@ export function registerTools(api: PluginApi, rt: PluginRuntime): number {
   }
   const renames = rt.config.toolNames;
   for (const unknown of Object.keys(renames).filter((n) => !TOOL_NAMES.includes(n))) {
-    rt.logger.warn(`ovstream: toolNames.${unknown}: no ovstream tool has that name (known: ${TOOL_NAMES.join(", ")})`);
+    warnOnce(rt, `ovstream: toolNames.${unknown}: no ovstream tool has that name (known: ${TOOL_NAMES.join(", ")})`);
   }
   for (const base of TOOL_SPECS) {
     const name = renames[base.name] ?? base.name;
     const owner = NAMES_HELD_ELSEWHERE[name];
     if (owner && memoryCoreActive(api.config)) {
-      rt.logger.warn(
+      warnOnce(
+        rt,
         `ovstream: tool name ${name} is also registered by ${owner} (OpenClaw's bundled memory plugin); ` +
           `one shadows the other. Rename ours with plugins.entries.ovstream.config.toolNames.${base.name} ` +
           `(e.g. "ov_${base.name}"), or disable ${owner}`,

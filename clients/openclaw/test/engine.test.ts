@@ -294,6 +294,30 @@ describe("afterTurn and commitTurn", () => {
     assert.equal(byp.rt.publisher.getStats().pending + byp.rt.publisher.getStats().delivered, 0);
   });
 
+  it("publishes no commit marker when a bypassed session ends; one when another ends", async () => {
+    const { rt } = runtime({ redisUrl: redis.url, bypassSessionPatterns: ["agent:*:cron:**"] });
+    runtimes.push(rt);
+    assert.equal(rt.endSession({ sessionId: SID, sessionKey: "agent:main:cron:nightly:run:1" }, "reset"), false);
+    assert.equal(rt.publisher.getStats().pending + rt.publisher.getStats().delivered, 0);
+    assert.equal(rt.endSession({ sessionId: SID, sessionKey: "agent:main:telegram:1" }, "reset"), true);
+    await rt.publisher.drained();
+    assert.equal(rt.publisher.getStats().delivered, 1);
+  });
+
+  it("bootstraps no import of a session it published a turn of (the host's second-turn bootstrap)", async () => {
+    const { rt, engine, log } = runtime({ redisUrl: redis.url, keyPrefix: "bs1", shards: 1 });
+    runtimes.push(rt);
+    const sessionId = `${SID.slice(0, -4)}b001`;
+    assert.deepEqual(await engine.commitTurn({ sessionId, advancementKey: "b1", messages: msgs.slice(0, 2) }), { status: "committed" });
+    const result = await engine.bootstrap({ sessionId });
+    // decided before any transcript is read (outside the host none could be)
+    assert.deepEqual(result, { bootstrapped: false, reason: "turns captured since the session began" });
+    await rt.publisher.drained();
+    const events = await streamEvents(redis.url, streamKey("bs1", 0));
+    assert.deepEqual(events.map((e) => e.import_transcript), [false]);
+    assert.ok(!log.at("info").some((m) => m.includes("importing")), log.at("info").join("\n"));
+  });
+
   it("commitTurn publishes the turn with its advancementKey once, then says duplicate", async () => {
     const { rt, engine } = runtime({ redisUrl: redis.url, keyPrefix: "ct1", shards: 1 });
     runtimes.push(rt);

@@ -3,7 +3,7 @@ import { after, describe, it } from "node:test";
 
 import { registerOvstream } from "../src/index.js";
 import type { PluginRuntime } from "../src/runtime.js";
-import { TOOL_NAMES, TOOL_SPECS } from "../src/tools.js";
+import { SAID_ONCE, TOOL_NAMES, TOOL_SPECS } from "../src/tools.js";
 import { FakeApi, FakeRpc, json } from "./helpers/fakes.js";
 import { freePort, pythonHasModule, runPython } from "./helpers/proc.js";
 
@@ -39,6 +39,17 @@ describe("tool registration", () => {
       assert.equal(tool.parameters.type, "object");
       assert.equal(typeof tool.execute, "function");
     }
+  });
+
+  it("says the memory_search name collision once per process, though the host registers it again and again", () => {
+    SAID_ONCE.clear();
+    const said: string[] = [];
+    for (let i = 0; i < 4; i++) {  // gateway start (twice), then a config reload (twice)
+      const api = new FakeApi({});
+      runtimes.push(registerOvstream(api)!);
+      said.push(...api.logger.at("warn").filter((m) => m.includes("is also registered by memory-core")));
+    }
+    assert.equal(said.length, 1, said.join("\n"));
   });
 
   it("posts {sessionId, sessionKey, runtimeContext, params} and returns the RPC's {content, details}", async () => {
