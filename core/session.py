@@ -25,6 +25,12 @@ def scope_of(tenant: str | None, agent_id: str) -> str:
     return f"{tenant or '-'}.{agent_id}"
 
 
+def tenant_and_agent(scope: str) -> tuple[str | None, str]:
+    """``scope_of`` read back: (tenant, agent id). A tenant label holds no dot; an agent id may."""
+    tenant, _, agent_id = scope.partition(".")
+    return (None if tenant == "-" else tenant), agent_id
+
+
 @dataclass(frozen=True, slots=True)
 class SessionAddress:
     """An OV session as one agent of one tenant sees it.

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from core.config import ConfigError, Settings, load_settings
 from workers import logs
+from workers.store.connection import redis_went_away
 
 # subcommand -> ("module:function", help). The function takes (settings, args) -> int | None.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -88,6 +89,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(func(settings, args) or 0)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        if not redis_went_away(exc):
+            raise
+        # an operator's command with Redis away: one line that says so, not redis-py's traceback
+        print(f"ovstream {args.command}: Redis unreachable at {settings.redacted_redis_url()}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ add ``extra={"outcome": ...}`` (and any of the fields) itself.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -88,9 +89,26 @@ def fields(
             SHARD.reset(shard_token)
 
 
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record is emitted, not the stream it was at
+    setup: a CLI run inside a test (pytest swaps stderr per test and closes the old one) left
+    every later record a "--- Logging error --- I/O operation on closed file" traceback."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def configure(process: str, *, level: str = "INFO", json_lines: bool = False) -> None:
     """Set up the root logger of a process (once, at its start)."""
-    handler = logging.StreamHandler()
+    handler = _CurrentStderr()
     handler.addFilter(ContextFields(process))
     handler.setFormatter(JsonLines() if json_lines else logging.Formatter(TEXT_FORMAT))
     handler.set_name(_HANDLER_NAME)

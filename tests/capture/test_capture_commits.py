@@ -252,6 +252,22 @@ def test_commit_snapshot_shows_the_archive_overview(redis_client, settings, fake
     assert snap is not None and snap.latest_archive_overview and snap.total_archives == 1
 
 
+def test_ovstream_commits_finds_the_agent_the_session_key_names(redis_client, settings, monkeypatch, capsys):
+    """Typed as the README shows (the session id alone), it finds the commits of the session
+    under the agent its key named, and says which."""
+    cli_uses(monkeypatch, settings)
+    request = request_commit(
+        redis_client, settings, SessionAddress("demo-sid[1]", "demo", None), reason="manual", keep_recent_count=0
+    )
+    assert main(["commits", "demo-sid[1]"]) == 0
+    out = capsys.readouterr().out
+    assert "session demo-sid[1] (agent demo): 1 commit(s)" in out and request.commit_id in out
+    assert main(["commits", "demo-sid[1]", "--agent", "main"]) == 0  # asked for another: that one only
+    assert "no commits recorded for session demo-sid[1] (agent main; --session-key or --agent" in (
+        capsys.readouterr().out
+    )
+
+
 def test_ovstream_commits_prints_the_table(redis_client, settings, fake_ov, monkeypatch, capsys):
     cli_uses(monkeypatch, settings)
     assert main(["commits", "nothing-here"]) == 0

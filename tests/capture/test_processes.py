@@ -11,6 +11,8 @@ import json
 import os
 import re
 import signal
+import socket
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ import redis
 
 from core.session import SessionAddress, shard_of
 from tests.helpers.chaos import Deployment, Ledger, Load, answers, expected_ids, measure, ov_answers, spawn_fake_ov
-from tests.helpers.e2e import unique
+from tests.helpers.e2e import ovstream_command, settings_env, unique
 from tests.helpers.waiting import wait_until
 from workers.dev.local_redis import free_port, start_redis_server
 from workers.store.commit_queue import request_commit
@@ -184,3 +186,44 @@ def test_the_rpc_serves_from_several_processes_and_stops_cleanly(
         assert log.count("Application startup complete") == 2 and "Traceback" not in log, log
     finally:
         deploy.stop()
+
+
+def test_up_with_its_port_taken_says_so_in_one_line_and_exits_2(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [*ovstream_command(), "up", "--fake-ov", "--port", str(port)],
+            env=settings_env({"redis_url": "fakeredis://", "key_prefix": f"busy-{unique('p')}"}),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"the RPC could not listen on 127.0.0.1:{port}" in proc.stderr
+    assert "Traceback" not in proc.stderr and "SystemExit" not in proc.stderr
+
+
+def test_up_started_before_redis_waits_without_a_traceback(tmp_path: Path) -> None:
+    log_path = tmp_path / "up.log"
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen(
+            [*ovstream_command(), "up", "--fake-ov", "--port", "0"],
+            env=settings_env({"redis_url": f"redis://127.0.0.1:{free_port()}/0"}),
+            cwd=tmp_path,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_until(lambda: "embedded RQ worker: Redis unavailable" in log_path.read_text(), "up waiting for Redis")
+        wait_until(lambda: "waiting for Redis at" in log_path.read_text(), "capture waiting for Redis")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    said = log_path.read_text()
+    assert "Traceback" not in said and "Exception in thread" not in said, said[-3000:]
+    assert said.count("embedded RQ worker: Redis unavailable") == 1  # once per outage
+    assert proc.returncode == 0, said[-3000:]

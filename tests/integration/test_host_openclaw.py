@@ -61,7 +61,8 @@ def count_in_user_messages(request: dict[str, Any], token: str) -> int:
 
 
 def session_id_of(answer: dict[str, Any]) -> str:
-    return answer["result"]["meta"]["agentMeta"]["sessionId"]
+    # Through the gateway the run is under "result"; a --local run prints it bare.
+    return answer.get("result", answer)["meta"]["agentMeta"]["sessionId"]
 
 
 def test_install_as_the_readme_says_registers_engine_and_tools(host: HostStack) -> None:

@@ -1,7 +1,11 @@
 import hashlib
 
+import fakeredis
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
+from core.session import tenant_and_agent
 from workers.store.keys import Keys, scope_of, shard_of
 
 
@@ -35,3 +39,24 @@ def test_session_keys_share_the_shard_hash_tag():
 def test_scope_separates_agents_and_users():
     assert scope_of(None, "main") != scope_of(None, "other")
     assert scope_of("alice", "main") != scope_of("bob", "main")
+
+
+@given(
+    tenant=st.none() | st.text(st.characters(blacklist_characters=".", blacklist_categories=("Cs",)), min_size=1),
+    agent_id=st.text(min_size=1),
+)
+def test_a_scope_reads_back_as_its_tenant_and_agent(tenant: str | None, agent_id: str) -> None:
+    assume(tenant != "-")  # "-" is the scope's word for no tenant
+    assert tenant_and_agent(scope_of(tenant, agent_id)) == (tenant, agent_id)
+
+
+@pytest.mark.parametrize("sid", ["plain", "with*glob?[chars]", "back\\slash"])
+def test_the_commits_glob_finds_the_sessions_commits_under_every_scope_and_no_other(sid: str) -> None:
+    keys, redis = Keys("p"), fakeredis.FakeRedis(decode_responses=True)
+    scopes = {scope_of(None, "main"), scope_of("alice", "ops.bot")}
+    for scope in scopes:
+        redis.hset(keys.commits(3, scope, sid), "c", "x")
+    redis.hset(keys.commits(3, scope_of(None, "main"), sid + "-other"), "c", "x")
+    redis.hset(keys.snapshot(3, scope_of(None, "main"), sid), "c", "x")
+    found = {keys.scope_of_commits(k, 3, sid) for k in redis.scan_iter(match=keys.commits_glob(3, sid))}
+    assert found == scopes

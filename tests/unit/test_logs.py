@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -66,3 +68,16 @@ def test_text_stays_the_default(capsys, restore_logging) -> None:
     logs.configure("worker")
     log.info("plain line")
     assert capsys.readouterr().err.rstrip().endswith("INFO ovstream.test: plain line")
+
+
+def test_records_go_to_the_stderr_of_the_moment(monkeypatch, restore_logging) -> None:
+    """A process configured while stderr was one stream logs to the next one once it is replaced
+    (pytest replaces and closes it per test): no "--- Logging error ---" for a closed file."""
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    logs.configure("capture")
+    first.close()
+    monkeypatch.setattr(sys, "stderr", second)
+    log.warning("after the swap")
+    assert second.getvalue().rstrip().endswith("WARNING ovstream.test: after the swap")
+    assert "Logging error" not in second.getvalue()

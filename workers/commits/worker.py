@@ -15,11 +15,12 @@ in burst rounds, each of which first moves the due jobs onto the queue.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import redis as redis_lib
@@ -35,7 +36,15 @@ from workers.commits.scheduler import DueJobMover, move_due_jobs
 from workers.store import commit_sweep
 from workers.store.commit_queue import commit_queue
 from workers.store.commit_records import CommitRecords
-from workers.store.connection import REDIS_AWAY, REDIS_ERRORS, RedisConfigError, connect, queue_client, wait_for_redis
+from workers.store.connection import (
+    REDIS_AWAY,
+    REDIS_ERRORS,
+    RedisConfigError,
+    connect,
+    queue_client,
+    redis_went_away,
+    wait_for_redis,
+)
 from workers.store.deployment import DeploymentMismatch, check_deployment
 
 log = logging.getLogger(__name__)
@@ -118,21 +127,34 @@ def drain_jobs(
 def run_embedded_worker(
     redis: redis_lib.Redis, settings: Settings, stop: threading.Event, *, pause_s: float = 0.1
 ) -> None:
-    """Work the commit queue in burst rounds until ``stop`` is set (``ovstream up``)."""
-    worker = make_worker(redis, settings, embedded=True)
-    log.info("embedded RQ worker %s on queue %s", worker.name, settings.commit_queue_name)
-    mover = DueJobMover(connect(settings), settings, worker.name)  # heartbeat, due jobs, sweeps
-    mover.start()
+    """Work the commit queue in burst rounds until ``stop`` is set (``ovstream up``); with Redis
+    away (at start too) it waits, saying so once per outage."""
+    worker: BaseWorker | None = None
+    mover: DueJobMover | None = None
+    away = False
     try:
         while not stop.is_set():
             try:
+                if worker is None:
+                    worker = make_worker(redis, settings, embedded=True)
+                    log.info("embedded RQ worker %s on queue %s", worker.name, settings.commit_queue_name)
+                    mover = DueJobMover(connect(settings), settings, worker.name)  # heartbeat, due jobs, sweeps
+                    mover.start()
                 move_due_jobs(redis, settings)  # at once each round, not only on the mover's tick
                 worker.work(burst=True, logging_level="WARNING")
-            except Exception:  # one bad round must not end the embedded worker
-                log.exception("embedded RQ worker round failed")
+                if away:
+                    log.info("embedded RQ worker: Redis answers again")
+                away = False
+            except Exception as exc:  # one bad round must not end the embedded worker
+                if not redis_went_away(exc):
+                    log.exception("embedded RQ worker round failed")
+                elif not away:
+                    log.warning("embedded RQ worker: Redis unavailable (%s); waiting for it", exc)
+                    away = True
             stop.wait(pause_s)
     finally:
-        mover.stop()
+        if mover is not None:
+            mover.stop()
 
 
 # --- CLI ------------------------------------------------------------------------------------
@@ -174,43 +196,63 @@ _STOP = threading.Event()
 """SIGTERM or SIGINT while the worker waits for Redis (RQ's own handlers come with ``work``)."""
 
 
-def _redis_answers(redis: redis_lib.Redis, settings: Settings, *, queue: bool = False) -> bool:
-    """Wait for Redis (the store, or the ``queue``'s) before RQ touches it (start order does not
-    matter): True once it answers; False when stopped while waiting, or Redis refuses us
-    (logged, a config error)."""
+@contextlib.contextmanager
+def _stop_on_signal() -> Iterator[None]:
+    """SIGTERM and SIGINT set ``_STOP`` inside the block (outside RQ's ``work``)."""
     previous = {sig: signal.signal(sig, lambda *_: _STOP.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        url = settings.rq_redis_url if queue else settings.redis_url
-        return wait_for_redis(redis, settings, "ovstream worker", _STOP.is_set, url=url)
-    except RedisConfigError as exc:
-        log.error("%s", exc)
-        return False
+        yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
+def _redis_answers(redis: redis_lib.Redis, settings: Settings, *, queue: bool = False) -> bool:
+    """Wait for Redis (the store, or the ``queue``'s) before RQ touches it (start order does not
+    matter): True once it answers; False when stopped while waiting, or Redis refuses us
+    (logged, a config error)."""
+    with _stop_on_signal():
+        try:
+            url = settings.rq_redis_url if queue else settings.redis_url
+            return wait_for_redis(redis, settings, "ovstream worker", _STOP.is_set, url=url)
+        except RedisConfigError as exc:
+            log.error("%s", exc)
+            return False
+
+
+def _asked_to_stop(worker: BaseWorker) -> bool:
+    """SIGTERM/SIGINT reached RQ's handler (it sets the date whether or not a job was running)."""
+    return getattr(worker, "_shutdown_requested_date", None) is not None or _STOP.is_set()
+
+
 def work_through_outages(redis: redis_lib.Redis, settings: Settings, worker: BaseWorker, mover: DueJobMover) -> None:
     """``worker.work()`` until it stops as asked (SIGTERM); when Redis goes away, a new worker
-    once it answers again. RQ's loop quits on a Redis error outside its dequeue wait, and a
-    worker process that exits on a Redis restart would leave every commit waiting for an
-    operator: jobs, schedules and records are all in Redis, so there is nothing to lose by
-    waiting it out."""
+    once it answers again. RQ's loop quits on a Redis timeout or error (it logs "Redis
+    connection timeout, quitting..." and returns, or raises outside its dequeue wait), and a
+    worker process that exits on a Redis restart or a cluster failover would leave every
+    commit waiting for an operator: jobs, schedules and records are all in Redis, so there is
+    nothing to lose by waiting it out."""
     delay = REDIS_RETRY_S
     while True:
         try:
             worker.work()
-            return
+            if _asked_to_stop(worker):
+                return
+            log.warning("RQ worker %s quit unasked (Redis failed); a new worker in %.1fs", worker.name, delay)
         except REDIS_AWAY as exc:
-            if getattr(worker, "_stop_requested", False):
+            if _asked_to_stop(worker):
                 return
             log.warning("RQ worker %s lost Redis (%s); a new worker in %.1fs", worker.name, exc, delay)
-        time.sleep(delay)
-        delay = min(REDIS_RETRY_MAX_S, delay * 2)
-        try:
-            worker = make_worker(redis, settings)
-        except REDIS_ERRORS:
-            continue
+        # RQ's signal handlers, bound to the worker that quit, stay installed until the next
+        # ``work()``: while we wait, a SIGTERM sets _STOP instead.
+        with _stop_on_signal():
+            if _STOP.wait(delay) or not _redis_answers(redis, settings):
+                return
+            delay = min(REDIS_RETRY_MAX_S, delay * 2)
+            try:
+                worker = make_worker(redis, settings)
+            except REDIS_ERRORS:
+                continue
         mover.worker_name = worker.name
         delay = REDIS_RETRY_S
         log.info("RQ worker %s on queue %s (Redis back)", worker.name, settings.commit_queue_name)
@@ -249,10 +291,25 @@ def cli_commits(settings: Settings, args: argparse.Namespace) -> int:
 
     sid = ov_session_id(args.session_id, args.session_key)
     agent = resolve_agent_id(args.session_key, args.agent, settings.agent_prefix)
-    outcomes = CommitRecords(connect(settings), settings).list(SessionAddress(sid, agent, args.user))
+    records = CommitRecords(connect(settings), settings)
+    address = SessionAddress(sid, agent, args.user)
+    outcomes = records.list(address)
+    if not outcomes and args.session_key is None and args.agent is None:
+        # the agent is named by the session key, which the operator may not have at hand
+        others = [a for a in records.addresses_of(sid) if a != address and a.tenant == address.tenant]
+        if others:
+            for other in others:
+                _print_commits(records, other)
+            return 0
     if not outcomes:
-        print(f"no commits recorded for session {sid} (agent {agent})")
+        print(f"no commits recorded for session {sid} (agent {agent}; --session-key or --agent name another)")
         return 0
-    print(f"session {sid} (agent {agent}): {len(outcomes)} commit(s)")
-    print(format_commits(outcomes))
+    _print_commits(records, address)
     return 0
+
+
+def _print_commits(records: CommitRecords, address: SessionAddress) -> None:
+    outcomes = records.list(address)
+    tenant = f", tenant {address.tenant}" if address.tenant else ""
+    print(f"session {address.ov_session_id} (agent {address.agent_id}{tenant}): {len(outcomes)} commit(s)")
+    print(format_commits(outcomes))

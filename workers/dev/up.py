@@ -36,12 +36,23 @@ from workers.store.connection import connect, connect_async
 log = logging.getLogger(__name__)
 
 
+class RpcNotListening(Exception):
+    """uvicorn could not start (it logged why: a port in use, say)."""
+
+
 class _EmbeddedServer(uvicorn.Server):
-    """uvicorn without its own signal handling: ``up`` stops every part itself."""
+    """uvicorn without its own signal handling (``up`` stops every part itself), and without
+    its ``sys.exit`` when it cannot listen: a SystemExit out of a task escapes the event loop."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def serve(self, sockets: list[Any] | None = None) -> None:
+        try:
+            await super().serve(sockets)
+        except SystemExit as exc:
+            raise RpcNotListening(f"uvicorn exited with {exc.code}") from None
 
 
 @dataclass
@@ -81,7 +92,7 @@ async def run_up(
     port: int | None = None,
     started: Callable[[UpRuntime], None] | None = None,
     install_signals: bool = True,
-) -> None:
+) -> int:
     """Run everything until stopped; ``started(runtime)`` is called once the RPC listens."""
     from workers.rpc.app import create_app
 
@@ -143,9 +154,15 @@ async def run_up(
         if install_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
-                log.error("ovstream up: a part failed", exc_info=result)
+    code = 0
+    for result in results:
+        if isinstance(result, RpcNotListening):
+            log.error("ovstream up: the RPC could not listen on %s:%s; stopped", config.host, config.port)
+            code = 2
+        elif isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+            log.error("ovstream up: a part failed", exc_info=result)
+            code = 1
+    return code
 
 
 def add_up_arguments(parser: argparse.ArgumentParser) -> None:
@@ -161,5 +178,4 @@ def cli_up(settings: Settings, args: argparse.Namespace) -> int:
     if problem is not None:
         log.error("%s", problem)
         return 2
-    asyncio.run(run_up(settings, fake_ov=args.fake_ov, host=args.host, port=args.port))
-    return 0
+    return asyncio.run(run_up(settings, fake_ov=args.fake_ov, host=args.host, port=args.port))

@@ -17,6 +17,7 @@ for longer than ``ANNOUNCE_GRACE_S``).
 
 from __future__ import annotations
 
+import builtins
 import logging
 import time
 from typing import Any
@@ -27,7 +28,7 @@ import redis.asyncio as aioredis
 
 from core.config import Settings
 from core.events import CommitOutcome, CommitRequest, CommitStatus, EventDecodeError, decode, encode
-from core.session import SessionAddress
+from core.session import SessionAddress, shard_of, tenant_and_agent
 from workers.store.connection import text
 from workers.store.keys import Keys, SessionKeys
 from workers.store.scripts import CLAIM_STALE, DROP_IF_SCORE
@@ -223,6 +224,16 @@ class CommitRecords:
         raw = self.redis.hgetall(self.session_keys(address).commits)
         outcomes = [decode(v, CommitOutcome) for v in raw.values()]
         return sorted(outcomes, key=lambda o: (o.requested_at, o.commit_id))
+
+    def addresses_of(self, ov_session_id: str) -> builtins.list[SessionAddress]:
+        """Every agent and tenant with commits recorded for the OV session ``ov_session_id``
+        (an operator who knows the session id but not the agent its key names)."""
+        shard = shard_of(ov_session_id, self.settings.shards)
+        found = []
+        for key in self.redis.scan_iter(match=self.keys.commits_glob(shard, ov_session_id), count=1000):
+            tenant, agent_id = tenant_and_agent(self.keys.scope_of_commits(text(key), shard, ov_session_id))
+            found.append(SessionAddress(ov_session_id, agent_id, tenant))
+        return sorted(found, key=lambda a: (a.tenant or "", a.agent_id))
 
 
 class _StatusOnly(msgspec.Struct):

@@ -44,6 +44,7 @@ from core.defaults import REDIS_FAIL_FAST_CONNECT_TIMEOUT_S as FAIL_FAST_CONNECT
 from core.defaults import REDIS_FAIL_FAST_TIMEOUT_S as FAIL_FAST_TIMEOUT_S
 from core.defaults import REDIS_POOL_SIZE, REDIS_POOL_WAIT_S, REDIS_WAIT_MAX_S, REDIS_WAIT_S
 from core.defaults import REDIS_SOCKET_TIMEOUT_MARGIN_S as SOCKET_TIMEOUT_MARGIN_S
+from workers.store.tls_check import tls_problem
 
 log = logging.getLogger(__name__)
 
@@ -290,6 +291,7 @@ class _Waiting:
     """The log lines of one wait for Redis: one when it starts, one when Redis answers."""
 
     def __init__(self, settings: Settings, who: str, url: str | None) -> None:
+        self.settings, self.url = settings, url or settings.redis_url
         self.where = settings.redacted_redis_url(url)
         self.who = who
         self.delay = REDIS_WAIT_S
@@ -305,6 +307,9 @@ class _Waiting:
         ):
             raise RedisConfigError(f"redis_url: Redis at {self.where} refuses us: {exc}") from None
         if self.since is None:
+            problem = tls_problem(exc, self.settings, self.url)  # the same on every try: not an outage
+            if problem is not None:
+                raise RedisConfigError(problem) from None
             self.since = time.monotonic()
             log.warning("%s: waiting for Redis at %s: %s", self.who, self.where, _unreachable_reason(exc))
         left, self.delay = self.delay, min(REDIS_WAIT_MAX_S, self.delay * 2)

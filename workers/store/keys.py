@@ -143,6 +143,15 @@ class Keys:
         """Hash: commit_id -> CommitOutcome JSON, the record of truth for that session."""
         return self._session("commits", shard, scope, ov_session_id)
 
+    def commits_glob(self, shard: int, ov_session_id: str) -> str:
+        """A SCAN glob over ``commits`` of one OV session under every scope: each agent and
+        tenant that recorded commits of it."""
+        return f"{_glob_escape(self._kind('commits', shard))}*:{_glob_escape(ov_session_id)}"
+
+    def scope_of_commits(self, key: str, shard: int, ov_session_id: str) -> str:
+        """The scope in a ``commits`` key of ``ov_session_id`` (a ``commits_glob`` match)."""
+        return key[len(self._kind("commits", shard)) : -len(ov_session_id) - 1]
+
     def commit_generation(self, shard: int, scope: str, ov_session_id: str) -> str:
         """Counter naming the session's current commit generation."""
         return self._session("commit-gen", shard, scope, ov_session_id)
@@ -203,6 +212,11 @@ class Keys:
     def capture_workers(self) -> str:
         """Sorted set: live capture consumer -> lease expiry (ms), to split shards fairly."""
         return f"{self.prefix}:capture-workers"
+
+
+def _glob_escape(value: str) -> str:
+    """``value`` matched literally by a Redis glob."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in value)
 
 
 @lru_cache(maxsize=SESSION_KEYS_CACHE_SIZE)

@@ -223,9 +223,13 @@ function memoryCoreActive(config: unknown): boolean {
 
 /**
  * Warnings about the config already said in this process: the host registers the plugin
- * twice at start and again on every config reload, and one warning is enough.
+ * twice at start and again on every config reload, and one warning is enough. Kept on
+ * `globalThis`: the host loads the plugin's module afresh for a registration, so a
+ * module-level set would be a new, empty one each time.
  */
-export const SAID_ONCE = new Set<string>();
+const SAID_ONCE_KEY = Symbol.for("ovstream.saidOnce");
+const processGlobals = globalThis as typeof globalThis & { [SAID_ONCE_KEY]?: Set<string> };
+export const SAID_ONCE: Set<string> = (processGlobals[SAID_ONCE_KEY] ??= new Set<string>());
 
 function warnOnce(rt: PluginRuntime, message: string): void {
   if (SAID_ONCE.has(message)) return;

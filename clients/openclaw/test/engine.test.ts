@@ -1,4 +1,7 @@
 import assert from "node:assert/strict";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 
 import { createClient } from "redis";
@@ -22,7 +25,9 @@ const msgs: AgentMessage[] = [
 ];
 
 function runtime(overrides: Partial<PluginConfig>, log = new MemoryLogger()) {
-  const cfg = parseConfig(overrides);
+  // Each runtime its own state dir: a spool or import marker left by another test (or
+  // another run, in the user's ~/.openclaw) must not decide what this one publishes.
+  const cfg = parseConfig({ stateDir: mkdtempSync(join(tmpdir(), "ovstream-engine-")), ...overrides });
   const rt = new PluginRuntime(cfg, log, { publisher: { initialBackoffMs: 20, maxBackoffMs: 200 } });
   return { rt, log, engine: createEngine(rt) };
 }

@@ -1,0 +1,87 @@
+"""``ovstream worker`` outlives RQ's loop quitting on Redis: RQ logs "Redis connection timeout,
+quitting..." and returns (a cluster master killed under a blocking dequeue), or raises a
+connection error outside its wait; either way the process starts a new worker once Redis
+answers, and ends only when it was asked to (SIGTERM/SIGINT)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any, cast
+
+import fakeredis
+import pytest
+import redis as redis_lib
+
+from core.config import Settings
+from workers.commits import worker as worker_mod
+
+
+class _Worker:
+    """What ``work_through_outages`` uses of an RQ worker: ``work()``, its name, and the date
+    RQ sets when a signal asked it to stop."""
+
+    def __init__(self, name: str, ending: str) -> None:
+        self.name, self.ending = name, ending
+        self._shutdown_requested_date: datetime | None = None
+        self.rounds = 0
+
+    def work(self) -> bool:
+        self.rounds += 1
+        if self.ending == "asked":  # RQ's request_stop: the date, then its loop breaks
+            self._shutdown_requested_date = datetime.now(UTC)
+        elif self.ending == "raises":
+            raise redis_lib.ConnectionError("Connection refused")
+        return False  # "quits": RQ's `except TimeoutError: ... quitting...; break`
+
+
+def _work_through_outages(first: _Worker, mover: SimpleNamespace) -> None:
+    """The loop over an in-process Redis that answers (the wait for Redis returns at once)."""
+    settings = Settings(redis_url="redis://127.0.0.1:1/0")
+    worker_mod.work_through_outages(fakeredis.FakeRedis(), settings, cast(Any, first), cast(Any, mover))
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> list[_Worker]:
+    """Each new worker the loop makes stops as asked; the list says how many it made."""
+    workers: list[_Worker] = []
+
+    def make_worker(redis: Any, settings: Settings, **_: Any) -> _Worker:
+        workers.append(_Worker(f"new-{len(workers)}", "asked"))
+        return workers[-1]
+
+    monkeypatch.setattr(worker_mod, "make_worker", make_worker)
+    monkeypatch.setattr(worker_mod, "REDIS_RETRY_S", 0.01)
+    worker_mod._STOP.clear()
+    return workers
+
+
+@pytest.mark.parametrize("ending", ["quits", "raises"])
+def test_a_worker_that_quits_on_redis_is_replaced(
+    made: list[_Worker], ending: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = _Worker("first", ending)
+    mover = SimpleNamespace(worker_name="first")
+    with caplog.at_level(logging.WARNING, logger=worker_mod.__name__):
+        _work_through_outages(first, mover)
+    assert first.rounds == 1
+    assert [w.rounds for w in made] == [1]  # one new worker, and it ended as asked
+    assert mover.worker_name == "new-0"  # the mover's heartbeat names the live worker
+    said = "quit unasked" if ending == "quits" else "lost Redis"
+    assert any(said in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_a_worker_asked_to_stop_ends_the_loop(made: list[_Worker]) -> None:
+    first = _Worker("first", "asked")
+    _work_through_outages(first, SimpleNamespace(worker_name="first"))
+    assert first.rounds == 1 and made == []
+
+
+def test_a_stop_while_waiting_for_redis_ends_the_loop(made: list[_Worker]) -> None:
+    worker_mod._STOP.set()  # SIGTERM after RQ's loop quit, before Redis answered
+    try:
+        _work_through_outages(_Worker("first", "quits"), SimpleNamespace(worker_name="first"))
+    finally:
+        worker_mod._STOP.clear()
+    assert made == []
