@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -19,6 +20,15 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
 from core import defaults as d
+from core.config_names import (
+    camel,
+    env_field_of_parse_error,
+    env_fields,
+    env_name,
+    snake,
+    unknown_env,
+    unknown_key_hint,
+)
 
 DEFAULT_CONFIG_PATH = Path("config/ovstream.toml")
 RETIRED_KEYS = {
@@ -35,15 +45,10 @@ class ConfigError(ValueError):
     """A setting is missing or malformed; the message names the key."""
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p.capitalize() for p in rest)
-
-
 class RpcCredential(BaseModel):
     """One caller of the RPC: the token it sends, and which OV identities it may act as."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, alias_generator=_camel)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, alias_generator=camel)
 
     token: str = Field(min_length=16, repr=False)
     ov_keys: tuple[str, ...] = Field((), repr=False)
@@ -70,7 +75,7 @@ class Settings(BaseSettings):
         populate_by_name=True,
         extra="forbid",
         frozen=True,
-        alias_generator=_camel,
+        alias_generator=camel,
     )
 
     # the seed's table
@@ -233,12 +238,25 @@ class Settings(BaseSettings):
         return scheme + sep + rest.rsplit("@", 1)[-1]
 
 
-def _format_errors(err: ValidationError, source: str) -> str:
-    lines = [f"invalid configuration ({source}):"]
+def _format_errors(err: ValidationError, where: Callable[[str], str]) -> str:
+    """One line per bad value, under the name it was given by (``where``: a file key, an
+    ``OVSTREAM_*`` variable or a keyword), with the nearest setting for a name that is none."""
+    lines = []
     for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"]) or "<root>"
-        lines.append(f"  {key}: {e['msg']}")
-    return "\n".join(lines)
+        key = str(e["loc"][0]) if e["loc"] else ""
+        rest = "".join(f".{p}" for p in e["loc"][1:])
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden" and not rest:
+            msg = f"not an ovstream setting{unknown_key_hint(key, Settings.model_fields)}"
+        lines.append(f"{where(key) + rest if key else '<settings>'}: {msg}")
+    return _one_message(lines)
+
+
+def _one_message(lines: list[str]) -> str:
+    """One line ``invalid configuration: <the problem>``, or a header and a problem per line."""
+    if len(lines) == 1:
+        return f"invalid configuration: {lines[0]}"
+    return "\n  ".join(["invalid configuration:", *lines])
 
 
 def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
@@ -259,30 +277,36 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         file_values = raw.get("ovstream", raw)
     elif explicit:
         raise ConfigError(f"config file not found: {file_path}")
+    for warning in unknown_env(os.environ, Settings.model_fields, SECRET_KEYS):
+        log.warning("%s", warning)
     # Environment beats the file: drop file keys that the environment sets.
-    env_set = {k[len("OVSTREAM_") :].lower() for k in os.environ if k.startswith("OVSTREAM_")}
-    merged = {k: v for k, v in file_values.items() if _snake(k) not in env_set}
+    env_set = env_fields(os.environ)
+    merged = {k: v for k, v in file_values.items() if snake(k) not in env_set}
     merged.update(_secrets_from_files(merged))
     merged.update(overrides)
-    for key in [k for k in merged if _snake(k) in RETIRED_KEYS]:
-        log.warning("config key %r is no longer used (%s); ignoring it", key, RETIRED_KEYS[_snake(key)])
+    for key in [k for k in merged if snake(k) in RETIRED_KEYS]:
+        log.warning("config key %r is no longer used (%s); ignoring it", key, RETIRED_KEYS[snake(key)])
         del merged[key]
+
+    def where(key: str) -> str:
+        if key in overrides:
+            return key
+        if key in file_values and key in merged:
+            return f"{key} (in {file_path})"
+        if snake(key) in env_set:
+            return env_name(snake(key))
+        return key
+
     try:
         return Settings(**merged)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, str(file_path) if file_values else "environment")) from exc
+        raise ConfigError(_format_errors(exc, where)) from exc
     except SettingsError as exc:  # an OVSTREAM_* value that is not valid JSON for a dict field
-        raise ConfigError(f"invalid configuration (environment): {exc}") from exc
-
-
-def _snake(name: str) -> str:
-    out = []
-    for ch in name:
-        if ch.isupper():
-            out.append("_" + ch.lower())
-        else:
-            out.append(ch)
-    return "".join(out)
+        field = env_field_of_parse_error(str(exc))
+        if field is None:
+            raise ConfigError(f"invalid configuration: {exc}") from exc
+        cause = f": {exc.__cause__}" if exc.__cause__ else ""
+        raise ConfigError(_one_message([f"{env_name(field)}: not a JSON object{cause}"])) from exc
 
 
 def _secrets_from_files(values: dict[str, Any]) -> dict[str, Any]:
@@ -292,11 +316,11 @@ def _secrets_from_files(values: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in SECRET_KEYS:
         path = None
-        for name in (f"{key}_file", _camel(f"{key}_file")):
+        for name in (f"{key}_file", camel(f"{key}_file")):
             if name in values:
                 path = values.pop(name)
         path = os.environ.get(f"OVSTREAM_{key.upper()}_FILE") or path
-        if path is None or key in values or _camel(key) in values or f"OVSTREAM_{key.upper()}" in os.environ:
+        if path is None or key in values or camel(key) in values or f"OVSTREAM_{key.upper()}" in os.environ:
             continue
         try:
             text = Path(str(path)).read_text(encoding="utf-8").strip()

@@ -165,6 +165,12 @@ CAPTURE_RETRY_BACKOFF_MAX_S = 5.0
 CAPTURE_OV_DOWN_BACKOFF_MAX_S = 30.0
 """Longest pause of a shard while OV is unavailable (the first is ``ov_backoff_s``, doubling)."""
 
+CAPTURE_OV_PROBE_S = 10.0
+"""How often a capture worker asks OV's /health between turns: OV away says so in its log,
+``ovstream status`` and ``ovstream health`` before a turn finds out."""
+CAPTURE_OV_PROBE_TIMEOUT_S = 3.0
+"""How long that probe waits for OV's answer before calling it unreachable."""
+
 CAPTURE_SETTLE_RECHECK_S = 1.0
 """An interrupted write is settled from OV's message count only when two reads this far apart
 agree: a write whose answer never came may still reach OV (a frozen OV applies the requests

@@ -25,6 +25,17 @@ ensure_redis() {
   # Debian starts a system redis on 6379; ovstream's tests start their own on free ports.
 }
 
+# quietly LOG COMMAND...: the command's output (pip's and its build backends' warnings) goes
+# to LOG, shown only when it fails: a first ./run should read as what ovstream does.
+quietly() {
+  local out="$1"; shift
+  if ! "$@" >"$out" 2>&1; then
+    cat "$out" >&2
+    log "failed: $* (output above, kept in $out)"
+    return 1
+  fi
+}
+
 ensure_venv() {
   local stamp="$ROOT/.venv/.ovstream-deps"
   local want
@@ -33,8 +44,8 @@ ensure_venv() {
   log "creating .venv and installing ovstream[test]"
   [ -x "$ROOT/.venv/bin/python" ] || "$PYTHON" -m venv "$ROOT/.venv"
   "$ROOT/.venv/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  "$ROOT/.venv/bin/python" -m pip install -q -e "$ROOT[test]" 2>&1 | grep -v '^WARNING: Location' || true
-  "$ROOT/.venv/bin/python" -c "import core, workers, redis, rq, httpx, msgspec, fastapi" 
+  quietly "$ROOT/.venv/pip-install.log" "$ROOT/.venv/bin/python" -m pip install -q -e "$ROOT[test]"
+  "$ROOT/.venv/bin/python" -c "import core, workers, redis, rq, httpx, msgspec, fastapi, fakeredis"
   echo "$want" > "$stamp"
 }
 
@@ -45,7 +56,7 @@ ensure_openviking() {
   fi
   log "installing openviking==$OV_VERSION into $OV_VENV (about 3 minutes, 1.3 GB)"
   "$PYTHON" -m venv "$OV_VENV"
-  "$OV_VENV/bin/python" -m pip install -q "openviking==$OV_VERSION" 2>&1 | grep -v '^WARNING: Location' || true
+  quietly "$OV_VENV/pip-install.log" "$OV_VENV/bin/python" -m pip install -q "openviking==$OV_VERSION"
   [ -x "$OV_VENV/bin/openviking-server" ]
 }
 

@@ -15,6 +15,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from tests.helpers.tls import Pki, TlsRedis, make_pki
 from workers.dev.local_redis import (  # noqa: F401 (free_port for tests)
     LocalRedisError,
     RedisClusterServers,
@@ -83,3 +84,19 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A test CA with a server and a client certificate (tests/helpers/tls.py)."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def tls_redis(pki: Pki) -> Iterator[TlsRedis]:
+    """A TLS-only redis-server that requires client certificates."""
+    server = TlsRedis(pki)
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -27,6 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reshard": ("workers.store.shard_map:cli_reshard", "change the number of turn streams of a running deployment"),
     "status": ("workers.store.status:cli_status", "per shard backlog and owner, processes, commits in flight"),
     "health": ("workers.store.status:cli_health", "probe: exit 0 when this host's capture/worker process is alive"),
+    "ov-account": (
+        "workers.ov_account:cli_ov_account",
+        "create ovstream's OV account and write its user key (OV in API-key mode)",
+    ),
     "demo": ("workers.dev.demo:cli_demo", "replay the sample conversation and print assemble's answer"),
     "model-server": (
         "workers.dev.model_server:cli_model_server",

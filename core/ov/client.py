@@ -191,6 +191,17 @@ class OVClient:
         """``{"status": "ok", "healthy": true, "version": ...}`` (not enveloped by the server)."""
         return object_result(await self._get("/health", raw=True))
 
+    async def reachability(self, timeout_s: float) -> str:
+        """``ok``, or why not (``unreachable: ...``, ``unhealthy: ...``): a probe that never
+        raises, for /healthz and for capture's watch on OV between turns."""
+        try:
+            answer = await asyncio.wait_for(self.health(), timeout_s)
+        except TimeoutError:
+            return "unreachable: no answer"
+        except Exception as exc:  # any failure here is just "not healthy", never a failed probe
+            return f"unreachable: {exc}"
+        return "ok" if answer.get("status") == "ok" else f"unhealthy: {answer!r}"
+
     async def create_session(self, session_id: str | None = None) -> dict[str, Any]:
         body = {"session_id": session_id} if session_id else {}
         return object_result(await self._post("/api/v1/sessions", body))

@@ -6,8 +6,11 @@ the file declares for it passes, then stopped with the signal the file declares.
 from __future__ import annotations
 
 import configparser
+import importlib.util
+import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -155,3 +158,72 @@ def test_the_declared_processes_pass_their_probes_and_stop_on_sigterm(declared: 
         assert "Traceback" not in item.log.read_text()
     capture = next(item for item in declared if item.role == "capture")
     assert not capture.probe()  # stopped cleanly: its record is gone, the probe says so
+
+
+def _readme_block(title: str) -> str:
+    """The first ```sh block under the deploy/README.md heading ``## <title>``."""
+    section = (DEPLOY / "README.md").read_text().split(f"\n## {title}\n", 1)[1]
+    return section.split("```sh\n", 1)[1].split("```", 1)[0]
+
+
+def test_after_the_readme_steps_everything_the_compose_file_names_exists(tmp_path: Path) -> None:
+    deploy = tmp_path / "repo" / "deploy"
+    shutil.copytree(DEPLOY, deploy, ignore=shutil.ignore_patterns("secrets", "ov.conf"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(DEPLOY.parent / name, deploy.parent / name)
+    steps = _readme_block("compose")
+    subprocess.run(["bash", "-euo", "pipefail", "-c", steps], cwd=deploy.parent, check=True, timeout=60)
+    compose = yaml.safe_load((deploy / "compose.yaml").read_text())
+    for name, service in compose["services"].items():
+        if "build" in service:
+            context = deploy / service["build"]["context"]
+            assert (context / service["build"]["dockerfile"]).is_file(), name
+        if "env_file" in service:
+            assert (deploy / service["env_file"]).is_file(), name
+        for volume in service.get("volumes", []):
+            source = volume.split(":", 1)[0]
+            if source.startswith("."):
+                assert (deploy / source).exists(), (name, volume)
+            else:
+                assert source in compose["volumes"], (name, volume)
+        for secret in service.get("secrets", []):
+            assert secret in compose["secrets"], (name, secret)
+    for name, secret in compose["secrets"].items():
+        assert (deploy / secret["file"]).read_text().strip(), name  # made by the steps, not empty
+    # OV on every interface, in API-key mode with the secret as its root key (dev mode is loopback only)
+    ov_start = importlib.util.spec_from_file_location("ov_start", deploy / "ov_start.py")
+    assert ov_start is not None and ov_start.loader is not None
+    module = importlib.util.module_from_spec(ov_start)
+    ov_start.loader.exec_module(module)
+    config = json.loads((deploy / "openviking" / "ov.conf").read_text())
+    root_key = (deploy / "secrets" / "ov-root-key").read_text().strip()
+    server = module.compose_config(config, root_key)["server"]
+    assert server == {"host": "0.0.0.0", "port": 1933, "root_api_key": root_key}
+    assert {"embedding", "vlm", "storage"} <= set(config)
+    # the processes read the key ov-init writes, and start after it
+    anchor = compose["services"]["rpc"]
+    key_file = anchor["environment"]["OVSTREAM_API_KEY_FILE"]
+    assert key_file in " ".join(compose["services"]["ov-init"]["command"])
+    assert anchor["depends_on"]["ov-init"]["condition"] == "service_completed_successfully"
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        done = subprocess.run(
+            ["docker", "compose", "-f", str(deploy / "compose.yaml"), "config", "-q"], capture_output=True
+        )
+        assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_systemd_verifies_the_units(tmp_path: Path) -> None:
+    """``systemd-analyze verify`` on each unit, ``/usr/local/bin/ovstream`` pointed at this
+    checkout's (the install step puts it there); its user comes from ovstream.sysusers."""
+    binary = ovstream_command()[0]
+    for unit in sorted((DEPLOY / "systemd").glob("ovstream*.*")):
+        if unit.suffix not in (".service", ".timer"):
+            continue
+        (tmp_path / unit.name).write_text(unit.read_text().replace("/usr/local/bin/ovstream", binary))
+    units = sorted(str(p) for p in tmp_path.iterdir())
+    done = subprocess.run(["systemd-analyze", "verify", *units], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and not done.stderr.strip(), done.stderr
+    users = (DEPLOY / "systemd" / "ovstream.sysusers").read_text()
+    assert any(line.split()[:2] == ["u", "ovstream"] for line in users.splitlines())
+    assert "systemd-sysusers" in _readme_block("systemd")

@@ -169,6 +169,35 @@ def test_a_process_that_cannot_reach_ov_is_degraded(redis_client: redis.Redis, s
     assert {p.name: p.state for p in read_health(redis_client, settings)} == {"c1": "degraded", "c2": "ok"}
 
 
+def test_capture_with_ov_away_and_no_turns_says_so_in_its_log_status_and_health(redis_url: str, tmp_path: Path) -> None:
+    """No turn has to fail first: the worker's own probe of OV's /health finds it away."""
+    deploy = Deployment(_values(redis_url, f"http://127.0.0.1:{free_port()}"), tmp_path)  # nothing listens
+    client = redis.Redis.from_url(redis_url)
+    try:
+        deploy.start("capture")
+        wait_until(
+            lambda: [p.state for p in read_health(client, deploy.settings)] == ["degraded"],
+            "the capture worker shown degraded",
+            timeout_s=60,
+        )
+        assert _logged(deploy, "capture", "OV unreachable"), deploy.log("capture")
+
+        def run(*argv: str) -> subprocess.CompletedProcess[str]:
+            command = [*ovstream_command(), *argv]
+            return subprocess.run(command, env=deploy.env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+
+        health = run("health", "--role", "capture")
+        assert health.returncode == 0, health  # a liveness probe: restarting capture would not bring OV back
+        assert health.stdout.startswith("degraded: capture") and "(ov unreachable" in health.stdout, health.stdout
+        status = run("status")
+        assert status.returncode == 0 and "degraded" in status.stdout and "ov=unreachable" in status.stdout, status
+        assert deploy.terminate("capture") == 0
+        assert "Traceback" not in deploy.log("capture", lines=100_000)
+    finally:
+        client.close()
+        deploy.stop()
+
+
 def test_the_rpc_serves_from_several_processes_and_stops_cleanly(
     redis_url: str, fake_ov_url: str, tmp_path: Path
 ) -> None:

@@ -5,30 +5,15 @@ requires client certificates (tests/helpers/tls.py)."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.e2e import ovstream_command, settings_env
-from tests.helpers.tls import Pki, TlsRedis, make_pki
+from tests.helpers.tls import Pki, TlsRedis
 
 REFUSED_WITHIN_S = 120
 """A safety net only: a process that waits as for an outage never exits by itself."""
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(scope="module")
-def tls_redis(pki: Pki) -> Iterator[TlsRedis]:
-    server = TlsRedis(pki)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.parametrize(

@@ -18,26 +18,12 @@ import pytest
 
 from tests.helpers.chaos import Deployment
 from tests.helpers.e2e import Conversation, first_text, unique, wait_for
-from tests.helpers.tls import Pki, TlsProxy, TlsRedis, make_pki
+from tests.helpers.tls import Pki, TlsProxy, TlsRedis
 from workers.dev.local_redis import free_port
 from workers.store.status import read_backlog
 from workers.store.streams import publish_turn
 
 TOKEN = "rpc-token-for-the-deploy-test-0123456789"
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(scope="module")
-def tls_redis(pki: Pki) -> Iterator[TlsRedis]:
-    server = TlsRedis(pki)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ def test_bad_config_is_a_clear_error(capsys, tmp_path):
 def test_bad_config_value_names_the_key(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("OVSTREAM_RPC_PORT", "0")
     assert main(["up"]) == 2
-    assert "rpc_port" in capsys.readouterr().err
+    assert "OVSTREAM_RPC_PORT" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

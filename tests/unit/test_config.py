@@ -1,3 +1,6 @@
+import logging
+import os
+
 import pydantic
 import pytest
 
@@ -71,12 +74,6 @@ def test_bad_values_name_the_key(overrides, named):
     with pytest.raises(ConfigError) as err:
         load_settings(**overrides)
     assert named in str(err.value)
-
-
-def test_bad_env_value_names_the_key(monkeypatch):
-    monkeypatch.setenv("OVSTREAM_SHARDS", "many")
-    with pytest.raises(ConfigError, match="shards"):
-        load_settings()
 
 
 def test_missing_explicit_file(tmp_path):
@@ -166,3 +163,70 @@ def test_the_commit_queue_shares_the_store_unless_told_otherwise():
     assert load_settings(redisUrl="redis://a:6379/0").rq_redis_url == "redis://a:6379/0"
     both = load_settings(redisUrl="redis://a:6379", redisCluster=True, queueRedisUrl="redis://q:6379/0")
     assert (both.redis_cluster, both.rq_redis_url) == (True, "redis://q:6379/0")
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"OVSTREAM_SHARDS": "abc"}, "invalid configuration: OVSTREAM_SHARDS: Input should be a valid integer"),
+        (
+            {"OVSTREAM_REDIS_URL": "http://x"},
+            "invalid configuration: OVSTREAM_REDIS_URL: Value error, must be a redis://",
+        ),
+        ({"OVSTREAM_USER_API_KEYS": "notjson"}, "invalid configuration: OVSTREAM_USER_API_KEYS: not a JSON object"),
+        ({"OVSTREAM_RECALL_SCORE_THRESHOLD": "2"}, "invalid configuration: OVSTREAM_RECALL_SCORE_THRESHOLD: Input"),
+    ],
+)
+def test_a_bad_variable_is_named_as_the_user_set_it_in_one_line(monkeypatch, env: dict[str, str], said: str) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert str(err.value).startswith(said) and "\n" not in str(err.value), str(err.value)
+    assert "EnvSettingsSource" not in str(err.value)
+
+
+def test_a_bad_file_key_is_named_with_its_file_and_the_nearest_setting(tmp_path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text('recalLimit = 3\nshards = "x"\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings(f)
+    lines = str(err.value).splitlines()
+    assert lines[0] == "invalid configuration:"
+    assert f"  recalLimit (in {f}): not an ovstream setting (did you mean recallLimit?)" in lines
+    assert any(line.startswith(f"  shards (in {f}): Input should be a valid integer") for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("name", "warned"),
+    [
+        (
+            "OVSTREAM_RECAL_LIMIT",
+            "OVSTREAM_RECAL_LIMIT is not an ovstream setting (did you mean OVSTREAM_RECALL_LIMIT?)",
+        ),
+        ("OVSTREAM_NOTHING_LIKE_IT", "OVSTREAM_NOTHING_LIKE_IT is not an ovstream setting; it is ignored"),
+        ("OVSTREAM_RECALL_LIMIT", None),  # a setting
+        ("OVSTREAM_API_KEY_FILE", None),  # a secret's file
+        ("OVSTREAM_CONFIG", None),  # the config path
+        ("OVSTREAM_REQUIRE_HOST", None),  # ./test's
+    ],
+)
+def test_an_unknown_variable_is_warned_about_with_the_nearest_setting(
+    monkeypatch, caplog, tmp_path, name: str, warned: str | None
+) -> None:
+    for key in [k for k in os.environ if k.startswith("OVSTREAM_")]:
+        monkeypatch.delenv(key)
+    value = str(tmp_path / "c.toml") if name == "OVSTREAM_CONFIG" else "3"
+    if name == "OVSTREAM_CONFIG":
+        (tmp_path / "c.toml").write_text("")
+    if name == "OVSTREAM_API_KEY_FILE":
+        (tmp_path / "k").write_text("key")
+        value = str(tmp_path / "k")
+    monkeypatch.setenv(name, value)
+    with caplog.at_level(logging.WARNING, logger="core.config"):
+        load_settings()
+    said = [r.getMessage() for r in caplog.records if "OVSTREAM_" in r.getMessage()]
+    if warned is None:
+        assert said == []
+    else:
+        assert len(said) == 1 and said[0].startswith(warned), said

@@ -7,6 +7,7 @@ The timeout only bounds a hang; nothing here asserts on timing.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -17,7 +18,15 @@ from pathlib import Path
 import pytest
 
 from workers.dev.demo_replay import DemoFailure, load_sample
-from workers.dev.demo_report import format_assemble, memory_count, message_summary, one_line, recall_block
+from workers.dev.demo_report import (
+    Progress,
+    format_assemble,
+    memory_count,
+    message_summary,
+    one_line,
+    readable_summary,
+    recall_block,
+)
 from workers.dev.demo_services import provide_ov, provide_redis
 from workers.dev.local_redis import free_port, redis_answers
 
@@ -215,3 +224,48 @@ def test_format_assemble_shows_summary_guide_and_messages() -> None:
     assert "| # Working Memory" in text
     assert "   1. user       [Session History Summary] # Working Memory facts" in text
     assert "   2. assistant  ok" in text
+
+
+def test_the_summary_is_shown_without_its_header_or_the_templates_section_descriptions() -> None:
+    archived = "\n".join(
+        [
+            "[Session History Summary]",
+            "# Working Memory",
+            "## Session Title",
+            "_A short and distinctive 5-10 word descriptive title for the session. Info-dense, no filler._",
+            "Kyoto trip in spring",
+            "## Key Facts & Decisions",
+            "_Stable facts about the user's world._",
+            "- user: _emphasis_ stays in a fact",
+        ]
+    )
+    shown = readable_summary(archived)
+    assert shown.splitlines() == [
+        "# Working Memory",
+        "## Session Title",
+        "Kyoto trip in spring",
+        "## Key Facts & Decisions",
+        "- user: _emphasis_ stays in a fact",
+    ]
+    assert "[Session History Summary]" not in shown
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_progress_is_one_line_on_a_terminal_and_a_line_per_change_elsewhere(tty: bool) -> None:
+    class Stream(io.StringIO):
+        def isatty(self) -> bool:
+            return tty
+
+    stream = Stream()
+    progress = Progress(stream)
+    for second, status in enumerate(["pending", "running", "running", "running"]):
+        progress.update(f"waiting on phase 2: commit c {status}, {second} s", f"commit c {status}")
+    progress.end()
+    out = stream.getvalue()
+    if tty:
+        assert out.count("\n") == 1 and out.count("\r") == 4 and out.endswith("running, 3 s\n")
+    else:
+        assert out.splitlines() == [
+            "waiting on phase 2: commit c pending, 0 s",
+            "waiting on phase 2: commit c running, 1 s",
+        ]

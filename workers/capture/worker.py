@@ -41,6 +41,7 @@ from core.ov.client import OVClient
 from core.shard_map import ShardMap, StreamShard
 from core.shard_split import fair_share, preference
 from workers.capture.leases import ShardLeases
+from workers.capture.ov_watch import OvWatch
 from workers.capture.plan import SessionRef
 from workers.capture.services import CaptureStats
 from workers.capture.shard import ShardConsumer
@@ -127,6 +128,7 @@ class CaptureWorker:
         self.consumers: dict[StreamShard, ShardConsumer] = {}
         self.stopping = False
         self._wake = asyncio.Event()
+        self.ov_watch = OvWatch(self.ov.reachability, settings.base_url, f"capture worker {self.consumer}")
         self.ov_slots = asyncio.Semaphore(settings.capture_ov_concurrency)
         self._burst_done: set[StreamShard] = set()
         self.crashes: dict[StreamShard, int] = {}
@@ -205,6 +207,7 @@ class CaptureWorker:
 
     async def run(self) -> None:
         killed = False
+        watch: asyncio.Task[None] | None = None
         try:
             if not await self._start_on_redis():
                 return
@@ -214,6 +217,8 @@ class CaptureWorker:
                 ",".join(map(str, self.shards)),
                 self.settings.consumer_group,
             )
+            if not self.burst:  # a burst ends with its backlog: its rounds say what OV did
+                watch = asyncio.create_task(self.ov_watch.run(), name=f"ov-watch {self.consumer}")
             first = True
             while True:
                 try:
@@ -241,14 +246,18 @@ class CaptureWorker:
                 await asyncio.wait(tasks, timeout=1.0)
             raise
         finally:
+            if watch is not None:
+                watch.cancel()
+                await asyncio.gather(watch, return_exceptions=True)
             if not killed:
                 await self._shutdown()
 
     def _facts(self) -> dict[str, str]:
         """What this worker's health record says besides that it is alive (workers.store.health)."""
         now = asyncio.get_running_loop().time()
-        ov_down = any(c.ov_down_until > now for c in self.consumers.values())
-        return {"shards": ",".join(str(s) for s in sorted(self.consumers)), "ov": "unreachable" if ov_down else "ok"}
+        shard_saw_it = any(c.ov_down_until > now for c in self.consumers.values())
+        ov = "unreachable" if shard_saw_it and self.ov_watch.state == "ok" else self.ov_watch.state
+        return {"shards": ",".join(str(s) for s in sorted(self.consumers)), "ov": ov}
 
     async def _start_on_redis(self) -> bool:
         """Wait for Redis (start order does not matter), then make the consumer groups;

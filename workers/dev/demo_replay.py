@@ -27,7 +27,7 @@ from core.events import CommitOutcome, TurnEvent
 from core.ids import ov_session_id, resolve_agent_id
 from core.ov.client import OVClient, OVError
 from core.session import SessionAddress
-from workers.dev.demo_report import memory_count, recall_block, summary_text
+from workers.dev.demo_report import Progress, memory_count, recall_block, summary_text
 from workers.rpc.recall import USER_MEMORIES_URI
 from workers.store.applied import parse_id
 from workers.store.commit_records import FINAL_STATUSES, CommitRecords
@@ -38,7 +38,6 @@ CAPTURE_WAIT_S = 60.0
 """Longest wait for capture to apply one turn (a hang guard: it takes milliseconds)."""
 PHASE2_WAIT_MARGIN_S = 30.0
 """Waiting on phase 2 gives up this long after ``phase2_deadline_s`` (the poller records a timeout first)."""
-PROGRESS_EVERY_S = 1.0
 POLL_S = 0.05
 RECALL_INDEX_WAIT_S = 10.0
 """How long the recall assemble is retried while OV indexes freshly extracted memories."""
@@ -112,12 +111,14 @@ class Replay:
         sample: Sample,
         say: Say,
         stopped: Callable[[], bool] = lambda: False,
+        progress: Progress | None = None,
     ) -> None:
         self.settings = settings
         self.rpc = rpc
         self.redis = redis
         self.sample = sample
         self.say = say
+        self.progress = progress or Progress()
         self.stopped = stopped
         # A fresh OpenClaw sessionId (a UUID, so it is the OV session id) each run:
         # a Redis or OV kept from an earlier run never mixes the two.
@@ -256,19 +257,18 @@ class Replay:
         if not self.commits():
             return
         deadline = time.monotonic() + self.settings.phase2_deadline_s + PHASE2_WAIT_MARGIN_S
-        last_said = 0.0
         while True:
             self.check_stop()
             waiting = [o for o in self.commits() if o.status not in FINAL_STATUSES]
             if not waiting:
+                self.progress.end()
                 break
             now = time.monotonic()
-            if now - last_said >= PROGRESS_EVERY_S:
-                last_said = now
-                for o in waiting:
-                    age = max(0.0, time.time() - o.requested_at)
-                    self.say(f"waiting on phase 2 for commit {o.commit_id}: {o.status}, {age:.0f} s")
+            state = "; ".join(f"commit {o.commit_id} {o.status}" for o in waiting)
+            oldest = max(0.0, time.time() - min(o.requested_at for o in waiting))
+            self.progress.update(f"waiting on phase 2: {state}, {oldest:.0f} s", state)
             if now > deadline:
+                self.progress.end()
                 raise DemoFailure(
                     f"phase 2 of {', '.join(o.commit_id for o in waiting)} not recorded "
                     f"within {self.settings.phase2_deadline_s + PHASE2_WAIT_MARGIN_S:g} s"

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from core.events import CommitOutcome
 from core.messages.convert import ARCHIVE_SUMMARY_HEADER
@@ -47,6 +48,52 @@ def indent(text: str, prefix: str = "    | ", max_lines: int = BLOCK_LINES) -> s
     return "\n".join(prefix + line for line in shown)
 
 
+class Progress:
+    """One status line: rewritten in place on a terminal; elsewhere (a log file, CI) written
+    only when what it says changes, not every second."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stdout
+        self.in_place = self.stream.isatty()
+        self.shown: str | None = None
+        self.open = False
+
+    def update(self, line: str, state: str) -> None:
+        """Show ``line``; ``state`` is what it says without the clock (the change that counts)."""
+        if self.in_place:
+            self.stream.write("\r\033[K" + line)
+            self.open = True
+        elif state != self.shown:
+            self.stream.write(line + "\n")
+        self.shown = state
+        self.stream.flush()
+
+    def end(self) -> None:
+        """Leave the line as it is (the next output starts on a line of its own)."""
+        if self.open:
+            self.stream.write("\n")
+            self.stream.flush()
+        self.open, self.shown = False, None
+
+
+_TEMPLATE_LINE = re.compile(r"^_[^_].*_$")
+
+
+def readable_summary(text: str) -> str:
+    """The archive summary as a person reads it: without its ``[Session History Summary]``
+    header (the report names it) and without the working-memory template's italic section
+    descriptions (OV asks the model to keep them so archives stay machine-detectable)."""
+    lines = text.splitlines()
+    if lines and lines[0].strip() == ARCHIVE_SUMMARY_HEADER:
+        lines = lines[1:]
+    kept = [
+        line
+        for i, line in enumerate(lines)
+        if not (_TEMPLATE_LINE.match(line.strip()) and i > 0 and lines[i - 1].startswith("## "))
+    ]
+    return "\n".join(kept).strip()
+
+
 def summary_text(messages: Sequence[Mapping[str, Any]]) -> str | None:
     """The ``[Session History Summary]`` message's text, if the answer has one."""
     for message in messages:
@@ -86,8 +133,9 @@ def format_assemble(title: str, body: Mapping[str, Any]) -> str:
     summary = summary_text(messages)
     if summary is not None:
         out += [
-            f"{ARCHIVE_SUMMARY_HEADER} (the archived turns, as OV's phase 2 summarised them):",
-            indent(summary, max_lines=SUMMARY_LINES),
+            f"{ARCHIVE_SUMMARY_HEADER}: the archived turns as OV's phase 2 summarised them"
+            " (shown without the template's section descriptions):",
+            indent(readable_summary(summary), max_lines=SUMMARY_LINES),
         ]
     else:
         out.append(f"{ARCHIVE_SUMMARY_HEADER}: (none in this answer)")

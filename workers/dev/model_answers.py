@@ -183,7 +183,11 @@ def _summary_items(lines: list[tuple[str, str]], limit: int = 40) -> list[str]:
 
 def wm_document(lines: list[tuple[str, str]]) -> str:
     items = _summary_items(lines)
-    user_first = next((first_sentence(t) for r, t in lines if r == "user" and t.strip()), "conversation")
+    user_sentences = [s for r, t in lines if r == "user" for s in sentences(t)]
+    # the first that says something: a greeting ("Hi!") names no session
+    user_first = next((s for s in user_sentences if len(s.split()) >= 4), None) or next(
+        iter(user_sentences), "conversation"
+    )
     title = " ".join(user_first.split()[:8]).rstrip(".")
     body = {
         "Session Title": title,

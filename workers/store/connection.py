@@ -25,9 +25,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import fakeredis
 import redis
 import redis.asyncio as aioredis
 import redis.asyncio.cluster as aiocluster
@@ -46,9 +45,27 @@ from core.defaults import REDIS_POOL_SIZE, REDIS_POOL_WAIT_S, REDIS_WAIT_MAX_S, 
 from core.defaults import REDIS_SOCKET_TIMEOUT_MARGIN_S as SOCKET_TIMEOUT_MARGIN_S
 from workers.store.tls_check import tls_problem
 
+if TYPE_CHECKING:
+    import fakeredis
+
 log = logging.getLogger(__name__)
 
 _fake_server: fakeredis.FakeServer | None = None
+EMBEDDED_EXTRA_MISSING = (
+    "redis_url fakeredis:// (embedded Redis) needs the embedded extra: pip install 'ovstream[embedded]'"
+)
+
+
+def _fakeredis() -> Any:
+    """The fakeredis module: an extra (``ovstream[embedded]``), for ``./run`` and tests, not
+    the production image."""
+    try:
+        import fakeredis
+    except ImportError as exc:
+        raise RedisConfigError(EMBEDDED_EXTRA_MISSING) from exc
+    return fakeredis
+
+
 _fake_server_lock = threading.Lock()
 
 
@@ -57,7 +74,7 @@ def fake_server() -> fakeredis.FakeServer:
     global _fake_server
     with _fake_server_lock:
         if _fake_server is None:
-            _fake_server = fakeredis.FakeServer()
+            _fake_server = _fakeredis().FakeServer()
         return _fake_server
 
 
@@ -124,7 +141,7 @@ def connect(
     will do; ``fail_fast``: short timeouts and one immediate retry (the RPC's). At most
     ``max_connections`` (per cluster node); a caller past them waits for one."""
     if settings.embedded_redis:
-        return fakeredis.FakeRedis(server=fake_server())
+        return cast(redis.Redis, _fakeredis().FakeRedis(server=fake_server()))
     options = _options(settings, block_ms, fail_fast)
     if settings.redis_cluster:
         retry = {"retry": Retry(NoBackoff(), 1)} if fail_fast else {}
@@ -154,7 +171,7 @@ def connect_async(
     connection (redis-py raises past ``max_connections`` per node): its callers keep their
     concurrency under it."""
     if settings.embedded_redis:
-        return fakeredis.FakeAsyncRedis(server=fake_server())
+        return cast(aioredis.Redis, _fakeredis().FakeAsyncRedis(server=fake_server()))
     options = _options(settings, block_ms, fail_fast)
     if settings.redis_cluster:
         retry = {"retry": AsyncRetry(NoBackoff(), 1)} if fail_fast else {}

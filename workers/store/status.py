@@ -278,5 +278,13 @@ def cli_health(settings: Settings, args: argparse.Namespace) -> int:
         seen = ", ".join(f"{p.name} {p.state} ({p.heard_s_ago:.0f}s)" for p in mine) or "none heard of"
         print(f"unhealthy: no live {what} on {host}: {seen}")
         return 1
-    print("healthy: " + ", ".join(f"{p.role} {p.name} {p.state}" for p in alive))
+    # degraded still exits 0 (a liveness probe must not restart a process for OV's outage),
+    # but the line leads with it: an operator reading it must not take it for healthy
+    verdict = "degraded" if any(p.state == "degraded" for p in alive) else "healthy"
+    print(f"{verdict}: " + ", ".join(_said(p) for p in alive))
     return 0
+
+
+def _said(p: ProcessHealth) -> str:
+    why = f" (ov {p.facts.get('ov', '?')})" if p.state == "degraded" else ""
+    return f"{p.role} {p.name} {p.state}{why}"
