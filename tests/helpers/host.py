@@ -180,7 +180,14 @@ class HostStack:
                         "auth": {"mode": "none"},
                     },
                     "agents": {
-                        "defaults": {"model": {"primary": f"fake/{MODEL_ID}"}, "workspace": str(workspace)},
+                        # No recurring heartbeat: on a slow run the gateway's 30-minute heartbeat
+                        # lands in the middle of a test's turn, and `turn` reads the model's
+                        # requests by time, not by session.
+                        "defaults": {
+                            "model": {"primary": f"fake/{MODEL_ID}"},
+                            "workspace": str(workspace),
+                            "heartbeat": {"every": "0m"},
+                        },
                         "list": [{"id": "main", "default": True}, {"id": "helper"}],
                     },
                     "models": {
