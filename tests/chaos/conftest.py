@@ -2,7 +2,8 @@
 
 Everything real and owned by this module: a durable redis-server (append-only file,
 fsync'd on every write, so it can be SIGKILLed and started again), the deterministic
-model server, an openviking-server 0.5.2 of its own (it gets frozen), and ovstream's
+model server, an openviking-server 0.5.2 of its own (it gets frozen, and a proxy in front of
+it answers 500 to session writes on demand), and ovstream's
 ``capture`` (two) and ``worker`` processes. Every test here is marked ``chaos``; without
 an openviking-server the tier is skipped, or fails when ``$CI`` is set.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.chaos import Deployment
+from tests.helpers.ov_fault_proxy import OVFaultProxy, ov_fault_proxy
 from workers.dev.local_ov import INSTALL_HINT, LocalOV, find_openviking_server, start_local_ov
 from workers.dev.local_redis import RedisServer, free_port, start_redis_server
 from workers.dev.model_server import start_model_server
@@ -52,6 +54,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 class ChaosWorld:
     redis: RedisServer
     ov: LocalOV
+    ov_proxy: OVFaultProxy
+    """What ovstream's processes reach OV through: it can make OV answer 500 to writes."""
     deployment: Deployment
 
 
@@ -66,18 +70,19 @@ def world() -> Iterator[ChaosWorld]:
     model = start_model_server("127.0.0.1", 0)
     server = start_redis_server(durable=True)
     ov: LocalOV | None = None
-    deployment: Deployment | None = None
     try:
         (workdir / "ov").mkdir()
         ov = start_local_ov(workdir / "ov", port=free_port(), model_url=model.url, binary=binary)
-        values = {**CHAOS_SETTINGS, "base_url": ov.url, "redis_url": server.url}
-        deployment = Deployment(values, workdir)
-        for name in PROCESSES:
-            deployment.start(name)
-        yield ChaosWorld(server, ov, deployment)
+        with ov_fault_proxy(ov.url) as (proxy, proxy_url):
+            values = {**CHAOS_SETTINGS, "base_url": proxy_url, "redis_url": server.url}
+            deployment = Deployment(values, workdir)
+            try:
+                for name in PROCESSES:
+                    deployment.start(name)
+                yield ChaosWorld(server, ov, proxy, deployment)
+            finally:
+                deployment.stop()
     finally:
-        if deployment is not None:
-            deployment.stop()
         if ov is not None:
             ov.stop()
         server.stop()

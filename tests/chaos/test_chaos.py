@@ -3,8 +3,8 @@ final and as OV reports it; each fault's recovery measured (docs/FAILURE-MODES.m
 
 The load publishes turns of SESSIONS at RATE while, one after another: a capture process is
 SIGKILLed, the worker is SIGKILLed, OV is frozen (SIGSTOP) for OV_FREEZE_S, Redis is
-SIGKILLed and started again, Redis is full (every write refused) for REDIS_FULL_S, and a
-capture process and the worker die together. After each
+SIGKILLed and started again, Redis is full (every write refused) for REDIS_FULL_S, OV answers
+HTTP 500 to every session write for OV_500_S, and a capture process and the worker die together. After each
 fault the test measures how long until capture has applied everything published up to a
 second after the fault ended, and until every commit unsettled then is final. A final check
 kills the worker in the middle of a commit and measures until that commit is final.
@@ -30,6 +30,8 @@ RATE = 8.0
 """Turns a second over all sessions, from before the first fault until after the last."""
 OV_FREEZE_S = 8.0
 REDIS_FULL_S = 60.0
+OV_500_S = 60.0
+"""How long OV answers 500 to every session write (its HTTP up, its storage failing)."""
 """How long Redis refuses every write (``maxmemory`` reached under ``noeviction``)."""
 RECOVERY_DEADLINE_S = 120.0
 NEXT_COMMIT_DEADLINE_S = 30.0
@@ -64,6 +66,18 @@ def _freeze_ov(world: ChaosWorld) -> None:
         os.killpg(world.ov.pid, signal.SIGCONT)
 
 
+def _fail_ov_writes(world: ChaosWorld) -> None:
+    """A 500 for every session write for OV_500_S: OV failing, not the turns (no dead letter)."""
+    refused = world.ov_proxy.refused
+    world.ov_proxy.failing = True
+    try:
+        time.sleep(OV_500_S)
+    finally:
+        world.ov_proxy.failing = False
+    assert world.ov_proxy.refused > refused  # capture did meet the fault
+    assert not world.deployment.exited(), world.deployment.exited()
+
+
 def _fill_redis(world: ChaosWorld) -> None:
     """Redis at ``maxmemory`` with ``noeviction`` for REDIS_FULL_S: every write refused (OOM)."""
     client = redis.Redis.from_url(world.redis.url)
@@ -90,6 +104,7 @@ def test_faults_under_load_lose_repeat_and_reorder_nothing(world: ChaosWorld) ->
         _recover(world, ledger, load, f"OV frozen {OV_FREEZE_S:g} s", lambda: _freeze_ov(world))
         _recover(world, ledger, load, "Redis SIGKILL + restart", world.redis.restart)
         _recover(world, ledger, load, f"Redis full {REDIS_FULL_S:g} s", lambda: _fill_redis(world))
+        _recover(world, ledger, load, f"OV 500 on writes {OV_500_S:g} s", lambda: _fail_ov_writes(world))
 
         def both() -> None:
             deployment.kill("capture-b")
