@@ -34,6 +34,10 @@ OV_500_S = 60.0
 """How long OV answers 500 to every session write (its HTTP up, its storage failing)."""
 """How long Redis refuses every write (``maxmemory`` reached under ``noeviction``)."""
 RECOVERY_DEADLINE_S = 120.0
+COMMITS_DEADLINE_S = 360.0
+"""A guard against a commit that never ends, not a speed target (the report prints the times):
+the commits unsettled at a fault run one at a time per tenant behind OV's phase 2, which takes
+seconds of OV's own CPU each, so on a busy 2-core machine the queue alone outlasted 120 s."""
 NEXT_COMMIT_DEADLINE_S = 30.0
 """The issue's bound: after a SIGKILL of the worker the next commit completes within 30 s."""
 
@@ -53,7 +57,7 @@ def _recover(world: ChaosWorld, ledger: Ledger, load: Load, fault: str, inject: 
     marks = load.marks()
     measure(lambda: ledger.caught_up(marks), timeout_s=RECOVERY_DEADLINE_S, what=f"{fault}: capture")
     applied_s = time.monotonic() - ended
-    measure(lambda: not (waiting & ledger.unsettled()), timeout_s=RECOVERY_DEADLINE_S, what=f"{fault}: commits")
+    measure(lambda: not (waiting & ledger.unsettled()), timeout_s=COMMITS_DEADLINE_S, what=f"{fault}: commits")
     FIGURES[fault] = (applied_s, time.monotonic() - ended)
     assert not world.deployment.exited(), world.deployment.exited()
 
@@ -116,7 +120,7 @@ def test_faults_under_load_lose_repeat_and_reorder_nothing(world: ChaosWorld) ->
         turns = load.finish(timeout_s=RECOVERY_DEADLINE_S)
         end = load.marks()
         measure(lambda: ledger.caught_up(end), timeout_s=RECOVERY_DEADLINE_S, what="the last turns applied")
-        measure(lambda: not ledger.unsettled(), timeout_s=RECOVERY_DEADLINE_S, what="every commit final")
+        measure(lambda: not ledger.unsettled(), timeout_s=COMMITS_DEADLINE_S, what="every commit final")
 
         for session in SESSIONS:
             stored = ledger.ov_ids(session)  # 0 lost, 0 twice, in order:
@@ -131,6 +135,7 @@ def test_faults_under_load_lose_repeat_and_reorder_nothing(world: ChaosWorld) ->
         assert list_dead_letters(ledger.redis, deployment.settings) == []
         print(_report(load, turns, commits))
     finally:
+        load.finishing.set()  # a failure above must not leave turns arriving under the next test
         ledger.close()
 
 
