@@ -30,9 +30,9 @@ RATE = 8.0
 """Turns a second over all sessions, from before the first fault until after the last."""
 OV_FREEZE_S = 8.0
 REDIS_FULL_S = 60.0
+"""How long Redis refuses every write (``maxmemory`` reached under ``noeviction``)."""
 OV_500_S = 60.0
 """How long OV answers 500 to every session write (its HTTP up, its storage failing)."""
-"""How long Redis refuses every write (``maxmemory`` reached under ``noeviction``)."""
 RECOVERY_DEADLINE_S = 120.0
 COMMITS_DEADLINE_S = 360.0
 """A guard against a commit that never ends, not a speed target (the report prints the times):
