@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _fake_server: fakeredis.FakeServer | None = None
+_fake_server_lock = threading.Lock()
 EMBEDDED_EXTRA_MISSING = (
     "redis_url fakeredis:// (embedded Redis) needs the embedded extra: pip install 'ovstream[embedded]'"
 )
@@ -64,9 +65,6 @@ def _fakeredis() -> Any:
     except ImportError as exc:
         raise RedisConfigError(EMBEDDED_EXTRA_MISSING) from exc
     return fakeredis
-
-
-_fake_server_lock = threading.Lock()
 
 
 def fake_server() -> fakeredis.FakeServer:
