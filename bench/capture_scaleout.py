@@ -31,11 +31,11 @@ from core.config import Settings
 from core.events import TurnEvent
 from core.session import SessionAddress
 from workers.dev.local_redis import free_port, start_redis_server
+from workers.status import read_backlog
 from workers.store.applied import parse_id
 from workers.store.keys import Keys
 from workers.store.scripts import SNAPSHOT_BEHIND
 from workers.store.snapshots import snapshot_key
-from workers.store.status import read_backlog
 from workers.store.streams import publish_turn
 
 SHARDS = 16

@@ -48,7 +48,7 @@ from workers.dev.local_ov import find_openviking_server, start_local_ov
 from workers.dev.local_redis import free_port, start_redis_server
 from workers.dev.model_server import start_model_server
 from workers.rpc.app import create_app
-from workers.store.status import read_backlog
+from workers.status import read_backlog
 from workers.store.streams import publish_turn
 
 ASSEMBLES_PER_TURN = 2.2

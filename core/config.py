@@ -2,7 +2,8 @@
 
 Keys may be written in the seed's camelCase (``baseUrl``) or in snake_case
 (``base_url``). Environment variables win over the file; the file wins over
-the defaults in ``core.defaults``. Bad values fail at start with the key named.
+the defaults, each written once, on its field below, with its docstring (constants that are
+not settings live in ``core.defaults``). Bad values fail at start with the key named.
 """
 
 from __future__ import annotations
@@ -79,28 +80,46 @@ class Settings(BaseSettings):
     )
 
     # the seed's table
-    base_url: str = Field(d.BASE_URL)
-    agent_prefix: str = Field(d.AGENT_PREFIX)
-    auto_capture: bool = Field(d.AUTO_CAPTURE)
-    auto_recall: bool = Field(d.AUTO_RECALL)
-    commit_token_threshold: int = Field(d.COMMIT_TOKEN_THRESHOLD, ge=1)
-    commit_keep_recent_count: int = Field(d.COMMIT_KEEP_RECENT_COUNT, ge=0)
-    recall_limit: int = Field(d.RECALL_LIMIT, ge=1, le=100)
-    recall_score_threshold: float = Field(d.RECALL_SCORE_THRESHOLD, ge=0.0, le=1.0)
-    recall_max_injected_chars: int = Field(d.RECALL_MAX_INJECTED_CHARS, ge=1)
-    recall_prefer_abstract: bool = Field(d.RECALL_PREFER_ABSTRACT)
-    recall_resources: bool = Field(d.RECALL_RESOURCES)
-    bypass_session_patterns: Annotated[tuple[str, ...], NoDecode] = Field(d.BYPASS_SESSION_PATTERNS)
+    base_url: str = Field("http://127.0.0.1:1933")
+    """Where the OpenViking server listens."""
+    ov_version_check: Literal["refuse", "warn"] = Field("refuse")
+    """Against an OV of another minor release than the one ovstream speaks (core.ov.version):
+    ``refuse`` to start, or ``warn`` once and go on."""
+    agent_prefix: str = Field("")
+    """Prefix joined to every resolved agent id as ``<prefix>_<agent>``; empty: none."""
+    auto_capture: bool = Field(True)
+    """afterTurn writes each turn to the OV session."""
+    auto_recall: bool = Field(True)
+    """assemble's transform-context call injects recalled memories."""
+    commit_token_threshold: int = Field(20_000, ge=1)
+    """pending_tokens at or above which capture enqueues a background commit."""
+    commit_keep_recent_count: int = Field(10, ge=0)
+    """Messages the server keeps active after a capture-triggered commit."""
+    recall_limit: int = Field(6, ge=1, le=100)
+    """Most memories auto-recall injects."""
+    recall_score_threshold: float = Field(0.15, ge=0.0, le=1.0)
+    """Memories scoring below this are not recalled."""
+    recall_max_injected_chars: int = Field(4000, ge=1)
+    """Most characters auto-recall injects in total."""
+    recall_prefer_abstract: bool = Field(False)
+    """Inject a memory's abstract instead of reading its full text."""
+    recall_resources: bool = Field(False)
+    """memory_recall also searches viking://resources."""
+    bypass_session_patterns: Annotated[tuple[str, ...], NoDecode] = Field(())
+    """Globs on the sessionKey (else sessionId) that skip OV entirely."""
 
     # identity and auth
     api_key: str | None = Field(None, repr=False)
-    account: str = Field(d.OV_ACCOUNT, min_length=1)
-    user: str = Field(d.OV_USER, min_length=1)
+    account: str = Field("default", min_length=1)
+    """X-OpenViking-Account in dev mode (no API key)."""
+    user: str = Field("default", min_length=1)
+    """X-OpenViking-User in dev mode (no API key)."""
     user_api_keys: dict[str, str] = Field({}, repr=False)
     """Tenant label -> OV user key, for capture workers acting for several users."""
 
     # redis and streams
-    redis_url: str = Field(d.REDIS_URL, repr=False)
+    redis_url: str = Field("redis://127.0.0.1:6379/0", repr=False)
+    """Redis holding streams, queues and snapshots; ``fakeredis://`` embeds one in-process."""
     redis_ca_file: str | None = Field(None)
     """CA bundle verifying a ``rediss://`` server (default: the system's)."""
     redis_cert_file: str | None = Field(None)
@@ -112,54 +131,116 @@ class Settings(BaseSettings):
     queue_redis_url: str | None = Field(None, repr=False)
     """The Redis of the RQ commit queue (default: ``redis_url``). RQ does not speak Redis
     Cluster, so with ``redis_cluster`` the queue lives on a plain Redis of its own."""
-    key_prefix: str = Field(d.KEY_PREFIX, min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    shards: int = Field(d.SHARDS, ge=1, le=1024)
-    consumer_group: str = Field(d.CONSUMER_GROUP, min_length=1)
-    capture_batch: int = Field(d.CAPTURE_BATCH, ge=50, le=10_000)
-    capture_block_ms: int = Field(d.CAPTURE_BLOCK_MS, ge=1)
-    max_deliveries: int = Field(d.MAX_DELIVERIES, ge=1)
-    ov_batch_max: int = Field(d.OV_BATCH_MAX, ge=1, le=100)
-    dead_letter_maxlen: int = Field(d.DEAD_LETTER_MAXLEN, ge=1)
+    key_prefix: str = Field("ovstream", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    """Every Redis key ovstream writes starts with this."""
+    shards: int = Field(4, ge=1, le=1024)
+    """Number of turn streams; a session always lands on the same one."""
+    consumer_group: str = Field("capture", min_length=1)
+    """Consumer group the capture workers read in."""
+    capture_batch: int = Field(100, ge=50, le=10_000)
+    """Entries one XREADGROUP asks for."""
+    capture_block_ms: int = Field(1000, ge=1)
+    """XREADGROUP block time; kept below the socket timeout."""
+    max_deliveries: int = Field(5, ge=1)
+    """An entry failing more often than this goes to the dead-letter stream."""
+    ov_batch_max: int = Field(100, ge=1, le=100)  # OV's own limit: core.ov.layout.BATCH_LIMIT
+    """Most messages one call to the OV batch route carries."""
+    dead_letter_maxlen: int = Field(100_000, ge=1)
+    """Most dead letters one ``dlq replay --all`` reads. The dead-letter stream itself is never
+    capped: each entry is a turn kept for an operator (``ovstream status`` counts them)."""
 
     # the capture worker
-    capture_lease_ms: int = Field(d.CAPTURE_LEASE_MS, ge=100)
-    capture_ov_concurrency: int = Field(d.CAPTURE_OV_CONCURRENCY, ge=1)
-    capture_reads_per_round: int = Field(d.CAPTURE_READS_PER_ROUND, ge=1, le=100)
-    capture_round_max_bytes: int = Field(d.CAPTURE_ROUND_MAX_BYTES, ge=1024)
-    capture_retry_backoff_max_s: float = Field(d.CAPTURE_RETRY_BACKOFF_MAX_S, gt=0)
-    capture_settle_recheck_s: float = Field(d.CAPTURE_SETTLE_RECHECK_S, ge=0)
-    capture_ov_down_backoff_max_s: float = Field(d.CAPTURE_OV_DOWN_BACKOFF_MAX_S, gt=0)
+    capture_lease_ms: int = Field(10_000, ge=100)
+    """How long a shard stays with a worker that stopped renewing its lease (the takeover
+    delay after a crash); renewed every third of it."""
+    capture_ov_concurrency: int = Field(32, ge=1)
+    """Most OV calls one capture worker has in flight (over all its shards)."""
+    capture_reads_per_round: int = Field(4, ge=1, le=100)
+    """Full XREADGROUP batches one round may gather when a stream has a backlog."""
+    capture_round_max_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    """Most bytes of turn events one round holds (besides ``capture_batch x capture_reads_per_round``
+    entries): a backlog of the host's largest events (a whole transcript each) makes rounds of
+    bounded work, so a round's CPU never outgrows the shard's lease."""
+    capture_retry_backoff_max_s: float = Field(5.0, gt=0)
+    """Longest wait before a failed entry is tried again (the first wait is ``ov_backoff_s``, doubling)."""
+    capture_settle_recheck_s: float = Field(1.0, ge=0)
+    """An interrupted write is settled from OV's message count only when two reads this far apart
+    agree: a write whose answer never came may still reach OV (a frozen OV applies the requests
+    it holds when it wakes), and a count read before that would make capture write it again."""
+    capture_ov_down_backoff_max_s: float = Field(30.0, gt=0)
+    """Longest pause of a shard while OV is unavailable (the first is ``ov_backoff_s``, doubling)."""
 
     # commits and phase 2
-    commit_queue: str = Field(d.COMMIT_QUEUE, min_length=1)
-    commit_outcome_stream_maxlen: int = Field(d.COMMIT_OUTCOME_STREAM_MAXLEN, ge=1)
-    commit_tenant_wait_s: float = Field(d.COMMIT_TENANT_WAIT_S, gt=0)
-    phase2_poll_interval_s: float = Field(d.PHASE2_POLL_INTERVAL_S, gt=0)
-    phase2_deadline_s: float = Field(d.PHASE2_DEADLINE_S, gt=0)
-    phase2_read_retries: int = Field(d.PHASE2_READ_RETRIES, ge=0)
-    compact_wait_s: float = Field(d.COMPACT_WAIT_S, gt=0)
+    commit_queue: str = Field("ovstream-commits", min_length=1)
+    """RQ queue for commit and poll jobs when ``commit_queue`` is set to nothing else; by default
+    the queue is ``<key_prefix>`` + ``COMMIT_QUEUE_SUFFIX`` (the same name for the default prefix)."""
+    commit_outcome_stream_maxlen: int = Field(10_000, ge=1)
+    """Approximate cap of the commit-outcome stream (the per-session hash keeps every outcome)."""
+    commit_tenant_wait_s: float = Field(2.0, gt=0)
+    """A commit whose tenant already has a phase 2 running is scheduled again after this.
+    OV 0.5.2 loses the memories of overlapping phase 2s of one user, so they run one at a time."""
+    phase2_poll_interval_s: float = Field(0.8, gt=0)
+    """Seconds between phase-2 task reads."""
+    phase2_deadline_s: float = Field(300.0, gt=0)
+    """A phase-2 task not finished after this is recorded as a timeout."""
+    phase2_read_retries: int = Field(5, ge=0)
+    """Consecutive failed task reads over which the poll interval keeps doubling. A read that
+    fails never fails the commit (OV restarts take longer than a few reads): only OV saying
+    ``failed`` does; reads go on until ``phase2_deadline_s``."""
+    compact_wait_s: float = Field(150.0, gt=0)
+    """How long compact waits for phase 2. OpenClaw bounds a compaction at 180 s
+    (``agents.defaults.compaction.timeoutSeconds``) and the plugin's call at 170 s,
+    so compact answers first: when phase 2 is still running then, the archive is
+    already done and compact says so (reason ``phase2_pending``); the poller
+    goes on and records the commit's outcome."""
 
     # OV client
     ov_ca_file: str | None = Field(None)
     """CA bundle verifying an ``https://`` OV (default: the system's)."""
-    ov_timeout_s: float = Field(d.OV_TIMEOUT_S, gt=0)
-    ov_write_timeout_s: float = Field(d.OV_WRITE_TIMEOUT_S, gt=0)
-    ov_retries: int = Field(d.OV_RETRIES, ge=0, le=10)
-    ov_backoff_s: float = Field(d.OV_BACKOFF_S, ge=0)
-    recall_timeout_s: float = Field(d.RECALL_TIMEOUT_S, gt=0)
-    assemble_timeout_s: float = Field(d.ASSEMBLE_TIMEOUT_S, gt=0)
-    missing_session_ttl_s: float = Field(d.MISSING_SESSION_TTL_S, ge=0)
-    recall_turn_ttl_s: int = Field(d.RECALL_TURN_TTL_S, ge=1)
-    overlay_stream_scan: int = Field(d.OVERLAY_STREAM_SCAN, ge=0, le=10_000)
+    ov_timeout_s: float = Field(30.0, gt=0)
+    """Per-request timeout for OV calls (connecting, and every call but a message write)."""
+    ov_write_timeout_s: float = Field(300.0, gt=0)
+    """How long capture waits for OV to answer a message write. Long on purpose: a write given up
+    on may still be applied when a frozen or overloaded OV gets to it, and then only the
+    settle's second read (``capture_settle_recheck_s``) can tell; a write that waits knows."""
+    ov_retries: int = Field(3, ge=0, le=10)
+    """Retries for idempotent OV calls on 5xx and connection errors."""
+    ov_backoff_s: float = Field(0.2, ge=0)
+    """First retry delay; doubles each retry."""
+    recall_timeout_s: float = Field(3.0, gt=0)
+    """A recall search slower than this makes assemble pass through (within ``assemble_timeout_s``)."""
+    assemble_timeout_s: float = Field(4.0, gt=0)
+    """The most an assemble takes on any path: when OV (or Redis) is slower, the caller's own
+    messages come back (passthrough) and a snapshot read in flight still finishes for the
+    next call. Well under the plugin's 8 s (``rpcTimeoutMs``), so the plugin always gets an
+    answer of ours instead of giving up."""
+    missing_session_ttl_s: float = Field(3.0, ge=0)
+    """How long assemble remembers that OV has no such session (a new conversation): calls
+    in that time pass through without asking OV again. Capture's first snapshot ends it."""
+    recall_turn_ttl_s: int = Field(900, ge=1)
+    """How long the recall block of one user turn is kept: every model request of the
+    turn (the host's tool loop) carries that block, found by one search."""
+    overlay_stream_scan: int = Field(64, ge=0, le=10_000)
+    """Newest stream entries of the session's shard that assemble reads to find turns
+    published but not yet in its snapshot (other processes' turns; the plugin sends
+    its own). Read only when the session's newest published turn (``Keys.last_turn``)
+    is neither in the snapshot nor among the plugin's. 0: read none."""
 
     # snapshots
-    snapshot_token_budget: int = Field(d.SNAPSHOT_TOKEN_BUDGET, ge=1)
-    snapshot_ttl_s: int = Field(d.SNAPSHOT_TTL_S, ge=1)
+    snapshot_token_budget: int = Field(128_000, ge=1)
+    """token_budget asked of OV /context when a snapshot is refreshed."""
+    snapshot_ttl_s: int = Field(7 * 24 * 3600, ge=1)
+    """Snapshots of idle sessions expire after this."""
 
     # rpc
-    rpc_host: str = Field(d.RPC_HOST)
-    rpc_port: int = Field(d.RPC_PORT, ge=1, le=65535)
-    max_body_bytes: int = Field(d.MAX_BODY_BYTES, ge=1024)
+    rpc_host: str = Field("127.0.0.1")
+    """Where ``ovstream rpc`` listens."""
+    rpc_port: int = Field(8787, ge=1, le=65535)
+    """Port of ``ovstream rpc``."""
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    """Largest RPC request body (answered 413 before it is read) and largest turn event
+    capture decodes (dead-lettered). A long real transcript (a 1M-token context, tool
+    output and all) is a few MB of JSON; 32 MiB leaves room for inline images."""
     rpc_workers: int = Field(1, ge=1, le=64)
     """Processes serving the RPC on one port (uvicorn's workers); each keeps its own caches."""
     rpc_token: str | None = Field(None, min_length=16, repr=False)

@@ -12,18 +12,13 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
+from core.ov.layout import MEMORY_URI
+
 SCHEME = "viking://"
 MAX_DECODE_ROUNDS = 3
 """Percent-decoding passes before a URI counts as encoded too many times to trust."""
 
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f\\]")
-# What a memory lives under in OV 0.5.2: the user's memories, the user's
-# memories about one agent (peer), spelled out or with the ~ home alias; and
-# the agent space's legacy memories directory.
-_MEMORY = re.compile(
-    r"^viking://(?:user/(?P<user>[^/]+)|~)/(?:peers/[^/]+/)?memories(?:/|$)"
-    r"|^viking://agent/(?:[^/]+/)?memories(?:/|$)"
-)
 
 
 class UriError(ValueError):
@@ -77,7 +72,7 @@ def is_memory_uri(uri: str, *, user: str | None = None) -> bool:
     (the identity the caller acts as); None accepts any, for a caller whose own
     OV key decides which user it is.
     """
-    match = _MEMORY.match(uri)
+    match = MEMORY_URI.match(uri)
     if match is None:
         return False
     named = match.group("user")

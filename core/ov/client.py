@@ -25,8 +25,10 @@ from urllib.parse import quote
 
 import httpx
 
-from core import defaults
+from core.backoff import Backoff
+from core.config import Settings
 from core.ov.envelope import OVError, OVUnavailable, decode_result, object_result, unwrap
+from core.ov.layout import BATCH_LIMIT
 from core.ov.models import (
     AddMessagesResult,
     Archive,
@@ -51,6 +53,10 @@ def _seg(value: str) -> str:
     return quote(str(value), safe="")
 
 
+_DEFAULT = Settings.model_fields
+"""The client's defaults are the settings' (``core.config``)."""
+
+
 class OVClient:
     """One OV identity (API key or dev-mode account/user, plus an optional actor peer)."""
 
@@ -59,15 +65,15 @@ class OVClient:
         base_url: str,
         *,
         api_key: str | None = None,
-        account: str = defaults.OV_ACCOUNT,
-        user: str = defaults.OV_USER,
-        timeout: float = defaults.OV_TIMEOUT_S,
-        write_timeout: float = defaults.OV_WRITE_TIMEOUT_S,
-        retries: int = defaults.OV_RETRIES,
-        backoff: float = defaults.OV_BACKOFF_S,
+        account: str = _DEFAULT["account"].default,
+        user: str = _DEFAULT["user"].default,
+        timeout: float = _DEFAULT["ov_timeout_s"].default,
+        write_timeout: float = _DEFAULT["ov_write_timeout_s"].default,
+        retries: int = _DEFAULT["ov_retries"].default,
+        backoff: float = _DEFAULT["ov_backoff_s"].default,
         transport: httpx.AsyncBaseTransport | None = None,
         peer: str | None = None,
-        batch_max: int = defaults.OV_BATCH_MAX,
+        batch_max: int = BATCH_LIMIT,
         ca_file: str | None = None,
         _http: httpx.AsyncClient | None = None,
     ) -> None:
@@ -156,7 +162,7 @@ class OVClient:
                 retryable = isinstance(err, OVUnavailable) or err.status >= 500
                 if not retryable or attempt == attempts - 1:
                     raise
-                delay = self.backoff * (2**attempt)
+                delay = Backoff(self.backoff).delay(attempt + 1)
                 log.debug(
                     "OV %s %s retry %d/%d in %.2fs after %s", method, path, attempt + 1, attempts - 1, delay, err.code
                 )
@@ -226,7 +232,7 @@ class OVClient:
         """
         timeout = httpx.Timeout(self.write_timeout, connect=self.timeout)
         path = f"/api/v1/sessions/{_seg(session_id)}/messages/batch"
-        size = max(1, min(self.batch_max, defaults.OV_BATCH_MAX))
+        size = max(1, min(self.batch_max, BATCH_LIMIT))
         chunks = [messages[i : i + size] for i in range(0, len(messages), size)] or [[]]
         added = 0
         last = AddMessagesResult(session_id=session_id)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from core.backoff import Backoff
+
 FinalStatus = Literal["completed", "failed", "skipped"]
 """The final commit statuses a task read can decide (a timeout is the poller's own)."""
 
@@ -90,4 +92,4 @@ def judge_phase2_read(
 def next_read_delay(interval_s: float, failed_reads: int, doublings: int, longest_s: float) -> float:
     """Wait before the next task read: the poll interval, doubled per failed read in a row
     (at most ``doublings`` times), never more than ``longest_s``."""
-    return min(interval_s * 2.0 ** min(failed_reads, doublings), max(interval_s, longest_s))
+    return Backoff(interval_s, longest_s).delay(min(failed_reads, doublings) + 1)

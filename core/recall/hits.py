@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from core.ov.layout import MEMORY_CATEGORIES
 from core.recall.text import AUTO_RECALL_SOURCE_MARKER, has_recall_marker, latest_user_index
 
 LEAF_LEVEL = 2
@@ -37,21 +38,6 @@ _BLOCK_HEADER = (
 )
 _BLOCK_FOOTER = "</relevant-memories>"
 
-# Memory sub-directories of OV 0.5.2 (core/directories.py) plus its profile file.
-MEMORY_CATEGORIES = frozenset(
-    {
-        "profile",
-        "preferences",
-        "entities",
-        "events",
-        "cases",
-        "patterns",
-        "tools",
-        "skills",
-        "trajectories",
-        "experiences",
-    }
-)
 DEFAULT_CATEGORY = "memory"
 
 

@@ -21,9 +21,9 @@ from tests.helpers.chaos import ov_answers, spawn_fake_ov
 from tests.helpers.waiting import wait_until
 from tests.rpc.conftest import make_rpc  # noqa: F401 (a fixture: assemble over what capture stored)
 from workers.commits import context as jobs
+from workers.commits import queue as commit_queue
 from workers.dev.fake_ov.app import FakeOV
 from workers.dev.local_redis import free_port
-from workers.store import commit_queue
 
 _HERE = Path(__file__).parent
 _prefixes = itertools.count()

@@ -23,12 +23,13 @@ from core.config import Settings
 from core.events import CommitOutcome, TurnEvent, encode
 from tests.helpers.capture import cli_uses, expected_texts, make_worker, ov_texts, pending_count, publish, turn
 from workers.cli import main
+from workers.cli.status import format_status
 from workers.dev.fake_ov.app import FakeOV
 from workers.dev.local_redis import start_redis_server
+from workers.status import read_backlog, read_status
 from workers.store.deployment import check_deployment
 from workers.store.keys import Keys, shard_of
 from workers.store.scripts import TRIM_APPLIED
-from workers.store.status import format_status, read_backlog, read_status
 
 SESSIONS = 20
 TURNS = 150

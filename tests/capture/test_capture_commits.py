@@ -17,14 +17,14 @@ from core.session import SessionAddress
 from tests.helpers.capture import cli_uses, make_worker, ov_texts, publish, stored_snapshot, turn
 from workers.cli import main
 from workers.commits import context as jobs
+from workers.commits import queue as commit_queue
 from workers.commits.context import context_of
+from workers.commits.records import CommitRecords
+from workers.commits.request import request_commit, wait_commit_outcome
 from workers.commits.run import run_commit, run_poll, run_recheck
 from workers.commits.scheduler import move_due_jobs
 from workers.commits.worker import drain_jobs, jobs_waiting
 from workers.commits.worker import make_worker as make_commit_worker
-from workers.store import commit_queue
-from workers.store.commit_queue import request_commit, wait_commit_outcome
-from workers.store.commit_records import CommitRecords
 from workers.store.connection import queue_client
 from workers.store.keys import Keys
 

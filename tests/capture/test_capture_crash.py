@@ -156,9 +156,9 @@ async def test_total_message_count_is_monotonic_across_commits(fake_ov):
 
 async def test_a_commit_between_the_crash_and_the_redelivery_changes_nothing(redis_client, settings, fake_ov):
     from core.session import SessionAddress
+    from workers.commits.records import CommitRecords
+    from workers.commits.request import request_commit
     from workers.commits.worker import drain_jobs
-    from workers.store.commit_queue import request_commit
-    from workers.store.commit_records import CommitRecords
 
     publish(redis_client, settings, [turn("arch", t) for t in range(3)])
     victim = make_worker(settings, fake_ov, consumer="victim", fault_hook=kill_at("before_ack", 1))

@@ -150,7 +150,7 @@ def _import(session: str, texts: list[str]) -> TurnEvent:
 
 async def test_a_commit_marker_commits_after_every_earlier_turn(redis_client, settings, fake_ov):
     from core.session import SessionAddress
-    from workers.store.commit_records import CommitRecords
+    from workers.commits.records import CommitRecords
 
     publish(redis_client, settings, [turn("end", 0), turn("end", 1), _marker("end")])
     worker = make_worker(settings, fake_ov, burst=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from functools import partial
 
 import httpx
 
@@ -13,10 +14,10 @@ from core.ov.client import OVClient
 from core.session import SessionAddress
 from tests.helpers.capture import make_worker, publish, stored_snapshot, turn
 from tests.helpers.waiting import wait_until
+from workers.commits.records import CommitRecords
+from workers.commits.request import request_commit
 from workers.commits.worker import drain_jobs
 from workers.store.applied import AppliedState
-from workers.store.commit_queue import request_commit
-from workers.store.commit_records import CommitRecords
 from workers.store.connection import connect, connect_async, reset_fake_server
 from workers.store.snapshots import refresh_snapshot, snapshot_key
 
@@ -50,8 +51,9 @@ async def test_an_older_snapshot_never_replaces_a_newer_one(redis_client, settin
     aredis = connect_async(settings)
 
     async def refresh(last_id: str, captured: int):
+        read = partial(ov.get_context, "order", token_budget=settings.snapshot_token_budget)
         return await refresh_snapshot(
-            aredis, ov, settings, address, applied=AppliedState(last_id=last_id, captured=captured)
+            aredis, settings, address, read, applied=AppliedState(last_id=last_id, captured=captured)
         )
 
     newest = await refresh("9000000000000-5", 2)

@@ -1,4 +1,4 @@
-"""One phase 2 at a time per OV tenant (workers.store.tenant_lock).
+"""One phase 2 at a time per OV tenant (workers.commits.tenant_lock).
 
 OV 0.5.2 loses the memories of overlapping phase 2s of one user; the fake does
 not reproduce that, so these tests check the ordering and the lock itself: a
@@ -17,14 +17,15 @@ from core.defaults import COMMIT_TENANT_LOCK_MARGIN_S
 from core.events import CommitRequest
 from core.session import SessionAddress
 from workers.commits import context as jobs
+from workers.commits import queue as commit_queue
+from workers.commits import run as commit_run
+from workers.commits import tenant_lock as jobs_tenant
 from workers.commits.context import context_of
+from workers.commits.records import FINAL_STATUSES, CommitRecords
+from workers.commits.request import request_commit
 from workers.commits.run import run_commit, run_poll
 from workers.commits.worker import drain_jobs
 from workers.dev.fake_ov.app import FakeOV
-from workers.store import commit_queue
-from workers.store import tenant_lock as jobs_tenant
-from workers.store.commit_queue import request_commit
-from workers.store.commit_records import FINAL_STATUSES, CommitRecords
 from workers.store.connection import queue_client
 from workers.store.keys import Keys
 
@@ -89,7 +90,7 @@ def test_a_tenants_second_commit_waits_for_the_first_outcome(redis_client, setti
 
 def test_queued_commits_of_one_tenant_reach_ov_one_after_another(redis_client, settings, fake_ov, monkeypatch):
     finals: dict[str, int] = {}
-    record = commit_queue.record_outcome
+    record = commit_run.record_outcome
 
     def recording(client, s, request, outcome):
         stored = record(client, s, request, outcome)
@@ -97,7 +98,7 @@ def test_queued_commits_of_one_tenant_reach_ov_one_after_another(redis_client, s
             finals[request.ov_session_id] = len(fake_ov.requests)
         return stored
 
-    monkeypatch.setattr(commit_queue, "record_outcome", recording)
+    monkeypatch.setattr(commit_run, "record_outcome", recording)
     fake_ov.phase2_reads_until_done = 2  # each phase 2 answers "running" twice first
     sids = ["s1", "s2", "s3"]
     for sid in sids:

@@ -1,4 +1,4 @@
-"""The sweep of in-flight commits (workers.store.commit_sweep): a commit whose job died with
+"""The sweep of in-flight commits (workers.commits.sweep): a commit whose job died with
 its worker, or was stranded on its way, is resumed once, and completes; a live one is left."""
 
 from __future__ import annotations
@@ -7,10 +7,11 @@ import httpx
 from rq.job import Job, JobStatus
 
 from core.session import SessionAddress
+from workers.commits import sweep as commit_sweep
+from workers.commits.queue import commit_queue
+from workers.commits.records import CommitRecords
+from workers.commits.request import request_commit
 from workers.commits.worker import drain_jobs
-from workers.store import commit_sweep
-from workers.store.commit_queue import commit_queue, request_commit
-from workers.store.commit_records import CommitRecords
 from workers.store.connection import queue_client
 from workers.store.keys import Keys
 
@@ -80,8 +81,8 @@ def test_a_stranded_job_is_resumed_at_the_second_look(redis_client, settings, fa
 
 
 def test_a_commit_ov_took_before_its_worker_died_is_adopted_not_sent_again(redis_client, settings, fake_ov):
-    from workers.store.commit_queue import record_outcome
-    from workers.store.commit_records import outcome_of
+    from workers.commits.records import outcome_of
+    from workers.commits.run import record_outcome
 
     request, job = _commit(redis_client, settings, fake_ov, "taken")
     # the dead worker's last steps: "running" recorded, OV's commit answered, then SIGKILL

@@ -1,4 +1,4 @@
-"""Every final commit outcome reaches the outcome stream (workers.store.commit_records): a
+"""Every final commit outcome reaches the outcome stream (workers.commits.records): a
 recorder that stops between the record (its MULTI) and the stream append (another slot)
 leaves the outcome filed as unannounced, and the commit workers' sweep appends it, once."""
 
@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from core.events import CommitOutcome, CommitRequest, decode
-from workers.store.commit_records import ANNOUNCE_GRACE_S, OUTCOME_FIELD, CommitRecords, outcome_of
+from workers.commits.records import ANNOUNCE_GRACE_S, OUTCOME_FIELD, CommitRecords, outcome_of
 from workers.store.keys import Keys
 
 LATER = ANNOUNCE_GRACE_S + 1

@@ -24,11 +24,11 @@ from core.session import SessionAddress, shard_of
 from tests.helpers.chaos import Deployment, Ledger, Load, answers, expected_ids, measure, ov_answers, spawn_fake_ov
 from tests.helpers.e2e import ovstream_command, settings_env, unique
 from tests.helpers.waiting import wait_until
+from workers.commits.records import CommitRecords
+from workers.commits.request import request_commit
 from workers.dev.local_redis import free_port, start_redis_server
-from workers.store.commit_queue import request_commit
-from workers.store.commit_records import CommitRecords
+from workers.status import read_backlog, read_status
 from workers.store.health import read_health, record_health
-from workers.store.status import read_backlog, read_status
 
 
 def _values(redis_url: str, ov_url: str, **extra: Any) -> dict[str, Any]:

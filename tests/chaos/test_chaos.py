@@ -22,7 +22,7 @@ import redis
 from core.session import SessionAddress
 from tests.chaos.conftest import ChaosWorld
 from tests.helpers.chaos import Ledger, Load, expected_ids, measure
-from workers.store.commit_queue import request_commit
+from workers.commits.request import request_commit
 from workers.store.dead_letters import list_dead_letters
 
 SESSIONS = [f"chaos-{i}" for i in range(8)]

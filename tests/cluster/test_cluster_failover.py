@@ -28,10 +28,10 @@ from tests.cluster.test_cluster_processes import _deployment
 from tests.helpers.chaos import Deployment, Ledger, Load, chaos_turn, expected_ids, measure
 from tests.helpers.waiting import wait_until
 from workers.dev.local_redis import RedisClusterServers, RedisServer, start_redis_cluster
+from workers.status import read_backlog
 from workers.store.connection import connect
 from workers.store.dead_letters import list_dead_letters
 from workers.store.keys import Keys
-from workers.store.status import read_backlog
 from workers.store.streams import publish_turn
 
 SESSIONS = [f"fo{i}" for i in range(8)]

@@ -30,8 +30,8 @@ from core.events import CommitOutcome, TurnEvent
 from core.session import SessionAddress, shard_of
 from tests.helpers.e2e import ovstream_command, settings_env
 from tests.helpers.waiting import wait_until
+from workers.commits.records import CommitRecords
 from workers.store.applied import parse_id
-from workers.store.commit_records import CommitRecords
 from workers.store.connection import REDIS_ERRORS, connect, failing_over, text
 from workers.store.keys import Keys
 from workers.store.streams import publish_turn

@@ -4,7 +4,7 @@ OpenClaw-shaped conversations, and bounded waits.
 The e2e tests drive ovstream only through its public surfaces: turn events
 published with ``workers.store.streams.publish_turn`` (what the plugin's afterTurn
 does) and HTTP calls to the RPC. What they check comes from the RPC answers,
-the commit records (``workers.store.commit_records.CommitRecords`` and the ``ovstream commits``
+the commit records (``workers.commits.records.CommitRecords`` and the ``ovstream commits``
 CLI) and, to know when capture has caught up, OV itself.
 """
 
@@ -31,8 +31,8 @@ from core.ids import ov_session_id, resolve_agent_id
 from core.messages.tokens import estimate_tokens
 from core.session import SessionAddress
 from tests.helpers.waiting import wait_until
+from workers.commits.records import FINAL_STATUSES, CommitRecords
 from workers.dev.local_redis import free_port
-from workers.store.commit_records import FINAL_STATUSES, CommitRecords
 from workers.store.keys import Keys
 from workers.store.streams import publish_turn
 

@@ -20,7 +20,7 @@ from tests.helpers.chaos import Deployment
 from tests.helpers.e2e import Conversation, first_text, unique, wait_for
 from tests.helpers.tls import Pki, TlsProxy, TlsRedis
 from workers.dev.local_redis import free_port
-from workers.store.status import read_backlog
+from workers.status import read_backlog
 from workers.store.streams import publish_turn
 
 TOKEN = "rpc-token-for-the-deploy-test-0123456789"

@@ -25,7 +25,7 @@ from core.session import SessionAddress
 from tests.helpers.e2e import unique, wait_for, workdir_for
 from tests.helpers.host import HostStack, conversation_text, host_available, system_text
 from tests.helpers.host_chat_model import content_text
-from workers.store.commit_records import CommitRecords
+from workers.commits.records import CommitRecords
 from workers.store.keys import session_keys
 
 pytestmark = pytest.mark.host

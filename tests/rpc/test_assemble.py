@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -211,11 +212,12 @@ async def test_new_snapshot_version_is_picked_up(rpc: Any) -> None:
     from workers.store.snapshots import refresh_snapshot
 
     await rpc.ov.add_messages(SID, ov_turns("q2", "a2"))
+    ov = rpc.ov.scoped(peer="main")
     await refresh_snapshot(
         rpc.app.state.services.redis,
-        rpc.ov.scoped(peer="main"),
         rpc.settings,
         SessionAddress(SID, "main"),
+        partial(ov.get_context, SID, token_budget=rpc.settings.snapshot_token_budget),
         applied=AppliedState(last_id="1700000000001-0", captured=4),
     )
     body = (await rpc.assemble(main_call(oc_turns("q1", "a1", "q2", "a2")))).json()

@@ -4,6 +4,7 @@ per missing snapshot at a time, and a session OV lacks remembered for a while.""
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import Any
 
 import pytest
@@ -76,6 +77,7 @@ async def test_capture_ends_the_memory_of_a_missing_session(rpc: Any) -> None:
     await rpc.assemble(main_call(messages))  # OV has no such session: remembered
     await rpc.ov.add_messages(SID, ov_turns("hello", "hi"))
     rpc.mark_captured(SID, 2)
-    await refresh_snapshot(rpc.app.state.services.redis, rpc.ov, rpc.settings, ADDRESS)  # as capture does
+    read = partial(rpc.ov.get_context, SID, token_budget=rpc.settings.snapshot_token_budget)
+    await refresh_snapshot(rpc.app.state.services.redis, rpc.settings, ADDRESS, read)  # as capture does
     r = await rpc.assemble(main_call(messages))
     assert len(r.json()["messages"]) == 2

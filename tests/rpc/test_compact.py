@@ -9,9 +9,9 @@ import pytest
 from core.session import SessionAddress
 from tests.helpers.capture import stored_snapshot
 from tests.helpers.rpc import running_worker
+from workers.commits.records import CommitRecords
+from workers.commits.request import request_commit
 from workers.dev.fake_ov.app import FakeOV
-from workers.store.commit_queue import request_commit
-from workers.store.commit_records import CommitRecords
 
 pytestmark = pytest.mark.redis
 

@@ -224,7 +224,7 @@ async def test_openapi_spec_documents_the_endpoints(rpc: Any) -> None:
 
 
 def test_cli_rpc_has_host_and_port() -> None:
-    args = build_parser().parse_args(["rpc", "--host", "0.0.0.0", "--port", "9001"])
+    args = build_parser("rpc").parse_args(["rpc", "--host", "0.0.0.0", "--port", "9001"])
     assert (args.host, args.port) == ("0.0.0.0", 9001)
     parser = argparse.ArgumentParser()
     add_rpc_arguments(parser)

@@ -31,3 +31,31 @@ def test_every_subcommand_has_help(name):
     out = subprocess.run([exe, name, "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert name in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        ([], None),
+        (["status"], "status"),
+        (["--config", "x.toml", "dlq", "list"], "dlq"),
+        (["--log-level", "DEBUG", "rpc", "--port", "1"], "rpc"),
+        (["--config", "status", "health"], "health"),  # the value of --config is not the command
+        (["--help"], None),
+        (["no-such-command"], None),
+    ],
+)
+def test_the_command_is_found_past_the_global_options(argv, command):
+    from workers.cli import command_in
+
+    assert command_in(argv) == command
+
+
+def test_listing_the_commands_imports_none_of_them():
+    probe = (
+        "import sys; from workers.cli import build_parser; build_parser().format_help(); "
+        "print(sorted(m for m in sys.modules if m.startswith(('workers.rpc', 'workers.capture', "
+        "'workers.commits', 'workers.dev', 'workers.cli.'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"

@@ -96,9 +96,17 @@ def test_settings_are_frozen_and_embedded_flag():
         s.shards = 3  # type: ignore[misc]
 
 
-def test_defaults_module_feeds_settings():
-    assert Settings().capture_lease_ms == d.CAPTURE_LEASE_MS
-    assert Settings().commit_queue == d.COMMIT_QUEUE
+def test_a_settings_default_is_written_once_on_its_field():
+    from core.ov.client import OVClient
+
+    assert Settings().capture_lease_ms == Settings.model_fields["capture_lease_ms"].default == 10_000
+    client = OVClient("http://ov")  # the client's defaults are the settings'
+    assert (client.timeout, client.retries, client.account) == (
+        Settings().ov_timeout_s,
+        Settings().ov_retries,
+        Settings().account,
+    )
+    assert not [name for name in vars(d) if name.isupper() and name.lower() in Settings.model_fields]
 
 
 def test_commit_queue_is_named_after_the_key_prefix_unless_set():

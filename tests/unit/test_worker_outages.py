@@ -14,6 +14,7 @@ import fakeredis
 import pytest
 import redis as redis_lib
 
+from core.backoff import Backoff
 from core.config import Settings
 from workers.commits import worker as worker_mod
 
@@ -52,7 +53,7 @@ def made(monkeypatch: pytest.MonkeyPatch) -> list[_Worker]:
         return workers[-1]
 
     monkeypatch.setattr(worker_mod, "make_worker", make_worker)
-    monkeypatch.setattr(worker_mod, "REDIS_RETRY_S", 0.01)
+    monkeypatch.setattr(worker_mod, "REDIS_RETRY", Backoff(0.01))
     worker_mod._STOP.clear()
     return workers
 

@@ -11,6 +11,7 @@ import signal
 import uvloop
 
 from core.config import Settings
+from core.ov.version import check_at_start
 from workers.capture.worker import CaptureWorker
 from workers.store.connection import RedisConfigError
 
@@ -33,6 +34,8 @@ def add_capture_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cli_capture(settings: Settings, args: argparse.Namespace) -> int:
+    if not check_at_start(settings, "ovstream capture"):
+        return 2
     worker = CaptureWorker(settings, consumer=args.consumer, shards=args.shards, burst=args.burst)
 
     async def main() -> None:

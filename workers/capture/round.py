@@ -59,9 +59,9 @@ from workers.capture.slices import CpuSlice
 from workers.store.applied import INTENT, PARKED, PARTIAL_ID, PARTIAL_SKIP, AppliedState
 from workers.store.scripts import SNAPSHOT_BEHIND
 from workers.store.snapshots import (
-    fetch_snapshot,
     grown_snapshot,
     parse_stored,
+    snapshot_from,
     snapshot_key,
     store_snapshot,
     stored_snapshot,
@@ -129,7 +129,7 @@ async def ov_total(ov: OVClient, ov_session_id: str) -> int:
 
 
 async def settled_total(ov: OVClient, ov_session_id: str, recheck_s: float) -> int:
-    """OV's total once two reads ``recheck_s`` apart agree (core.defaults.CAPTURE_SETTLE_RECHECK_S:
+    """OV's total once two reads ``recheck_s`` apart agree (``captureSettleRecheckS``:
     the interrupted write may still be on its way to OV)."""
     total = await ov_total(ov, ov_session_id)
     while recheck_s > 0:
@@ -362,7 +362,9 @@ async def _follow_up(c: RoundHost, written: list[_Run]) -> None:
             return grown, int(time.time() * 1000)
         try:
             async with worker.ov_slots:
-                return await fetch_snapshot(run.ov, settings, ref.address, state)
+                fetched_ms = int(time.time() * 1000)
+                context = await run.ov.get_context(ref.ov_session_id, token_budget=settings.snapshot_token_budget)
+            return snapshot_from(context, ref.address, state), fetched_ms
         except OVError as exc:  # the messages are in OV; the next batch or commit refreshes again
             log.warning("session %s: snapshot not refreshed: %s", ref.ov_session_id, exc)
             return None

@@ -26,6 +26,7 @@ from typing import Any
 
 import redis as redis_lib
 
+from core.backoff import Backoff
 from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
 from core.shard_map import StreamShard
 from workers import logs
@@ -97,7 +98,8 @@ class ShardConsumer:
         self.entry_bytes = _FIRST_ENTRY_BYTES_GUESS
         """Bytes of an entry of this stream, as seen lately (sizes the reads of a round)."""
         self.ov_down_until = 0.0
-        self.ov_backoff = 0.0
+        self.ov_failures = 0
+        """Rounds in a row that found OV unavailable (the shard's pause is ``core.backoff`` of it)."""
         self.task: asyncio.Task[None] | None = None
         self.started_at = 0.0
         """``worker.clock()`` when the worker started this consumer."""
@@ -368,22 +370,20 @@ class ShardConsumer:
         pending_sids = {e.session.ov_session_id for e in self.backlog if e.session}
         self.isolate &= pending_sids
         if outcome.unavailable:
-            first = not self.ov_backoff  # one warning when OV goes away, the retries at debug level
-            self.ov_backoff = min(
-                self.settings.capture_ov_down_backoff_max_s, max(self.settings.ov_backoff_s, self.ov_backoff * 2)
-            )
-            self.ov_down_until = now + self.ov_backoff
+            self.ov_failures += 1
+            pause = Backoff(self.settings.ov_backoff_s, self.settings.capture_ov_down_backoff_max_s)
+            self.ov_down_until = now + pause.delay(self.ov_failures)
             log.log(
-                logging.WARNING if first else logging.DEBUG,
+                logging.WARNING if self.ov_failures == 1 else logging.DEBUG,  # one warning per outage
                 "shard %s: OV unavailable (%s); retrying in %.2fs, nothing acked",
                 self.shard,
                 outcome.unavailable,
-                self.ov_backoff,
+                pause.delay(self.ov_failures),
             )
         elif done:
-            if self.ov_backoff:
+            if self.ov_failures:
                 log.info("shard %s: OV reachable again", self.shard)
-            self.ov_backoff = 0.0
+            self.ov_failures = 0
 
     async def record_failure(self, entry: Entry, error: BaseException) -> None:
         """A handler failure of ``entry``: retry later, or dead-letter it past the limit. A dead

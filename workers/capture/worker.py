@@ -45,7 +45,7 @@ from workers.capture.ov_watch import OvWatch
 from workers.capture.plan import SessionRef
 from workers.capture.services import CaptureStats
 from workers.capture.shard import ShardConsumer
-from workers.store.commit_queue import request_commit
+from workers.commits.api import request_commit
 from workers.store.connection import (
     REDIS_AWAY,
     REDIS_ERRORS,

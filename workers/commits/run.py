@@ -10,34 +10,38 @@ the ``key_prefix`` it carries.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from datetime import timedelta
 from typing import Any
 
 import redis as redis_lib
 from rq import get_current_job
+from rq.exceptions import DuplicateJobError
 
+from core.backoff import Backoff
 from core.config import Settings
-from core.events import CommitOutcome, CommitRequest, decode
-from core.ov.client import OVClient, OVError, OVUnavailable
+from core.defaults import PHASE2_READ_BACKOFF_MAX_S, PHASE2_RECHECK_DELAYS_S
+from core.events import CommitOutcome, CommitRequest, CommitStatus, decode, encode
+from core.ov.client import OVError, OVUnavailable
 from core.ov.models import CommitAccepted
-from core.ov.tasks import judge_phase2_read, task_verdict
+from core.ov.tasks import judge_phase2_read, next_read_delay, task_verdict
 from workers import logs
+from workers.commits import ov_steps
+from workers.commits import tenant_lock as jobs_tenant
 from workers.commits.context import JobContext, context_for
-from workers.store import commit_queue as jobs
-from workers.store import tenant_lock as jobs_tenant
-from workers.store.commit_queue import finish_commit, record_outcome
-from workers.store.commit_records import FINAL_STATUSES, CommitRecords, outcome_of
-from workers.store.connection import REDIS_ERRORS, redis_went_away
-from workers.store.snapshots import refresh_snapshot, snapshot_key
+from workers.commits.queue import COMMIT_RETRY, commit_queue, inflight_key, now
+from workers.commits.records import FINAL_STATUSES, CommitRecords, outcome_of
+from workers.store.connection import redis_went_away
 
 log = logging.getLogger(__name__)
 
 REDIS_PATIENCE_S = 120.0
 """How long a commit OV accepted waits for Redis to record it before its job gives up."""
+REDIS_PATIENCE_BACKOFF = Backoff(0.2, 5.0)
+"""The waits between its tries (core.backoff)."""
 
 
 def commit_session(request_json: str, key_prefix: str, attempt: int = 0) -> str:
@@ -86,7 +90,7 @@ def run_commit(
 ) -> CommitOutcome:
     """Phase 1 of a commit (OV archives the messages); then the first poll is scheduled.
 
-    Only one commit per OV tenant runs at a time (workers.store.tenant_lock): with the
+    Only one commit per OV tenant runs at a time (workers.commits.tenant_lock): with the
     tenant's lock held by another, this schedules itself again and returns the
     pending outcome. ``may_retry``: OV being unavailable re-raises so RQ
     retries the job (the commit never reached OV); otherwise it is recorded as failed.
@@ -97,8 +101,8 @@ def run_commit(
         return outcome
     if outcome is not None and outcome.task_id:  # run again after OV took the commit: poll only
         jobs_tenant.hold(redis, settings, request)  # renewed when still ours (its phase 2 runs)
-        jobs.schedule_poll(
-            redis, settings, request, deadline_at=jobs.now() + settings.phase2_deadline_s, failed_reads=0, attempt=1
+        schedule_poll(
+            redis, settings, request, deadline_at=now() + settings.phase2_deadline_s, failed_reads=0, attempt=1
         )
         return outcome
     if not jobs_tenant.hold(redis, settings, request):
@@ -108,18 +112,18 @@ def run_commit(
             jobs_tenant.tenant_of(settings, request.user),
             jobs_tenant.holder(redis, settings, request),
         )
-        jobs.schedule_commit_retry(redis, settings, request, attempt=attempt + 1)
+        schedule_commit_retry(redis, settings, request, attempt=attempt + 1)
         return outcome or outcome_of(request, "pending")
     ov = ctx.ov(request.address)
     try:
-        before = ctx.run(lambda: _commit_count(ov, request))
+        before = ctx.run(lambda: ov_steps.commit_count(ov, request))
         sent_at = outcome.ov_commits_before if outcome is not None else None
         if sent_at is not None and before > sent_at:
             # run again after a crash between OV's answer and its record: OV took it, adopt it
-            accepted = ctx.run(lambda: _adopt(ov, request, sent_at))
+            accepted = ctx.run(lambda: ov_steps.adopt(ov, request, sent_at))
         else:
             record_outcome(redis, settings, request, outcome_of(request, "running", ov_commits_before=before))
-            accepted = ctx.run(lambda: _commit(ov, request))
+            accepted = ctx.run(lambda: ov_steps.commit(ov, request))
     except OVUnavailable as exc:
         if may_retry:
             log.warning("commit %s: OV unavailable (%s); RQ retries it", request.commit_id, exc)
@@ -135,38 +139,8 @@ def run_commit(
     # archive the next messages too. So Redis trouble is waited out here, not raised.
     outcome = _patiently(request, lambda: _accepted(redis, settings, request, accepted))
     if accepted.status != "skipped":  # phase 1 moved messages into an archive
-        ctx.run(lambda: _refresh_quietly(ctx, ov, request))
+        ctx.run(lambda: ov_steps.refresh_quietly(ctx, ov, request))
     return outcome
-
-
-async def _commit_count(ov: OVClient, request: CommitRequest) -> int:
-    try:
-        return (await ov.get_session(request.ov_session_id)).commit_count
-    except OVError as exc:
-        if exc.status == 404:  # not in OV yet: its commit will say so
-            return 0
-        raise
-
-
-async def _adopt(ov: OVClient, request: CommitRequest, before: int) -> CommitAccepted:
-    """What OV's answer to this commit was: its archive is the one after ``before``, its
-    phase 2 the session's newest commit task (one commit per session is in flight)."""
-    state = await ov.get_session(request.ov_session_id)
-    tasks = await ov.session_commit_tasks(request.ov_session_id, limit=5)
-    log.warning(
-        "commit %s: OV took it before the crash (%d -> %d commits); adopting task %s",
-        request.commit_id,
-        before,
-        state.commit_count,
-        tasks[0].task_id if tasks else None,
-    )
-    archive = f"{state.uri}/history/archive_{before + 1:03d}" if state.uri else None
-    return CommitAccepted(task_id=tasks[0].task_id if tasks else None, archive_uri=archive, archived=True)
-
-
-async def _commit(ov: OVClient, request: CommitRequest) -> CommitAccepted:
-    keep = request.keep_recent_count
-    return await ov.commit(request.ov_session_id, keep_recent_count=keep, enable_working_memory=True)
 
 
 def _accepted(
@@ -187,9 +161,7 @@ def _accepted(
     running = outcome_of(request, "running", **fields)
     record_outcome(redis, settings, request, running)
     jobs_tenant.hold(redis, settings, request)  # renewed: phase 2's deadline starts now
-    jobs.schedule_poll(
-        redis, settings, request, deadline_at=jobs.now() + settings.phase2_deadline_s, failed_reads=0, attempt=1
-    )
+    schedule_poll(redis, settings, request, deadline_at=now() + settings.phase2_deadline_s, failed_reads=0, attempt=1)
     return running
 
 
@@ -199,29 +171,17 @@ def _patiently(request: CommitRequest, step: Callable[[], CommitOutcome]) -> Com
     body runs this way too: with the commit queue on a Redis of its own (``queueRedisUrl``),
     RQ would otherwise record the job as failed while only the store is away, and the sweep
     would take that for a crash and fail the commit."""
-    deadline, delay = time.monotonic() + REDIS_PATIENCE_S, 0.2
+    deadline, failures = time.monotonic() + REDIS_PATIENCE_S, 0
     while True:
         try:
             return step()
         except Exception as exc:
             if not redis_went_away(exc) or time.monotonic() > deadline:
                 raise
+            failures += 1
+            delay = REDIS_PATIENCE_BACKOFF.delay(failures)
             log.warning("commit %s: Redis away (%s); going on in %.1fs", request.commit_id, exc, delay)
             time.sleep(delay)
-            delay = min(5.0, delay * 2)
-
-
-async def _refresh_quietly(ctx: JobContext, ov: OVClient, request: CommitRequest) -> None:
-    try:
-        await refresh_snapshot(ctx.redis, ov, ctx.settings, request.address)
-    except OVError as exc:
-        # The commit stands. The stored snapshot predates it, and capture must not grow it
-        # (core.snapshot_growth trusts it): drop it, so the next read goes to OV.
-        log.warning("snapshot of %s not refreshed after commit (%s); dropped", request.ov_session_id, exc)
-        with contextlib.suppress(*REDIS_ERRORS):  # Redis away too: the count check is left
-            await ctx.redis.delete(snapshot_key(ctx.settings, request.address))
-    except REDIS_ERRORS as exc:  # nothing stored, nothing stale: the next batch reads OV
-        log.warning("snapshot of %s not refreshed after commit: %s", request.ov_session_id, exc)
 
 
 def run_poll(
@@ -240,7 +200,7 @@ def run_poll(
         return outcome or outcome_of(request, "pending")
     task_id, task, error = outcome.task_id, None, None
     try:
-        task = ctx.run(lambda: _read_task(ctx, request, task_id))
+        task = ctx.run(lambda: ov_steps.read_task(ctx, request, task_id))
     except OVError as exc:
         error = exc
         log.info("commit %s: task read %d failed (%s)", request.commit_id, failed_reads + 1, exc)
@@ -248,18 +208,16 @@ def run_poll(
         task,
         error,
         failed_reads=failed_reads,
-        deadline_passed=jobs.now() >= deadline_at,
+        deadline_passed=now() >= deadline_at,
         deadline_s=settings.phase2_deadline_s,
     )
     if read.status is not None:
         final = finish_commit(redis, settings, request, read.status, outcome, **read.fields)
         if final.status == "timeout":  # OV may still finish it: look again later
-            jobs.schedule_recheck(redis, settings, request, round_=0)
+            schedule_recheck(redis, settings, request, round_=0)
         return final
     failed_reads = read.failed_reads
-    jobs.schedule_poll(
-        redis, settings, request, deadline_at=deadline_at, failed_reads=failed_reads, attempt=attempt + 1
-    )
+    schedule_poll(redis, settings, request, deadline_at=deadline_at, failed_reads=failed_reads, attempt=attempt + 1)
     return outcome
 
 
@@ -272,24 +230,142 @@ def run_recheck(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest,
         return outcome or outcome_of(request, "pending")
     task_id = outcome.task_id
     try:
-        verdict = task_verdict(ctx.run(lambda: _read_task(ctx, request, task_id)))
+        verdict = task_verdict(ctx.run(lambda: ov_steps.read_task(ctx, request, task_id)))
     except OVError as exc:
         log.info("commit %s: recheck %d could not read the task: %s", request.commit_id, round_, exc)
         verdict = None
     if verdict is not None:
         status, fields = verdict
         carried = {"task_id": task_id, "archive_uri": outcome.archive_uri, "archived": outcome.archived}
-        corrected = outcome_of(request, status, finished_at=jobs.now(), **{**carried, **fields})
+        corrected = outcome_of(request, status, finished_at=now(), **{**carried, **fields})
         records.correct_timeout(request, corrected)
         return records.outcome(request) or corrected
-    if not jobs.schedule_recheck(redis, ctx.settings, request, round_=round_ + 1):
+    if not schedule_recheck(redis, ctx.settings, request, round_=round_ + 1):
         log.warning("commit %s: phase 2 still unfinished after every recheck; it stays timeout", request.commit_id)
     return outcome
 
 
-async def _read_task(ctx: JobContext, request: CommitRequest, task_id: str) -> Any:
-    ov = ctx.ov(request.address)
-    task = await ov.get_task(task_id)
-    if task.status == "completed":  # the archive overview exists now
-        await _refresh_quietly(ctx, ov, request)
-    return task
+# --- scheduling the chain's next job ----------------------------------------------------
+
+
+def record_outcome(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, outcome: CommitOutcome) -> bool:
+    """Record ``outcome`` (``CommitRecords.record``); a final one releases the tenant's lock."""
+    stored = CommitRecords(redis, settings).record(request, outcome)
+    if stored and outcome.status in FINAL_STATUSES:
+        jobs_tenant.release(redis, settings, request)  # the tenant's next phase 2 may start
+    return stored
+
+
+def finish_commit(
+    redis: redis_lib.Redis,
+    settings: Settings,
+    request: CommitRequest,
+    status: CommitStatus,
+    base: CommitOutcome | None = None,
+    **fields: Any,
+) -> CommitOutcome:
+    carried = (
+        {} if base is None else {"task_id": base.task_id, "archive_uri": base.archive_uri, "archived": base.archived}
+    )
+    outcome = outcome_of(request, status, finished_at=now(), **{**carried, **fields})
+    record_outcome(redis, settings, request, outcome)
+    return CommitRecords(redis, settings).outcome(request) or outcome
+
+
+def _poll_job_id(request: CommitRequest, attempt: int) -> str:
+    return f"{request.commit_id}_poll{attempt}"
+
+
+def _schedule(
+    redis: redis_lib.Redis,
+    settings: Settings,
+    request: CommitRequest,
+    job_id: str,
+    delay_s: float,
+    func: Callable[..., str],
+    *args: Any,
+    in_flight: bool = True,
+    **options: Any,
+) -> None:
+    """Enqueue ``func(request, key_prefix, *args)`` after ``delay_s``.
+
+    For a commit in flight the slot names the job before it exists, so a reader
+    never sees a finished job there while the chain is alive; a missing one is
+    re-created. A recheck of a finished commit (``in_flight=False``) leaves the
+    slot alone: it may belong to the session's next commit by then.
+    """
+    if in_flight:
+        redis.hset(inflight_key(settings, request), "job", job_id)
+    try:
+        commit_queue(redis, settings).enqueue_in(
+            timedelta(seconds=delay_s),
+            func,
+            encode(request).decode(),
+            settings.key_prefix,
+            *args,
+            job_id=job_id,
+            unique=True,
+            **options,
+        )
+    except DuplicateJobError:
+        log.debug("job %s already exists", job_id)
+
+
+def schedule_poll(
+    redis: redis_lib.Redis,
+    settings: Settings,
+    request: CommitRequest,
+    *,
+    deadline_at: float,
+    failed_reads: int,
+    attempt: int,
+) -> None:
+    """Read the phase-2 task again: after ``phase2_poll_interval_s``, doubled per failed read."""
+    _schedule(
+        redis,
+        settings,
+        request,
+        _poll_job_id(request, attempt),
+        next_read_delay(
+            settings.phase2_poll_interval_s, failed_reads, settings.phase2_read_retries, PHASE2_READ_BACKOFF_MAX_S
+        ),
+        poll_phase2,
+        deadline_at,
+        failed_reads,
+        attempt,
+        description=f"poll phase 2 of {request.commit_id}",
+    )
+
+
+def schedule_commit_retry(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, attempt: int) -> None:
+    """Run ``commit_session`` again after ``commit_tenant_wait_s`` (its tenant's lock was held)."""
+    _schedule(
+        redis,
+        settings,
+        request,
+        f"{request.commit_id}_wait{attempt}",
+        settings.commit_tenant_wait_s,
+        commit_session,
+        attempt,
+        retry=COMMIT_RETRY,
+        description=f"commit {request.ov_session_id} ({request.reason}), waiting for its tenant",
+    )
+
+
+def schedule_recheck(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, round_: int) -> bool:
+    """Read a timed-out commit's task again after ``PHASE2_RECHECK_DELAYS_S[round_]``;
+    False when every recheck was spent."""
+    if round_ >= len(PHASE2_RECHECK_DELAYS_S):
+        return False
+    _schedule(
+        redis,
+        settings,
+        request,
+        f"{request.commit_id}_recheck{round_}",
+        PHASE2_RECHECK_DELAYS_S[round_],
+        recheck_phase2,
+        round_,
+        in_flight=False,
+        description=f"recheck phase 2 of {request.commit_id} (timed out)",
+    )
+    return True

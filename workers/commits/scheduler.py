@@ -20,9 +20,9 @@ import redis as redis_lib
 from rq.job import Job
 
 from core.config import Settings
-from workers.store import commit_sweep
-from workers.store.commit_queue import commit_queue
-from workers.store.commit_records import CommitRecords
+from workers.commits import sweep as commit_sweep
+from workers.commits.queue import commit_queue
+from workers.commits.records import CommitRecords
 from workers.store.connection import REDIS_ERRORS, text
 from workers.store.health import forget_health, record_health
 from workers.store.scripts import CLAIM_DUE_JOBS
@@ -53,7 +53,7 @@ def move_due_jobs(redis: redis_lib.Redis, settings: Settings) -> int:
 
 class DueJobMover(threading.Thread):
     """Every ``DUE_JOBS_TICK_S`` until ``stop``: the worker's heartbeat, ``move_due_jobs`` and,
-    when due, a sweep of the in-flight commits (workers.store.commit_sweep). A thread of its
+    when due, a sweep of the in-flight commits (workers.commits.sweep). A thread of its
     own, so the heartbeat goes on while a job runs. Redis trouble waits for the next tick."""
 
     def __init__(self, redis: redis_lib.Redis, settings: Settings, worker_name: str) -> None:

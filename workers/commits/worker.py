@@ -21,21 +21,19 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 
 import redis as redis_lib
 from rq import SimpleWorker
 from rq.timeouts import TimerDeathPenalty
 from rq.worker import BaseWorker
 
+from core.backoff import Backoff
 from core.config import Settings
-from core.events import CommitOutcome
-from core.session import SessionAddress
+from core.ov.version import check_at_start
+from workers.commits import sweep as commit_sweep
 from workers.commits.context import register
+from workers.commits.queue import commit_queue
 from workers.commits.scheduler import DueJobMover, move_due_jobs
-from workers.store import commit_sweep
-from workers.store.commit_queue import commit_queue
-from workers.store.commit_records import CommitRecords
 from workers.store.connection import (
     REDIS_AWAY,
     REDIS_ERRORS,
@@ -51,9 +49,8 @@ log = logging.getLogger(__name__)
 
 MAINTENANCE_INTERVAL_S = 30
 """RQ's maintenance (registry cleaning) interval; RQ's default is 600 s."""
-REDIS_RETRY_S = 0.5
-REDIS_RETRY_MAX_S = 5.0
-"""First and longest wait before ``ovstream worker`` starts a new RQ worker after losing Redis."""
+REDIS_RETRY = Backoff(0.5, 5.0)
+"""The waits before ``ovstream worker`` starts a new RQ worker after losing Redis (core.backoff)."""
 
 
 class CommitWorker(SimpleWorker):
@@ -176,6 +173,8 @@ def cli_worker(settings: Settings, args: argparse.Namespace) -> int:
     except DeploymentMismatch as exc:
         log.error("%s", exc)
         return 2
+    if not check_at_start(settings, "ovstream worker"):
+        return 2
     worker = make_worker(redis, settings)
     burst = bool(getattr(args, "burst", False))
     log.info("RQ worker %s on queue %s (moving due jobs itself)", worker.name, settings.commit_queue_name)
@@ -232,8 +231,10 @@ def work_through_outages(redis: redis_lib.Redis, settings: Settings, worker: Bas
     worker process that exits on a Redis restart or a cluster failover would leave every
     commit waiting for an operator: jobs, schedules and records are all in Redis, so there is
     nothing to lose by waiting it out."""
-    delay = REDIS_RETRY_S
+    failures = 0
     while True:
+        failures += 1
+        delay = REDIS_RETRY.delay(failures)
         try:
             worker.work()
             if _asked_to_stop(worker):
@@ -248,68 +249,10 @@ def work_through_outages(redis: redis_lib.Redis, settings: Settings, worker: Bas
         with _stop_on_signal():
             if _STOP.wait(delay) or not _redis_answers(redis, settings):
                 return
-            delay = min(REDIS_RETRY_MAX_S, delay * 2)
             try:
                 worker = make_worker(redis, settings)
             except REDIS_ERRORS:
                 continue
         mover.worker_name = worker.name
-        delay = REDIS_RETRY_S
+        failures = 0
         log.info("RQ worker %s on queue %s (Redis back)", worker.name, settings.commit_queue_name)
-
-
-def add_commits_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("session_id", help="OpenClaw sessionId")
-    parser.add_argument("--session-key", default=None, help="OpenClaw sessionKey")
-    parser.add_argument("--agent", default=None, help="runtime agent id (when the key names none)")
-    parser.add_argument("--user", default=None, help="tenant label (Settings.user_api_keys)")
-
-
-def _when(ts: float | None) -> str:
-    if not ts:
-        return "-"
-    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _row(o: CommitOutcome) -> list[str]:
-    archive = o.archive_uri.rsplit("/", 1)[-1] if o.archive_uri else "-"
-    memories = "-" if o.memories_extracted is None else str(o.memories_extracted)
-    error = (o.error or "-").replace("\n", " ")
-    return [o.commit_id, o.reason, o.status, _when(o.requested_at), _when(o.finished_at), memories, archive, error[:80]]
-
-
-def format_commits(outcomes: list[CommitOutcome]) -> str:
-    """The outcomes as a text table, oldest first."""
-    header = ["COMMIT", "REASON", "STATUS", "REQUESTED (UTC)", "FINISHED (UTC)", "MEMORIES", "ARCHIVE", "ERROR"]
-    rows = [header] + [_row(o) for o in outcomes]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
-
-
-def cli_commits(settings: Settings, args: argparse.Namespace) -> int:
-    from core.ids import ov_session_id, resolve_agent_id
-
-    sid = ov_session_id(args.session_id, args.session_key)
-    agent = resolve_agent_id(args.session_key, args.agent, settings.agent_prefix)
-    records = CommitRecords(connect(settings), settings)
-    address = SessionAddress(sid, agent, args.user)
-    outcomes = records.list(address)
-    if not outcomes and args.session_key is None and args.agent is None:
-        # the agent is named by the session key, which the operator may not have at hand
-        others = [a for a in records.addresses_of(sid) if a != address and a.tenant == address.tenant]
-        if others:
-            for other in others:
-                _print_commits(records, other)
-            return 0
-    if not outcomes:
-        print(f"no commits recorded for session {sid} (agent {agent}; --session-key or --agent name another)")
-        return 0
-    _print_commits(records, address)
-    return 0
-
-
-def _print_commits(records: CommitRecords, address: SessionAddress) -> None:
-    outcomes = records.list(address)
-    tenant = f", tenant {address.tenant}" if address.tenant else ""
-    print(f"session {address.ov_session_id} (agent {address.agent_id}{tenant}): {len(outcomes)} commit(s)")
-    print(format_commits(outcomes))

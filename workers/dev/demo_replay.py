@@ -26,11 +26,11 @@ from core.config import Settings
 from core.events import CommitOutcome, TurnEvent
 from core.ids import ov_session_id, resolve_agent_id
 from core.ov.client import OVClient, OVError
+from core.ov.layout import USER_MEMORIES_URI
 from core.session import SessionAddress
+from workers.commits.records import FINAL_STATUSES, CommitRecords
 from workers.dev.demo_report import Progress, memory_count, recall_block, summary_text
-from workers.rpc.recall import USER_MEMORIES_URI
 from workers.store.applied import parse_id
-from workers.store.commit_records import FINAL_STATUSES, CommitRecords
 from workers.store.snapshots import parse_stored, snapshot_key
 from workers.store.streams import publish_turn
 

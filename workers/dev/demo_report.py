@@ -160,7 +160,7 @@ def format_recall(title: str, body: Mapping[str, Any]) -> str:
 
 def format_outcomes(outcomes: Sequence[CommitOutcome]) -> str:
     """The recorded commit outcomes as ``ovstream commits`` prints them."""
-    from workers.commits.worker import format_commits
+    from workers.cli.commits import format_commits
 
     if not outcomes:
         return "(no commit recorded)"

@@ -32,6 +32,7 @@ from fastapi.responses import PlainTextResponse, Response
 
 from core.config import Settings, load_settings
 from core.ov.client import OVClient
+from core.ov.version import check_at_start
 from workers import logs
 from workers.rpc.assemble_http import AssembleCall, RpcApp, caller_of
 from workers.rpc.auth import RequireToken, exposure_problem
@@ -50,9 +51,9 @@ from workers.rpc.models import (
 )
 from workers.rpc.responses import ERROR_ANSWERS, BodyLimit, install_error_handlers, json_response
 from workers.rpc.tools.registry import run_tool, tools
+from workers.status import read_status
 from workers.store.connection import REDIS_ERRORS, connect, connect_async
 from workers.store.deployment import DeploymentMismatch, check_deployment
-from workers.store.status import read_status
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +278,7 @@ def cli_rpc(settings: Settings, args: argparse.Namespace) -> int:
             "anyone reaching it acts as this service",
             host,
         )
-    if not _deployment_agrees(settings):
+    if not _deployment_agrees(settings) or not check_at_start(settings, "ovstream rpc"):
         return 2
     tls = settings.rpc_tls_cert_file is not None
     log.info(

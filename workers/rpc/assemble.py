@@ -42,7 +42,7 @@ from core.recall.hits import prepend_recall_block
 from core.recall.text import prepare_recall_query
 from core.turns import PendingTurn
 from workers.rpc.assemble_snapshot import NO_SNAPSHOT, Snap, cached_snap, ov_unavailable, refresh, remember
-from workers.rpc.assemble_turn import keep_recall, kept_recall, pending_turns, recall_key, settled_recall
+from workers.rpc.assemble_turn import pending_turns, recall_key, redis_block, remembered_block, settle_turn_block
 from workers.rpc.bounded import bounded
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest
@@ -184,19 +184,19 @@ async def _turn_recall(
     key = recall_key(svc, caller, req, prompt, reflected_event_ids, pending)
     # A block this process settled for the turn: the prompt was searchable then (the key
     # names the prompt), so the tool loop's later requests skip preparing the query.
-    cached = kept_recall(svc, key)
+    cached = remembered_block(svc, key)
     if cached is None:
         query = prepare_recall_query(prompt)
         if len(query) < RECALL_QUERY_MIN_CHARS:
             return None
-        cached = await settled_recall(svc, key)
+        cached = await redis_block(svc, key)
     if cached is not None:
         svc.metrics.recall_turn(kept=True)
         return cached or None
     svc.metrics.recall_turn(kept=False)
     found = await _search(svc, caller, query)
     block = found if isinstance(found, str) else None
-    return await keep_recall(svc, key, block)  # a failed search too: the turn's requests stay alike
+    return await settle_turn_block(svc, key, block)  # a failed search too: the turn's requests stay alike
 
 
 # --- main call: full context ----------------------------------------------------------------
@@ -327,5 +327,5 @@ async def _answer(
         return result
     answered = Answered.of(result)
     if cache_key is not None:
-        svc.results.put(cache_key, answered)
+        svc.results[cache_key] = answered
     return answered

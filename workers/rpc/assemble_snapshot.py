@@ -94,7 +94,7 @@ def remember(svc: Services, version: Any, snapshot: ContextSnapshot) -> Snap:
         snapshot.advancements,
     )
     if version is not None:
-        svc.bases.put(version, snap)
+        svc.bases[version] = snap
     return snap
 
 
@@ -113,7 +113,9 @@ async def refresh(svc: Services, caller: Caller) -> ContextSnapshot | Passthroug
         return Passthrough("session_not_found")
     task = svc.refreshing.get(address)
     if task is None:
-        task = asyncio.ensure_future(refresh_snapshot(svc.redis, svc.ov_for(caller), svc.settings, address))
+        ov, budget = svc.ov_for(caller), svc.settings.snapshot_token_budget
+        read = partial(ov.get_context, address.ov_session_id, token_budget=budget)
+        task = asyncio.ensure_future(refresh_snapshot(svc.redis, svc.settings, address, read))
         svc.refreshing[address] = task
         task.add_done_callback(partial(_refreshed, svc, address))
     try:

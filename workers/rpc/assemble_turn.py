@@ -19,10 +19,10 @@ from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
 from core.turns import PendingTurn, address_of, last_event_id, recall_turn_key, uncaptured_turns
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest
-from workers.store.connection import REDIS_ERRORS, StreamEntry, optional_text, stream_entries
-from workers.store.keys import Keys
-from workers.store.shard_map import read_shard_map_async
+from workers.store.connection import REDIS_ERRORS
+from workers.store.recall_blocks import read_block, settle_block
 from workers.store.snapshots import ZERO_ID
+from workers.store.streams import newest_session_entries
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +38,8 @@ async def scan_session_events(svc: Services, caller: Caller, after_id: str) -> l
     count = svc.settings.overlay_stream_scan
     if count <= 0:
         return []
-    shard_map = await read_shard_map_async(svc.redis, svc.settings)
-    keys = Keys(svc.settings.key_prefix)
-    low = f"({after_id}" if after_id and after_id != ZERO_ID else "-"
-    entries: list[StreamEntry] = []
-    for shard in shard_map.streams_of(caller.require_session()):  # oldest first: ids continue across them
-        entries += reversed(stream_entries(await svc.redis.xrevrange(keys.stream(shard), "+", low, count=count)))
+    after = after_id if after_id and after_id != ZERO_ID else None
+    entries = await newest_session_entries(svc.redis, svc.settings, caller.require_session(), after, count)
     # A cheap byte test first: most entries of a busy shard are other sessions'.
     needles = [_json_str(v) for v in (caller.session_id, caller.session_key) if v]
     caller_address = caller.address()
@@ -124,12 +120,12 @@ def recall_key(
     return session_keys.recall_turn(turn)
 
 
-def _settled(svc: Services, key: str, block: str) -> str:
-    svc.recalls.put(key, (time.monotonic() + svc.settings.recall_turn_ttl_s, block))
+def _remember_block(svc: Services, key: str, block: str) -> str:
+    svc.recalls[key] = (time.monotonic() + svc.settings.recall_turn_ttl_s, block)
     return block
 
 
-def kept_recall(svc: Services, key: str) -> str | None:
+def remembered_block(svc: Services, key: str) -> str | None:
     """The turn's block as this process kept it ("" for none), or None when it keeps none.
 
     A block settled in Redis never changes for its turn, so this process keeps
@@ -139,24 +135,22 @@ def kept_recall(svc: Services, key: str) -> str | None:
     return kept[1] if kept is not None and kept[0] > time.monotonic() else None
 
 
-async def settled_recall(svc: Services, key: str) -> str | None:
+async def redis_block(svc: Services, key: str) -> str | None:
     """The turn's block as settled in Redis ("" when it has none), kept in this process from
-    then on; None when no search ran yet (or Redis is away). For a turn ``kept_recall`` lacks."""
+    then on; None when no search ran yet (or Redis is away). For a turn ``remembered_block`` lacks."""
     try:
-        block = optional_text(await svc.redis.get(key))
+        block = await read_block(svc.redis, key)
     except REDIS_ERRORS:
         return None
-    return None if block is None else _settled(svc, key, block)
+    return None if block is None else _remember_block(svc, key, block)
 
 
-async def keep_recall(svc: Services, key: str, block: str | None) -> str | None:
+async def settle_turn_block(svc: Services, key: str, block: str | None) -> str | None:
     """Settle the turn's block: the first search of the turn to finish wins (SET NX),
     so every process and every request of the turn carries the same block. Returns it."""
     try:
-        if await svc.redis.set(key, block or "", ex=svc.settings.recall_turn_ttl_s, nx=True):
-            return _settled(svc, key, block or "") or None
-        winner = optional_text(await svc.redis.get(key))
-        return block if winner is None else (_settled(svc, key, winner) or None)
+        winner = await settle_block(svc.redis, key, block or "", svc.settings.recall_turn_ttl_s)
+        return block if winner is None else (_remember_block(svc, key, winner) or None)
     except REDIS_ERRORS as exc:
         log.info("assemble: recall block not kept (Redis: %s); the next request of the turn searches again", exc)
         return block

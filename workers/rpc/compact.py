@@ -1,6 +1,6 @@
 """compact, and the synchronous commit it shares with memory_store.
 
-A commit goes through workers.store.commit_queue (request_commit, then its outcome record
+A commit goes through workers.commits.api (request_commit, then its outcome record
 polled until final or compact_wait_s), so a commit already in flight for the
 session (capture's threshold commit, a second /compact) is awaited rather
 than run twice. The one exception is a caller whose API key the workers do
@@ -16,6 +16,7 @@ import logging
 import math
 import secrets
 import time
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -25,13 +26,12 @@ from core.defaults import PHASE2_READ_BACKOFF_MAX_S
 from core.events import CommitOutcome, CommitRequest, ContextSnapshot
 from core.ov.client import OVError, OVUnavailable
 from core.ov.tasks import judge_phase2_read, next_read_delay
+from workers.commits.api import FINAL_STATUSES, CommitRecords, final_or_timeout, request_commit
 from workers.rpc.context import Caller, RpcError, Services, rpc_error_for
 from workers.rpc.models import CompactRequest
 from workers.store.applied import AppliedState
-from workers.store.commit_queue import request_commit
-from workers.store.commit_records import FINAL_STATUSES, CommitRecords, final_or_timeout
 from workers.store.connection import REDIS_ERRORS
-from workers.store.snapshots import fetch_snapshot, read_snapshot, refresh_snapshot
+from workers.store.snapshots import read_snapshot, refresh_snapshot, snapshot_from
 
 log = logging.getLogger(__name__)
 
@@ -154,10 +154,9 @@ async def _context_estimate(svc: Services, caller: Caller, ov_session_id: str, b
     except REDIS_ERRORS as exc:
         log.info("compact: no snapshot estimate (Redis: %s)", exc)
     try:
-        snapshot, _ = await fetch_snapshot(
-            svc.ov_for(caller), svc.settings, caller.address(ov_session_id), AppliedState()
-        )
-        return assembled_tokens(snapshot, budget)
+        budget_of_snapshot = svc.settings.snapshot_token_budget
+        context = await svc.ov_for(caller).get_context(ov_session_id, token_budget=budget_of_snapshot)
+        return assembled_tokens(snapshot_from(context, caller.address(ov_session_id), AppliedState()), budget)
     except OVError as exc:
         log.info("compact: no context estimate for %s: %s", ov_session_id, exc)
         return -1
@@ -263,7 +262,8 @@ async def _compact(svc: Services, req: CompactRequest, caller: Caller) -> dict[s
     details = _outcome_details(outcome, host_tokens)
     summary, tokens_after = "", None
     try:
-        snapshot = await refresh_snapshot(svc.redis, ov, svc.settings, caller.address(ov_sid))
+        read = partial(ov.get_context, ov_sid, token_budget=svc.settings.snapshot_token_budget)
+        snapshot = await refresh_snapshot(svc.redis, svc.settings, caller.address(ov_sid), read)
         summary, tokens_after = snapshot.latest_archive_overview.strip(), assembled_tokens(snapshot, budget)
     except (OVError, *REDIS_ERRORS) as exc:
         log.warning("compact: session %s committed, but its context could not be re-read: %s", ov_sid, exc)

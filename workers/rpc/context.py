@@ -13,12 +13,12 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import redis.asyncio as aioredis
+from cachetools import LRUCache
 from redis import Redis as SyncRedis
 
 from core.config import Settings
@@ -152,33 +152,6 @@ def resolve_caller(
     )
 
 
-_K = TypeVar("_K", bound=Hashable)
-_V = TypeVar("_V")
-
-
-class LRU(Generic[_K, _V]):
-    """A small bounded mapping, least recently used out first (one event loop, no locks)."""
-
-    def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._items: OrderedDict[_K, _V] = OrderedDict()
-
-    def get(self, key: _K) -> _V | None:
-        value = self._items.get(key)
-        if value is not None:
-            self._items.move_to_end(key)
-        return value
-
-    def put(self, key: _K, value: _V) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        while len(self._items) > self._capacity:
-            self._items.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
 class OVBreaker:
     """Skips OV on assemble's hot path for a while after OV was found unreachable.
 
@@ -208,11 +181,11 @@ class MissingSessions:
     def __init__(self, ttl_s: float, capacity: int = 4096, clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl_s = ttl_s
         self._clock = clock
-        self._until: LRU[Hashable, float] = LRU(capacity)
+        self._until: LRUCache[Hashable, float] = LRUCache(capacity)
 
     def remember(self, key: Hashable) -> None:
         if self.ttl_s > 0:
-            self._until.put(key, self._clock() + self.ttl_s)
+            self._until[key] = self._clock() + self.ttl_s
 
     def known(self, key: Hashable) -> bool:
         until = self._until.get(key)
@@ -241,7 +214,7 @@ class Callers:
 
     def __init__(self, settings: Settings, capacity: int = CALLER_CACHE_SIZE) -> None:
         self.settings = settings
-        self._known: LRU[tuple[Any, ...], Caller] = LRU(capacity)
+        self._known: LRUCache[tuple[Any, ...], Caller] = LRUCache(capacity)
 
     def of(self, body: object, api_key: str | None, *, session_required: bool) -> Caller:
         """The caller of a request whose ``body`` has the identity fields (``sessionId``,
@@ -266,7 +239,7 @@ class Callers:
             session_required=session_required,
         )
         if keep:
-            self._known.put(key, caller)
+            self._known[key] = caller
         return caller
 
 
@@ -283,9 +256,9 @@ class Services:
     """Serve the main call by fetching OV /context every time (the reference
     plugin's way), bypassing snapshots; for the benchmark's comparison."""
     ov_breaker: OVBreaker = field(default_factory=OVBreaker)
-    bases: LRU[Any, Any] = field(default_factory=lambda: LRU(BASE_CACHE_SIZE))
-    results: LRU[Any, Any] = field(default_factory=lambda: LRU(RESULT_CACHE_SIZE))
-    recalls: LRU[str, tuple[float, str]] = field(default_factory=lambda: LRU(RECALL_CACHE_SIZE))
+    bases: LRUCache[Any, Any] = field(default_factory=lambda: LRUCache(BASE_CACHE_SIZE))
+    results: LRUCache[Any, Any] = field(default_factory=lambda: LRUCache(RESULT_CACHE_SIZE))
+    recalls: LRUCache[str, tuple[float, str]] = field(default_factory=lambda: LRUCache(RECALL_CACHE_SIZE))
     """turn key -> (expiry on the monotonic clock, block): the turn's settled block."""
     refreshing: dict[SessionAddress, asyncio.Future[ContextSnapshot]] = field(default_factory=dict)
     """Snapshot reads from OV in flight, one per session (workers.rpc.assemble._refresh)."""

@@ -22,10 +22,9 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from core.config import Settings
-from workers.store.commit_records import outcome_status
-from workers.store.connection import REDIS_ERRORS, stream_entries, text
-from workers.store.keys import Keys
-from workers.store.status import read_backlog
+from workers.commits.api import outcome_statuses_after
+from workers.status import read_backlog
+from workers.store.connection import REDIS_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +59,7 @@ _OUTCOME_SCAN_MAX_PER_SCRAPE = 20_000
 
 
 class StreamLagCollector(Collector):
-    """Per shard (workers.store.status): entries the capture group has not read yet,
+    """Per shard (workers.status): entries the capture group has not read yet,
     entries read but not yet acknowledged, the stream's length, and how long its oldest
     unapplied entry has waited (the number to alert on: it grows while capture or OV is away)."""
 
@@ -110,20 +109,19 @@ class CommitOutcomeCollector(Collector):
 
     def __init__(self, redis_client: redis.Redis, settings: Settings) -> None:
         self._redis = redis_client
-        self._stream = Keys(settings.key_prefix).commit_outcomes()
-        self._last_id = "-"
+        self._settings = settings
+        self._last_id: str | None = None
         self._tally: Tally[str] = Tally()
 
     def _catch_up(self) -> None:
         read = 0
         while read < _OUTCOME_SCAN_MAX_PER_SCRAPE:
-            start = "-" if self._last_id == "-" else f"({self._last_id}"
-            entries = stream_entries(self._redis.xrange(self._stream, min=start, count=_OUTCOME_SCAN_BATCH))
+            entries = outcome_statuses_after(self._redis, self._settings, self._last_id, _OUTCOME_SCAN_BATCH)
             if not entries:
                 return
-            for entry_id, fields in entries:
-                self._tally[outcome_status(fields)] += 1
-                self._last_id = text(entry_id)
+            for entry_id, status in entries:
+                self._tally[status] += 1
+                self._last_id = entry_id
             read += len(entries)
             if len(entries) < _OUTCOME_SCAN_BATCH:
                 return

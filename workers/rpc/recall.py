@@ -14,6 +14,7 @@ from typing import Any
 
 from core.config import Settings
 from core.ov.client import OVClient, OVError
+from core.ov.layout import USER_MEMORIES_URI, agent_memories_uri
 from core.ov.models import FindResult
 from core.recall.hits import (
     build_recall_block,
@@ -24,13 +25,6 @@ from core.recall.hits import (
 )
 
 log = logging.getLogger(__name__)
-
-USER_MEMORIES_URI = "viking://~/memories"
-
-
-def agent_memories_uri(agent_id: str) -> str:
-    """The agent's (peer's) memories of the calling user, OV 0.5.2 layout."""
-    return f"viking://~/peers/{agent_id}/memories"
 
 
 async def search_targets(ov: OVClient, query: str, targets: Sequence[str], limit: int) -> list[FindResult]:

@@ -38,6 +38,7 @@ from redis.exceptions import ClusterError, OutOfMemoryError, RedisClusterExcepti
 from redis.retry import Retry
 from redis.typing import EncodableT, FieldT
 
+from core.backoff import Backoff
 from core.config import Settings
 from core.defaults import REDIS_FAIL_FAST_CONNECT_TIMEOUT_S as FAIL_FAST_CONNECT_TIMEOUT_S
 from core.defaults import REDIS_FAIL_FAST_TIMEOUT_S as FAIL_FAST_TIMEOUT_S
@@ -309,7 +310,7 @@ class _Waiting:
         self.settings, self.url = settings, url or settings.redis_url
         self.where = settings.redacted_redis_url(url)
         self.who = who
-        self.delay = REDIS_WAIT_S
+        self.failures = 0
         self.since: float | None = None
 
     def pauses(self, exc: BaseException, stopping: Callable[[], bool]) -> Iterator[float]:
@@ -327,7 +328,8 @@ class _Waiting:
                 raise RedisConfigError(problem) from None
             self.since = time.monotonic()
             log.warning("%s: waiting for Redis at %s: %s", self.who, self.where, _unreachable_reason(exc))
-        left, self.delay = self.delay, min(REDIS_WAIT_MAX_S, self.delay * 2)
+        self.failures += 1
+        left = Backoff(REDIS_WAIT_S, REDIS_WAIT_MAX_S).delay(self.failures)
         while left > 0 and not stopping():
             yield min(left, 0.1)
             left -= 0.1

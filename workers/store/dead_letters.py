@@ -11,12 +11,10 @@ an undecodable entry cannot be replayed and stays.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import msgspec
 import redis as redis_lib
@@ -25,7 +23,7 @@ from core.config import Settings
 from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
 from core.turns import address_of
 from workers.store.applied import PARKED
-from workers.store.connection import Fields, connect, stream_entries, text
+from workers.store.connection import Fields, stream_entries, text
 from workers.store.keys import Keys, session_keys
 from workers.store.streams import publish_turn
 
@@ -186,83 +184,3 @@ def _one_letter(redis: redis_lib.Redis, key: str, dlq_id: str) -> DeadLetter:
     if not found:
         raise KeyError(dlq_id)
     return DeadLetter.from_entry(*found[0])
-
-
-# --- CLI -----------------------------------------------------------------------------------
-
-
-def add_dlq_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="dlq_command", metavar="ACTION", required=True)
-    lister = sub.add_parser("list", help="show dead-lettered turn events")
-    lister.add_argument("--limit", type=int, default=100, help="most entries shown (default 100)")
-    replay = sub.add_parser("replay", help="publish dead-lettered events again and remove them")
-    replay.add_argument("ids", nargs="*", help="dead-letter ids (from `dlq list`)")
-    replay.add_argument("--all", action="store_true", help="replay every dead letter")
-    drop = sub.add_parser("drop", help="delete dead letters for good (turns given up on)")
-    drop.add_argument("ids", nargs="+", help="dead-letter ids (from `dlq list`)")
-
-
-def _session_of(letter: DeadLetter) -> str:
-    try:
-        return letter.event().session_id
-    except EventDecodeError:
-        return "(undecodable)"
-
-
-def _when(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
-
-
-def format_dead_letters(letters: list[DeadLetter]) -> str:
-    header = ["ID", "FAILED (UTC)", "REASON", "DELIVERIES", "SESSION", "STREAM ENTRY", "ERROR"]
-    rows = [header] + [
-        [
-            d.dlq_id,
-            _when(d.failed_at),
-            d.reason,
-            str(d.deliveries),
-            _session_of(d),
-            f"{d.stream} {d.entry_id}",
-            d.error.replace("\n", " ")[:80],
-        ]
-        for d in letters
-    ]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
-
-
-def cli_dlq(settings: Settings, args: argparse.Namespace) -> int:
-    redis = connect(settings)
-    if args.dlq_command == "list":
-        letters = list_dead_letters(redis, settings, limit=args.limit)
-        total = redis.xlen(Keys(settings.key_prefix).dead_letters())
-        if not letters:
-            print("dead-letter stream is empty")
-            return 0
-        print(f"{total} dead letter(s)" + (f", oldest {len(letters)} shown" if total > len(letters) else ""))
-        print(format_dead_letters(letters))
-        return 0
-    if args.dlq_command == "drop":
-        try:
-            dropped = drop_dead_letters(redis, settings, list(args.ids))
-        except KeyError as exc:
-            print(f"ovstream dlq drop: no dead letter {exc.args[0]}")
-            return 1
-        for letter, note in dropped:
-            print(f"{letter.dlq_id} {note}")
-        return 0
-    if not args.ids and not args.all:
-        print("ovstream dlq replay: name dead-letter ids or pass --all")
-        return 2
-    try:
-        results = replay_dead_letters(redis, settings, None if args.all else list(args.ids))
-    except KeyError as exc:
-        print(f"ovstream dlq replay: no dead letter {exc.args[0]}")
-        return 1
-    for letter, new_id, note in results:
-        target = f" -> {new_id}" if new_id else ""
-        print(f"{letter.dlq_id} {note}{target}")
-    released = sum(1 for _, _, note in results if note == NOTE_RELEASED)
-    replayed = sum(1 for _, new_id, note in results if new_id and note != NOTE_RELEASED)
-    print(f"{replayed} replayed, {released} released, {len(results) - replayed - released} not")
-    return 0

@@ -163,7 +163,7 @@ class Keys:
     def commits_unannounced(self, shard: int, scope: str, ov_session_id: str) -> str:
         """Hash: commit_id -> a final CommitOutcome recorded (``commits``, in the same MULTI) and
         not yet appended to ``commit_outcomes()`` (a different slot): a sweep appends what a
-        recorder that stopped in between left (workers.store.commit_records)."""
+        recorder that stopped in between left (workers.commits.records)."""
         return self._session("commits-unannounced", shard, scope, ov_session_id)
 
     def unannounced_index(self) -> str:
@@ -172,12 +172,12 @@ class Keys:
 
     def commit_tenant_lock(self, tenant: str) -> str:
         """Lease (workers.store.scripts.LEASE_*): the commit whose phase 2 runs for an OV tenant
-        now, one at a time (workers.store.tenant_lock); its data is the holder's request."""
+        now, one at a time (workers.commits.tenant_lock); its data is the holder's request."""
         return f"{self.prefix}:lease:commit-tenant:{tenant}"
 
     def commits_in_flight(self) -> str:
         """Sorted set: every session's in-flight key (``commit_inflight``) -> when it is next
-        looked at by a worker's sweep (workers.store.commit_sweep)."""
+        looked at by a worker's sweep (workers.commits.sweep)."""
         return f"{self.prefix}:commits-in-flight"
 
     def commit_worker(self, name: str) -> str:

@@ -13,10 +13,7 @@ once its tag's old streams are retired, and forgets the previous generation when
 
 from __future__ import annotations
 
-import argparse
 import logging
-import sys
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -24,9 +21,9 @@ import redis
 import redis.asyncio as aioredis
 
 from core.config import Settings
-from core.shard_map import ReshardRefused, ShardMap, StreamShard, resharded
-from workers.store.connection import RedisConfigError, connect, text
-from workers.store.deployment import SHARDS_FIELD, check_deployment
+from core.shard_map import ShardMap, StreamShard, resharded
+from workers.store.connection import text
+from workers.store.deployment import SHARDS_FIELD
 from workers.store.keys import Keys
 from workers.store.scripts import CLOSE_TAG, DELETE_DRAINED, FINISH_DRAIN
 
@@ -35,8 +32,6 @@ log = logging.getLogger(__name__)
 GENERATION_FIELD = "generation"
 STREAMS_FIELD = "streams"
 PREVIOUS_FIELD = "previous"
-RESHARD_WAIT_POLL_S = 0.5
-"""How often ``ovstream reshard --wait`` looks whether the old generation retired."""
 
 
 def map_of(settings: Settings, fields: Mapping[Any, Any]) -> ShardMap:
@@ -158,31 +153,3 @@ async def follow_map(
     if len(retired) == len(shard_map.draining()) and await finish_drain(client, settings, shard_map):
         return ShardMap(shard_map.tags, shard_map.generation, shard_map.shards), set()
     return shard_map, retired
-
-
-# --- CLI: ovstream reshard ------------------------------------------------------------------------
-
-
-def add_reshard_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--shards", type=int, required=True, help="the new number of turn streams")
-    parser.add_argument("--wait", action="store_true", help="return once the old streams are drained and retired")
-
-
-def cli_reshard(settings: Settings, args: argparse.Namespace) -> int:
-    client = connect(settings)
-    try:
-        check_deployment(client, settings)
-        new = reshard(client, settings, args.shards)
-    except (ReshardRefused, RedisConfigError) as exc:
-        print(f"ovstream reshard: {exc}", file=sys.stderr)
-        return 2
-    print(
-        f"generation {new.generation}: {new.shards} shards; publishers now use them, and capture reads each "
-        f"new stream once its tag's old ones (generation {previous_field(new)}) are drained"
-    )
-    while args.wait and read_shard_map(client, settings).previous is not None:
-        time.sleep(RESHARD_WAIT_POLL_S)
-    if args.wait:
-        print(f"generation {new.previous[0] if new.previous else '?'} retired: every old stream is drained")
-    client.close()
-    return 0

@@ -8,16 +8,17 @@ write lands only when its stream id is newer, or equal and its OV read began
 no earlier than the stored one's (a commit changes the context without a new
 entry). Snapshots of idle sessions expire after ``snapshot_ttl_s``.
 
-``fetch_snapshot`` only reads OV (the caller supplies the applied offset);
-the rest takes an asyncio client (or pipeline): every reader and writer of
-snapshots runs on an event loop (capture, the RPC, and the commit jobs on
-their process's job loop).
+The store never calls OV: a snapshot is made from OV's answer (``snapshot_from``), or
+from a ``ContextRead`` the caller's OV client answers. Everything here takes an asyncio
+client (or pipeline): every reader and writer of snapshots runs on an event loop
+(capture, the RPC, and the commit jobs on their process's job loop).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -27,6 +28,7 @@ from redis.typing import EncodableT
 from core.config import Settings
 from core.events import ContextSnapshot, decode, encode
 from core.messages.tokens import compact_json, estimate_tokens
+from core.ov.models import SessionContext
 from core.session import SessionAddress
 from workers.store.applied import AppliedState
 from workers.store.keys import session_keys
@@ -35,6 +37,8 @@ from workers.store.scripts import SNAPSHOT_WRITE_IF_NEWER
 log = logging.getLogger(__name__)
 
 ZERO_ID = "0-0"
+ContextRead = Callable[[], Awaitable[SessionContext]]
+"""A read of the session's OV /context (``functools.partial(ov.get_context, ...)``)."""
 
 
 def snapshot_key(settings: Settings, address: SessionAddress) -> str:
@@ -47,30 +51,22 @@ async def read_applied(redis: aioredis.Redis, settings: Settings, address: Sessi
     return AppliedState.from_hash(await redis.hgetall(key))
 
 
-async def fetch_snapshot(
-    ov: Any, settings: Settings, address: SessionAddress, applied: AppliedState
-) -> tuple[ContextSnapshot, int]:
-    """Read OV /context into a snapshot; returns it with the time (ms) the read began.
-
-    ``applied`` is the session's applied offset the content reflects: capture
-    passes the one it just wrote; others read it *before* OV (``read_applied``),
-    so the tag never claims more than the content holds.
-    """
-    fetched_ms = int(time.time() * 1000)
-    ctx = await ov.get_context(address.ov_session_id, token_budget=settings.snapshot_token_budget)
-    snapshot = ContextSnapshot(
+def snapshot_from(context: SessionContext, address: SessionAddress, applied: AppliedState) -> ContextSnapshot:
+    """OV's /context answer as the session's snapshot, tagged with ``applied``: the session's
+    applied offset the content reflects (capture passes the one it just wrote; others read it
+    *before* asking OV, ``read_applied``, so the tag never claims more than the content holds)."""
+    return ContextSnapshot(
         ov_session_id=address.ov_session_id,
         agent_id=address.agent_id,
         user=address.tenant,
-        latest_archive_overview=ctx.latest_archive_overview or "",
-        pre_archive_abstracts=[a if isinstance(a, dict) else {"abstract": a} for a in ctx.pre_archive_abstracts],
-        messages=list(ctx.messages),
-        estimated_tokens=ctx.estimated_tokens,
-        total_archives=ctx.stats.total_archives,
-        failed_archives=ctx.stats.failed_archives,
+        latest_archive_overview=context.latest_archive_overview or "",
+        pre_archive_abstracts=[a if isinstance(a, dict) else {"abstract": a} for a in context.pre_archive_abstracts],
+        messages=list(context.messages),
+        estimated_tokens=context.estimated_tokens,
+        total_archives=context.stats.total_archives,
+        failed_archives=context.stats.failed_archives,
         **_applied_tags(applied),
     )
-    return snapshot, fetched_ms
 
 
 def _applied_tags(applied: AppliedState) -> dict[str, Any]:
@@ -114,20 +110,22 @@ def stored_snapshot(snapshot: ContextSnapshot, reply: Any) -> ContextSnapshot:
 
 async def refresh_snapshot(
     redis: aioredis.Redis,
-    ov: Any,
     settings: Settings,
     address: SessionAddress,
+    read_context: ContextRead,
     applied: AppliedState | None = None,
 ) -> ContextSnapshot:
-    """Read OV /context and store it as the session's snapshot unless a newer one is stored.
+    """Store what ``read_context()`` answers as the session's snapshot unless a newer one is stored.
 
-    ``ov`` is an OVClient already scoped to the session's agent and tenant;
-    ``applied`` the offset the content reflects (read from Redis when not
-    given). Returns the snapshot now stored (the newer one when this refresh lost).
+    ``read_context`` asks OV for the session's /context (the caller's OV client, scoped to
+    the session's agent and tenant); ``applied`` is the offset the content reflects, read
+    from Redis before OV is asked when not given. Returns the snapshot now stored (the newer
+    one when this refresh lost).
     """
     if applied is None:
         applied = await read_applied(redis, settings, address)
-    snapshot, fetched_ms = await fetch_snapshot(ov, settings, address, applied)
+    fetched_ms = int(time.time() * 1000)
+    snapshot = snapshot_from(await read_context(), address, applied)
     return stored_snapshot(snapshot, await store_snapshot(redis, settings, snapshot, fetched_ms))
 
 

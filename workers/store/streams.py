@@ -25,10 +25,10 @@ from core.defaults import LAST_TURN_TTL_S, STREAM_TRIM_INTERVAL_S
 from core.events import STREAM_FIELD, TurnEvent, encode
 from core.ids import ov_session_id
 from core.shard_map import ShardMap
-from workers.store.connection import text
+from workers.store.connection import StreamEntry, stream_entries, text
 from workers.store.keys import Keys, shard_of
 from workers.store.scripts import PUBLISH_TURN, TRIM_APPLIED
-from workers.store.shard_map import read_shard_map
+from workers.store.shard_map import read_shard_map, read_shard_map_async
 
 log = logging.getLogger(__name__)
 
@@ -113,3 +113,18 @@ class AppliedTrim:
         if gone:
             log.debug("trimmed %d applied entries from %s", gone, self.stream)
         return gone
+
+
+async def newest_session_entries(
+    redis_client: aioredis.Redis, settings: Settings, ov_session: str, after_id: str | None, count: int
+) -> list[StreamEntry]:
+    """The newest ``count`` entries after ``after_id`` (None: from the start) of the streams
+    carrying ``ov_session`` (its stream, and its previous one while a reshard drains it),
+    oldest first. Every session's entries on those shards, not only this one's."""
+    shard_map = await read_shard_map_async(redis_client, settings)
+    keys = Keys(settings.key_prefix)
+    low = f"({after_id}" if after_id else "-"
+    entries: list[StreamEntry] = []
+    for shard in shard_map.streams_of(ov_session):  # oldest first: ids continue across them
+        entries += reversed(stream_entries(await redis_client.xrevrange(keys.stream(shard), "+", low, count=count)))
+    return entries

@@ -7,19 +7,13 @@ import re
 from typing import Any
 
 from core.ov.client import OVError
+from core.ov.layout import ARCHIVE_ID, history_uri
 from workers.rpc.context import Caller, RpcError, Services
 from workers.rpc.models import ArchiveExpandParams, ArchiveSearchParams
 from workers.rpc.tools.base import Tool, ToolResult, text_result
 
 MAX_MATCHES_SHOWN = 12
 MAX_MATCH_CHARS = 1500
-_ARCHIVE_TAG = re.compile(r"archive_\d+")
-
-
-def history_uri(ov_session_id: str, archive_id: str | None = None) -> str:
-    """Where OV 0.5.2 keeps a session's archives (``~`` is the caller's user space)."""
-    base = f"viking://~/sessions/{ov_session_id}/history"
-    return f"{base}/{archive_id}" if archive_id else base
 
 
 def _clip(text: str) -> str:
@@ -49,7 +43,7 @@ async def ov_archive_search(svc: Services, caller: Caller, p: ArchiveSearchParam
     shown = matches[:MAX_MATCHES_SHOWN]
     blocks = []
     for i, m in enumerate(shown, 1):
-        tag = _ARCHIVE_TAG.search(m.uri)
+        tag = ARCHIVE_ID.search(m.uri)
         blocks.append(f"## Match {i}: {tag.group(0) if tag else 'archive'} (line {m.line})\n{_clip(m.content)}")
     more = f" (showing the first {MAX_MATCHES_SHOWN})" if len(matches) > MAX_MATCHES_SHOWN else ""
     header = f'Found {len(matches)} match(es) for "{p.query}"{more}:'

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.ids import ov_session_id
+from core.ov.layout import USER_MEMORIES_URI, agent_memories_uri
 from core.recall.hits import (
     LEAF_LEVEL,
     candidate_limit,
@@ -25,7 +26,7 @@ from workers.rpc.models import (
     MemorySearchParams,
     MemoryStoreParams,
 )
-from workers.rpc.recall import USER_MEMORIES_URI, agent_memories_uri, hits_of, read_contents, search_targets
+from workers.rpc.recall import hits_of, read_contents, search_targets
 from workers.rpc.tools.base import Tool, ToolResult, text_result
 
 log = logging.getLogger(__name__)

@@ -1,15 +1,14 @@
-"""What a running deployment looks like, read from Redis: per shard, what waits in its
+"""What a running deployment looks like, read from Redis (the read model over the store and
+the commit chain): per shard, what waits in its
 turn stream (length, unread, pending, the oldest entry not yet applied and its age) and
 which capture consumer owns it; every process's liveness (workers.store.health), the
 commit jobs by state, the last hour's commit outcomes and the dead letters. ``/metrics``,
-``ovstream status``, ``GET /v1/status`` and ``ovstream health`` read it here.
+``ovstream status``, ``GET /v1/status`` and ``ovstream health`` read it here (their
+formatting is workers.cli.status's).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import socket
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -19,10 +18,9 @@ import redis
 
 from core.config import Settings
 from core.shard_map import ShardMap, StreamShard
+from workers.commits.api import commit_queue, outcome_status
 from workers.store.applied import parse_id
-from workers.store.commit_queue import commit_queue
-from workers.store.commit_records import outcome_status
-from workers.store.connection import REDIS_ERRORS, connect, consumer_group, optional_text, stream_entries, text
+from workers.store.connection import consumer_group, optional_text, stream_entries, text
 from workers.store.deployment import SHARDS_FIELD
 from workers.store.health import ProcessHealth, read_health
 from workers.store.keys import Keys
@@ -197,94 +195,3 @@ def _where(settings: Settings) -> str:
     if settings.rq_redis_url == settings.redis_url:
         return store
     return f"{store}, commit queue on {settings.redacted_redis_url(settings.rq_redis_url)}"
-
-
-def format_status(status: DeploymentStatus) -> str:
-    lines = [f"{'shard':>5}  {'length':>8}  {'unread':>8}  {'pending':>8}  {'oldest':>9}  owner"]
-    for s in status.shards:
-        unread = "?" if s.unread is None else str(s.unread)
-        age = f"{s.oldest_age_s(status.now_ms):.1f}s" if s.oldest_unapplied else "-"
-        lines.append(f"{s.name or s.shard:>5}  {s.length:>8}  {unread:>8}  {s.pending:>8}  {age:>9}  {s.owner or '-'}")
-    for p in status.processes:
-        facts = " ".join(f"{k}={v}" for k, v in sorted(p.facts.items()))
-        lines.append(f"{p.role:>8} {p.name} on {p.host} pid {p.pid}: {p.state}, heard {p.heard_s_ago:.1f}s ago {facts}")
-    lines.append(f"capture consumers: {', '.join(status.capture_consumers) or 'none'}")
-    jobs = ", ".join(f"{state} {count}" for state, count in status.commit_jobs.items())
-    outcomes = ", ".join(f"{state} {count}" for state, count in status.outcomes_last_hour.items()) or "none"
-    lines.append(f"commit jobs: {jobs}; outcomes in the last hour: {outcomes}")
-    lines.append(f"commits in flight: {status.commits_in_flight}; dead letters: {status.dead_letters}")
-    recorded = "none yet" if status.shards_recorded is None else str(status.shards_recorded)
-    mismatch = (
-        ""
-        if status.shards_recorded in (None, status.shards_configured)
-        else f"  <- MISMATCH: this process has shards = {status.shards_configured}; see README, Changing shards"
-    )
-    lines.append(f"redis: {status.redis}; {status.shard_map} (created with: {recorded}){mismatch}")
-    return "\n".join(lines)
-
-
-def add_status_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--watch", type=float, metavar="SECONDS", help="print again every SECONDS until Ctrl-C")
-    parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)  # --watch rounds (tests)
-
-
-def cli_status(settings: Settings, args: argparse.Namespace) -> int:
-    client = connect(settings)
-    watch, rounds = getattr(args, "watch", None), 0
-    try:
-        while True:
-            try:
-                status = read_status(client, settings)
-            except REDIS_ERRORS as exc:
-                print(f"ovstream status: Redis unreachable at {settings.redacted_redis_url()}: {exc}", flush=True)
-                if not watch:
-                    return 1
-            else:
-                shown = json.dumps(status.as_json(), indent=2) if args.json else format_status(status)
-                stamp = time.strftime("%H:%M:%S") + "\n" if watch and not args.json else ""
-                print(stamp + shown, flush=True)
-            rounds += 1
-            if not watch or rounds == getattr(args, "count", 0):
-                return 0
-            time.sleep(watch)
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        client.close()
-
-
-def add_health_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--role", choices=["capture", "worker"], help="only processes of this role")
-
-
-def cli_health(settings: Settings, args: argparse.Namespace) -> int:
-    """A probe for a supervisor or an orchestrator: exit 0 when an ovstream process of this
-    host (``--role``) was heard of lately (ok, or degraded: OV away is not the process's
-    fault, and restarting it would not help), else 1, with a line saying why."""
-    client = connect(settings)
-    try:
-        processes = read_health(client, settings)
-    except REDIS_ERRORS as exc:
-        print(f"unhealthy: Redis unreachable: {exc}")
-        return 1
-    finally:
-        client.close()
-    host = socket.gethostname()
-    mine = [p for p in processes if p.host == host and (args.role is None or p.role == args.role)]
-    alive = [p for p in mine if p.state != "stale"]
-    if not alive:
-        what = f"{args.role} process" if args.role else "ovstream process"
-        seen = ", ".join(f"{p.name} {p.state} ({p.heard_s_ago:.0f}s)" for p in mine) or "none heard of"
-        print(f"unhealthy: no live {what} on {host}: {seen}")
-        return 1
-    # degraded still exits 0 (a liveness probe must not restart a process for OV's outage),
-    # but the line leads with it: an operator reading it must not take it for healthy
-    verdict = "degraded" if any(p.state == "degraded" for p in alive) else "healthy"
-    print(f"{verdict}: " + ", ".join(_said(p) for p in alive))
-    return 0
-
-
-def _said(p: ProcessHealth) -> str:
-    why = f" (ov {p.facts.get('ov', '?')})" if p.state == "degraded" else ""
-    return f"{p.role} {p.name} {p.state}{why}"

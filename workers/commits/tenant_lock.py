@@ -6,7 +6,7 @@ tasks complete with ``memories_extracted: {}``). So ``commit_session`` takes
 the tenant's lock (``Keys.commit_tenant_lock``: a lease of workers.store.scripts
 owned by the commit id, its data the holder's request) before calling OV's
 commit, and recording the final outcome releases it
-(``workers.store.commit_queue.record_outcome``). A commit finding the lock held
+(``workers.commits.run.record_outcome``). A commit finding the lock held
 by another commit schedules itself again after ``commit_tenant_wait_s`` instead of
 blocking a worker; its request stays in flight meanwhile, so the in-flight
 dedupe and compact's wait see it as usual.
@@ -28,7 +28,7 @@ import redis as redis_lib
 from core.config import Settings
 from core.defaults import COMMIT_TENANT_LOCK_MARGIN_S
 from core.events import CommitRequest, EventDecodeError, decode, encode
-from workers.store.commit_records import FINAL_STATUSES, CommitRecords
+from workers.commits.records import FINAL_STATUSES, CommitRecords
 from workers.store.connection import optional_text
 from workers.store.keys import Keys
 from workers.store.scripts import LEASE_ACQUIRE, LEASE_RELEASE

@@ -10,7 +10,7 @@ commit again unless the session crosses the threshold again.
 So every commit in flight is indexed (``Keys.commits_in_flight``) and every worker's
 due-job thread sweeps the index every ``SWEEP_INTERVAL_S``: a commit whose job is gone, or
 started by a worker whose heartbeat (``Keys.commit_worker``) lapsed, is resumed at the step
-it had reached (``commit_queue.resume``); one whose job is stranded on its way (queued on
+it had reached (``workers.commits.request.resume``); one whose job is stranded on its way (queued on
 no queue, scheduled in no schedule) is resumed when it is still stranded at the next look.
 A script hands each entry to one sweeping worker at a time (``CLAIM_STALE``).
 """
@@ -24,8 +24,9 @@ import redis as redis_lib
 
 from core.config import Settings
 from core.events import CommitRequest, decode
-from workers.store.commit_queue import fail_crashed, job_state, resume
-from workers.store.commit_records import FINAL_STATUSES, load_outcome
+from workers.commits.queue import job_state
+from workers.commits.records import FINAL_STATUSES, load_outcome
+from workers.commits.request import fail_crashed, resume
 from workers.store.connection import optional_text, text
 from workers.store.keys import Keys, session_keys
 from workers.store.scripts import CLAIM_STALE

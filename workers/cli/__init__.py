@@ -22,11 +22,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("workers.commits.worker:cli_worker", "run an RQ worker with scheduler for commit/poll jobs"),
     "rpc": ("workers.rpc.app:cli_rpc", "serve assemble/compact/tools over HTTP"),
     "up": ("workers.dev.up:cli_up", "run capture, worker and rpc in one process"),
-    "commits": ("workers.commits.worker:cli_commits", "show the commit outcomes of a session"),
-    "dlq": ("workers.store.dead_letters:cli_dlq", "list or replay dead-lettered turn events"),
-    "reshard": ("workers.store.shard_map:cli_reshard", "change the number of turn streams of a running deployment"),
-    "status": ("workers.store.status:cli_status", "per shard backlog and owner, processes, commits in flight"),
-    "health": ("workers.store.status:cli_health", "probe: exit 0 when this host's capture/worker process is alive"),
+    "commits": ("workers.cli.commits:cli_commits", "show the commit outcomes of a session"),
+    "dlq": ("workers.cli.dlq:cli_dlq", "list or replay dead-lettered turn events"),
+    "reshard": ("workers.cli.reshard:cli_reshard", "change the number of turn streams of a running deployment"),
+    "status": ("workers.cli.status:cli_status", "per shard backlog and owner, processes, commits in flight"),
+    "health": ("workers.cli.status:cli_health", "probe: exit 0 when this host's capture/worker process is alive"),
     "ov-account": (
         "workers.ov_account:cli_ov_account",
         "create ovstream's OV account and write its user key (OV in API-key mode)",
@@ -42,8 +42,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
 }
 
-# Extra arguments per subcommand, added by the owning module's ``add_arguments(parser)``
-# when it defines one (looked up lazily too).
+GLOBAL_OPTIONS_WITH_VALUE = frozenset({"--config", "--log-level"})
+"""Options before the subcommand that take a value (skipped when looking for the subcommand)."""
 
 
 def _resolve(target: str) -> Callable[..., int | None]:
@@ -52,18 +52,33 @@ def _resolve(target: str) -> Callable[..., int | None]:
     return func
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names (the first word that is not a global option or its value)."""
+    words = iter(argv)
+    for word in words:
+        if word in GLOBAL_OPTIONS_WITH_VALUE:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``ovstream`` parser. Only ``command``'s module is imported, for its extra arguments
+    (its ``add_<command>_arguments(parser)``, when it defines one): listing the commands
+    needs only their help texts."""
     parser = argparse.ArgumentParser(prog="ovstream", description="OpenViking context engine for OpenClaw")
     parser.add_argument("--config", help="TOML config file (default: $OVSTREAM_CONFIG or config/ovstream.toml)")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (target, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text)
-        module_name = target.split(":")[0]
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
+        if name != command:
             continue
+        try:
+            module = importlib.import_module(target.split(":")[0])
+        except ImportError:
+            continue  # main() says it is not available
         add_args = getattr(module, f"add_{name.replace('-', '_')}_arguments", None)
         if add_args is not None:
             add_args(p)
@@ -71,8 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(command_in(words))
+    args = parser.parse_args(words)
     if not args.command:
         parser.print_help()
         return 2
@@ -99,7 +115,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         # an operator's command with Redis away: one line that says so, not redis-py's traceback
         print(f"ovstream {args.command}: Redis unreachable at {settings.redacted_redis_url()}: {exc}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

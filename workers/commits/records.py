@@ -5,7 +5,7 @@
 slot (``Keys.commit_inflight``); every final outcome is also appended to
 ``Keys.commit_outcomes()`` for whoever follows commits as a stream. Releasing
 the tenant's lock on a final outcome is the caller's job
-(``workers.store.commit_queue.record_outcome``), so this store stays below the lock.
+(``workers.commits.run.record_outcome``), so this store stays below the lock.
 
 The stream lives in another slot than the session's keys, so the append cannot share the
 record's MULTI. The MULTI also files the outcome under ``Keys.commits_unannounced``, and the
@@ -29,7 +29,7 @@ import redis.asyncio as aioredis
 from core.config import Settings
 from core.events import CommitOutcome, CommitRequest, CommitStatus, EventDecodeError, decode, encode
 from core.session import SessionAddress, shard_of, tenant_and_agent
-from workers.store.connection import text
+from workers.store.connection import stream_entries, text
 from workers.store.keys import Keys, SessionKeys
 from workers.store.scripts import CLAIM_STALE, DROP_IF_SCORE
 
@@ -257,3 +257,13 @@ def outcome_status(fields: dict[Any, Any]) -> str:
             except (msgspec.DecodeError, msgspec.ValidationError):
                 return "unreadable"
     return "unknown"
+
+
+def outcome_statuses_after(
+    redis: redis_lib.Redis, settings: Settings, after_id: str | None, count: int
+) -> list[tuple[str, str]]:
+    """Up to ``count`` entries of ``Keys.commit_outcomes()`` after ``after_id`` (None: from the
+    oldest), as (entry id, outcome status), oldest first."""
+    start = f"({after_id}" if after_id else "-"
+    entries = stream_entries(redis.xrange(Keys(settings.key_prefix).commit_outcomes(), min=start, count=count))
+    return [(text(entry_id), outcome_status(fields)) for entry_id, fields in entries]

@@ -1,0 +1,149 @@
+"""Asking for a commit, and waiting for its outcome: the commit chain's entry.
+
+A commit is asked for with ``request_commit`` (capture at the threshold, compact,
+memory_store). Each session has at most one commit in flight: its request sits in
+``Keys.commit_inflight`` until an outcome is final, and asking again returns it (or
+resumes it, when its job was lost; or records it failed, when its job raised). The
+first job of the chain is ``workers.commits.run.commit_session``, enqueued by reference.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import redis as redis_lib
+from rq.exceptions import DuplicateJobError
+from rq.job import Job
+
+from core.config import Settings
+from core.events import CommitOutcome, CommitRequest, decode, encode
+from core.session import SessionAddress
+from workers.commits.queue import (
+    COMMIT_RETRY,
+    commit_job_id,
+    commit_queue,
+    inflight_key,
+    job_error,
+    job_state,
+    now,
+)
+from workers.commits.records import FINAL_STATUSES, CommitRecords, final_or_timeout, load_outcome, outcome_of
+from workers.commits.run import commit_session, finish_commit, schedule_poll
+from workers.store.connection import optional_text
+from workers.store.keys import Keys, session_keys
+
+log = logging.getLogger(__name__)
+
+
+def fail_crashed(
+    redis: redis_lib.Redis, settings: Settings, request: CommitRequest, outcome: CommitOutcome | None, job: Job | None
+) -> CommitOutcome:
+    """Record the commit whose job raised (``job_state`` "crashed") as failed, with the error."""
+    return finish_commit(redis, settings, request, "failed", outcome, error=f"job crashed: {job_error(job)}")
+
+
+def resume(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, outcome: CommitOutcome | None) -> None:
+    """Put a lost in-flight commit back on the queue at the step it had reached (under a new
+    job id: the lost job's may still exist)."""
+    if outcome is not None and outcome.task_id:
+        log.warning("commit %s lost its poll job; scheduling a new poll", request.commit_id)
+        schedule_poll(
+            redis,
+            settings,
+            request,
+            deadline_at=now() + settings.phase2_deadline_s,
+            failed_reads=0,
+            attempt=int(now() * 1000),
+        )
+    else:
+        log.warning("commit %s lost its job; enqueueing it again", request.commit_id)
+        job_id = f"{request.commit_id}_again{int(now() * 1000)}"
+        redis.hset(inflight_key(settings, request), "job", job_id)
+        _enqueue_commit(redis, settings, request, job_id=job_id)
+
+
+def request_commit(
+    redis: redis_lib.Redis, settings: Settings, address: SessionAddress, *, reason: str, keep_recent_count: int
+) -> CommitRequest:
+    """Enqueue a commit of the session, or return the one already in flight."""
+    ks = session_keys(settings, address)
+    with redis.pipeline(transaction=True) as pipe:  # WATCH: the cluster client asks for it by name
+        while True:
+            try:
+                pipe.watch(ks.commit_inflight, ks.commit_generation)
+                raw_req, job_id = pipe.hmget(ks.commit_inflight, "req", "job")
+                if raw_req is not None:
+                    current = decode(raw_req, CommitRequest)
+                    outcome = load_outcome(pipe, ks.commits, current.commit_id)
+                    if outcome is None or outcome.status not in FINAL_STATUSES:
+                        pipe.reset()
+                        state, job = job_state(redis, settings, optional_text(job_id))
+                        if state in ("live", "stranded"):  # a stranded one is the sweep's
+                            return current
+                        if state == "lost":
+                            resume(redis, settings, current, outcome)
+                            return current
+                        fail_crashed(redis, settings, current, outcome, job)
+                        continue
+                generation = int(pipe.get(ks.commit_generation) or 0) + 1
+                request = CommitRequest(
+                    commit_id=commit_job_id(settings.key_prefix, ks.scope, address.ov_session_id, generation),
+                    ov_session_id=address.ov_session_id,
+                    agent_id=address.agent_id,
+                    user=address.tenant,
+                    reason=reason,  # type: ignore[arg-type]
+                    keep_recent_count=keep_recent_count,
+                    generation=generation,
+                    requested_at=now(),
+                )
+                # indexed first (another slot, so not in this MULTI): a sweep finds it if its job dies
+                redis.zadd(Keys(settings.key_prefix).commits_in_flight(), {ks.commit_inflight: now()})
+                pipe.multi()
+                pipe.set(ks.commit_generation, generation)
+                pipe.hset(ks.commit_inflight, mapping={"req": encode(request), "job": request.commit_id})
+                pipe.hset(ks.commits, request.commit_id, encode(outcome_of(request, "pending")))
+                pipe.execute()
+                break
+            except redis_lib.WatchError:
+                continue
+    _enqueue_commit(redis, settings, request)
+    log.info(
+        "commit %s of session %s requested (%s, keep %d)",
+        request.commit_id,
+        address.ov_session_id,
+        reason,
+        keep_recent_count,
+    )
+    return request
+
+
+def wait_commit_outcome(
+    redis: redis_lib.Redis, settings: Settings, request: CommitRequest, timeout_s: float, *, poll_s: float = 0.05
+) -> CommitOutcome:
+    """The final outcome of ``request``; a (not recorded) timeout outcome if none within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    records = CommitRecords(redis, settings)
+    while True:
+        outcome = records.outcome(request)
+        remaining = deadline - time.monotonic()
+        if (outcome is not None and outcome.status in FINAL_STATUSES) or remaining <= 0:
+            return final_or_timeout(request, outcome, timeout_s)
+        time.sleep(min(poll_s, remaining))
+
+
+def _enqueue_commit(
+    redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, job_id: str | None = None
+) -> None:
+    try:
+        commit_queue(redis, settings).enqueue(
+            commit_session,
+            encode(request).decode(),
+            settings.key_prefix,
+            job_id=job_id or request.commit_id,
+            unique=True,
+            retry=COMMIT_RETRY,
+            description=f"commit {request.ov_session_id} ({request.reason})",
+        )
+    except DuplicateJobError:
+        log.debug("commit job %s already exists", request.commit_id)
