@@ -1,15 +1,17 @@
 """Where OpenViking 0.5 keeps things, as ovstream relies on it (``core.ov.version.SPOKEN``).
 
-OV's URI layout is not in its HTTP contract's routes, so every rule ovstream reads out of
-it sits here, beside the version it was read from: a memory's URI, the memory categories,
-where a session's archives are and what the n-th one is called, the per-user and per-agent
-memory roots recall searches, and the batch route's limit. A new OV release that moves any
-of them changes this module (and its contract tests, ``tests/integration``), not its users.
+OV's layout is not in its HTTP contract's routes, so every rule ovstream reads out of it sits
+here, beside the version it was read from: how many messages OV stores for one sent, a
+memory's URI, the memory categories, where a session's archives are and what the n-th one
+is called, the per-user and per-agent memory roots recall searches, and the batch route's
+limit. A new OV release that moves any of them changes this module (and its contract tests,
+``tests/integration``), not its users.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 BATCH_LIMIT = 100
 """Most messages the batch route takes in one request (``ovBatchMax`` is at most this)."""
@@ -59,3 +61,16 @@ def archive_id(n: int) -> str:
 
 ARCHIVE_ID = re.compile(r"archive_\d+")
 """An archive's name (``archive_id``) found in a URI or a text."""
+
+
+def ov_message_count(message: dict[str, Any]) -> int:
+    """How many messages OV stores for one message we send: a user message made only of tool
+    parts is split into one message per part; every other message is stored as one."""
+    parts = message.get("parts") or []
+    if (
+        message.get("role") == "user"
+        and len(parts) > 1
+        and all(isinstance(p, dict) and p.get("type") == "tool" for p in parts)
+    ):
+        return len(parts)
+    return 1

@@ -9,9 +9,10 @@ import pytest
 from core.config import Settings
 from core.events import STREAM_FIELD, TurnEvent, decode
 from core.ids import ov_session_id
+from core.ov.layout import ov_message_count
 from tests.helpers.capture import turn
 from workers.capture.plan import Entry, drop_written, finish_state, plan_round, session_of
-from workers.store.applied import AppliedState, Intent, ov_message_count
+from workers.store.applied import AppliedState, Intent
 from workers.store.connection import connect, connect_async, reset_fake_server
 from workers.store.keys import Keys, shard_of
 from workers.store.streams import publish_turn

@@ -26,9 +26,10 @@ from typing import Any
 from core.config import Settings
 from core.events import TurnEvent
 from core.messages.convert import turn_to_ov_messages
+from core.ov.layout import ov_message_count
 from core.session import SessionAddress
 from core.turns import SKIP_ADVANCEMENT_SEEN, address_of, captured_after, skip_reason, turn_start
-from workers.store.applied import AppliedState, Intent, ov_message_count, parse_id
+from workers.store.applied import AppliedState, Intent, parse_id
 from workers.store.keys import session_keys
 
 

@@ -56,22 +56,6 @@ def parse_id(stream_id: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-def ov_message_count(message: dict[str, Any]) -> int:
-    """How many messages OV stores for one message we send.
-
-    0.5.2 splits a user message made only of tool parts into one message per
-    part; every other message is stored as one.
-    """
-    parts = message.get("parts") or []
-    if (
-        message.get("role") == "user"
-        and len(parts) > 1
-        and all(isinstance(p, dict) and p.get("type") == "tool" for p in parts)
-    ):
-        return len(parts)
-    return 1
-
-
 @dataclass(slots=True)
 class Intent:
     """An OV write in progress: the total before it and its entries in order."""
