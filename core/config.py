@@ -35,6 +35,7 @@ DEFAULT_CONFIG_PATH = Path("config/ovstream.toml")
 RETIRED_KEYS = {
     "claim_idle_ms": "a shard's new owner claims its pending entries as soon as it wins the lease",
     "stream_maxlen": "the streams are no longer capped at publish; capture trims only what it applied",
+    "commit_tenant_wait_s": "a commit whose tenant has a phase 2 running waits in the tenant's line, not retrying",
 }
 """Keys earlier versions read, accepted (with a warning) so old config files still load."""
 CONFIG_PATH_ENV = "OVSTREAM_CONFIG"
@@ -176,9 +177,6 @@ class Settings(BaseSettings):
     the queue is ``<key_prefix>`` + ``COMMIT_QUEUE_SUFFIX`` (the same name for the default prefix)."""
     commit_outcome_stream_maxlen: int = Field(10_000, ge=1)
     """Approximate cap of the commit-outcome stream (the per-session hash keeps every outcome)."""
-    commit_tenant_wait_s: float = Field(2.0, gt=0)
-    """A commit whose tenant already has a phase 2 running is scheduled again after this.
-    OV 0.5.2 loses the memories of overlapping phase 2s of one user, so they run one at a time."""
     phase2_poll_interval_s: float = Field(0.8, gt=0)
     """Seconds between phase-2 task reads."""
     phase2_deadline_s: float = Field(300.0, gt=0)

@@ -49,7 +49,6 @@ def settings(redis_settings: dict[str, Any]) -> Settings:
         phase2_poll_interval_s=0.01,
         phase2_deadline_s=30,
         phase2_read_retries=2,
-        commit_tenant_wait_s=0.05,
     )
 
 

@@ -22,7 +22,7 @@ from workers.commits import run as commit_run
 from workers.commits import tenant_lock as jobs_tenant
 from workers.commits.context import context_of
 from workers.commits.records import FINAL_STATUSES, CommitRecords
-from workers.commits.request import request_commit
+from workers.commits.request import commit_state, request_commit
 from workers.commits.run import run_commit, run_poll
 from workers.commits.worker import drain_jobs
 from workers.dev.fake_ov.app import FakeOV
@@ -66,20 +66,26 @@ def test_a_tenants_second_commit_waits_for_the_first_outcome(redis_client, setti
         <= (settings.phase2_deadline_s + COMMIT_TENANT_LOCK_MARGIN_S) * 1000
     )  # a dead poller's lock ends
 
+    queue = commit_queue.commit_queue(redis_client, settings)
+    jobs_before = queue.count + queue.scheduled_job_registry.count
     waiting = run_commit(redis_client, context_of(settings), second)
     assert waiting.status == "pending" and _commit_calls(fake_ov, "b") == []
-    # it scheduled itself again; meanwhile it is the session's commit in flight
-    job_id = redis_client.hget(
-        Keys(settings.key_prefix).session(second.address, settings.shards).commit_inflight, "job"
-    ).decode()
-    assert job_id.startswith(second.commit_id + "_wait")
-    assert Job.fetch(job_id, connection=queue_client(redis_client, settings)).get_status() == JobStatus.SCHEDULED
-    assert _request(redis_client, settings, "b").commit_id == second.commit_id
+    # it waits in its tenant's line: no job of its own meanwhile, yet the session's commit in flight
+    inflight = Keys(settings.key_prefix).session(second.address, settings.shards).commit_inflight
+    assert redis_client.hget(inflight, "job").decode() == jobs_tenant.IN_LINE
+    assert queue.count + queue.scheduled_job_registry.count == jobs_before
+    assert jobs_tenant.line(redis_client, settings, second) == [second.commit_id]
+    assert _request(redis_client, settings, "b").commit_id == second.commit_id  # live, not resumed
 
     done = run_poll(
         redis_client, context_of(settings), first, deadline_at=commit_queue.now() + 30, failed_reads=0, attempt=1
     )
-    assert done.status == "completed" and jobs_tenant.holder(redis_client, settings, first) is None
+    # the first's final outcome handed the lock to the second, and enqueued its job
+    assert done.status == "completed" and jobs_tenant.holder(redis_client, settings, first) == second.commit_id
+    handed_job = redis_client.hget(inflight, "job").decode()
+    assert handed_job.startswith(second.commit_id + "_turn")
+    assert Job.fetch(handed_job, connection=queue_client(redis_client, settings)).get_status() == JobStatus.QUEUED
+    assert jobs_tenant.line(redis_client, settings, second) == []
     reads_before = len(fake_ov.requests)
     assert drain_jobs(redis_client, settings, until=_final(redis_client, settings, second))
     [call] = _commit_calls(fake_ov, "b")
@@ -133,8 +139,8 @@ def test_a_lock_left_by_a_finished_commit_is_taken(redis_client, settings, fake_
     _seed(fake_ov, "b")
     first, second = _request(redis_client, settings, "a"), _request(redis_client, settings, "b")
     assert run_commit(redis_client, context_of(settings), first).status == "running"
-    with monkeypatch.context() as m:  # the poller dies between recording the outcome and releasing
-        m.setattr(jobs_tenant, "release", lambda *a: False)
+    with monkeypatch.context() as m:  # the poller dies between recording the outcome and handing on
+        m.setattr(jobs_tenant, "hand_on", lambda *a: None)
         run_poll(
             redis_client, context_of(settings), first, deadline_at=commit_queue.now() + 30, failed_reads=0, attempt=1
         )
@@ -149,3 +155,58 @@ def test_a_commit_failing_in_ov_releases_the_lock(redis_client, settings, fake_o
     assert run_commit(redis_client, context_of(settings), missing).status == "failed"
     assert jobs_tenant.holder(redis_client, settings, missing) is None
     assert run_commit(redis_client, context_of(settings), _request(redis_client, settings, "b")).status == "running"
+
+
+def test_a_tenants_burst_of_commits_spends_no_job_on_waiting(redis_client, settings, fake_ov, monkeypatch):
+    """50 sessions of one tenant ask at once: each commit job runs once (the lock is handed on,
+    never polled), phase 2s never overlap, and they run in the order they were asked."""
+    runs: list[str] = []
+    run = commit_run.run_commit
+
+    def counted(client, ctx, request, **kw):
+        runs.append(request.commit_id)
+        return run(client, ctx, request, **kw)
+
+    monkeypatch.setattr(commit_run, "run_commit", counted)
+    sids = [f"burst-{i:02d}" for i in range(50)]
+    for sid in sids:
+        _seed(fake_ov, sid)
+    requests = [_request(redis_client, settings, sid) for sid in sids]
+    assert drain_jobs(redis_client, settings, until=_final(redis_client, settings, *requests), timeout_s=120)
+    assert [CommitRecords(redis_client, settings).outcome(r).status for r in requests] == ["completed"] * 50
+    assert sorted(runs) == sorted(r.commit_id for r in requests)  # one commit job each: no waiting job
+    order = sorted(sids, key=lambda s: _commit_calls(fake_ov, s)[0])
+    assert order == sids  # OV saw the commits in the order they were asked
+    assert jobs_tenant.line(redis_client, settings, requests[0]) == []
+    assert jobs_tenant.holder(redis_client, settings, requests[0]) is None
+
+
+def test_a_line_whose_holder_vanished_is_resumed_by_the_sweep(redis_client, settings, fake_ov):
+    for sid in ("a", "b", "c"):
+        _seed(fake_ov, sid)
+    first, second, third = (_request(redis_client, settings, sid) for sid in ("a", "b", "c"))
+    ctx = context_of(settings)
+    assert run_commit(redis_client, ctx, first).status == "running"
+    assert run_commit(redis_client, ctx, second).status == "pending"
+    assert run_commit(redis_client, ctx, third).status == "pending"
+    assert commit_state(redis_client, settings, second, jobs_tenant.IN_LINE)[0] == "live"
+    redis_client.delete(jobs_tenant.lock_key(settings, first))  # its lock expired with its poller
+    assert commit_state(redis_client, settings, second, jobs_tenant.IN_LINE)[0] == "lost"
+    assert drain_jobs(redis_client, settings, until=_final(redis_client, settings, first, second, third))
+    assert [CommitRecords(redis_client, settings).outcome(r).status for r in (first, second, third)] == [
+        "completed"
+    ] * 3
+
+
+def test_a_commit_ended_while_in_line_leaves_it(redis_client, settings, fake_ov):
+    for sid in ("a", "b", "c"):
+        _seed(fake_ov, sid)
+    first, second, third = (_request(redis_client, settings, sid) for sid in ("a", "b", "c"))
+    ctx = context_of(settings)
+    assert run_commit(redis_client, ctx, first).status == "running"
+    assert run_commit(redis_client, ctx, second).status == "pending"
+    assert run_commit(redis_client, ctx, third).status == "pending"
+    commit_run.finish_commit(redis_client, settings, second, "failed", error="given up")
+    assert jobs_tenant.line(redis_client, settings, first) == [third.commit_id]
+    run_poll(redis_client, ctx, first, deadline_at=commit_queue.now() + 30, failed_reads=0, attempt=1)
+    assert jobs_tenant.holder(redis_client, settings, first) == third.commit_id

@@ -192,3 +192,28 @@ def test_the_cli_reshards_and_refuses_with_exit_2(redis_client, settings, monkey
     assert "still draining" in capsys.readouterr().err
     assert main(["status"]) == 0
     assert "generation 1: 12 shards, generation 0 (4 shards) draining" in capsys.readouterr().out
+
+
+async def test_an_old_stream_retired_while_being_taken_over_is_released_quietly(
+    redis_client, settings, fake_ov, monkeypatch
+):
+    """A reshard under load: one consumer retires (and deletes) an old generation's stream just
+    as another, whose map is a moment behind, takes it over. Nothing is left in it to apply:
+    the second lets it go, with no crash and no traceback (it used to crash on NOGROUP)."""
+    from workers.capture.shard import ShardConsumer
+
+    check_deployment(redis_client, settings)
+    old = read_shard_map(redis_client, settings).current()[3]
+    worker = make_worker(settings, fake_ov, consumer="late")
+    await worker.ensure_group(old)
+    worker.shard_map = reshard(redis_client, settings, 8)  # the map it follows has moved on
+    redis_client.delete(Keys(settings.key_prefix).stream(old))  # retired by its previous holder
+
+    async def no_group(_shard: Any) -> None:  # its group check ran just before the deletion
+        return None
+
+    monkeypatch.setattr(worker, "ensure_group", no_group)
+    consumer = ShardConsumer(worker, old, "")
+    await consumer.run()  # would raise ResponseError NOGROUP
+    assert consumer.released and not consumer.lost
+    await worker.redis.aclose()

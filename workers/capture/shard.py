@@ -133,6 +133,11 @@ class ShardConsumer:
         except LeaseLost:
             self.lost = True
         except Exception as exc:
+            if isinstance(exc, redis_lib.ResponseError) and "NOGROUP" in str(exc) and superseded(self):
+                # an old generation's stream its previous holder retired (and deleted) between
+                # this consumer's taking it and reading it: nothing is left in it to apply
+                log.info("shard %s: retired while being taken over; released", self.shard)
+                return await self._release()
             if not redis_went_away(exc):
                 raise
             # Redis away (a restart, a failover): not this consumer's fault, so no crash and no

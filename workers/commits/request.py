@@ -4,7 +4,8 @@ A commit is asked for with ``request_commit`` (capture at the threshold, compact
 memory_store). Each session has at most one commit in flight: its request sits in
 ``Keys.commit_inflight`` until an outcome is final, and asking again returns it (or
 resumes it, when its job was lost; or records it failed, when its job raised). The
-first job of the chain is ``workers.commits.run.commit_session``, enqueued by reference.
+first job of the chain is ``workers.commits.run.commit_session``, enqueued by reference
+once the commit holds its tenant's lock: until then it waits in the tenant's line, jobless.
 """
 
 from __future__ import annotations
@@ -13,27 +14,35 @@ import logging
 import time
 
 import redis as redis_lib
-from rq.exceptions import DuplicateJobError
 from rq.job import Job
 
 from core.config import Settings
 from core.events import CommitOutcome, CommitRequest, decode, encode
 from core.session import SessionAddress
+from workers.commits import tenant_lock
 from workers.commits.queue import (
-    COMMIT_RETRY,
     commit_job_id,
-    commit_queue,
     inflight_key,
     job_error,
     job_state,
     now,
 )
 from workers.commits.records import FINAL_STATUSES, CommitRecords, final_or_timeout, load_outcome, outcome_of
-from workers.commits.run import commit_session, finish_commit, schedule_poll
+from workers.commits.run import enqueue_commit, enqueue_turn, finish_commit, schedule_poll
 from workers.store.connection import optional_text
 from workers.store.keys import Keys, session_keys
 
 log = logging.getLogger(__name__)
+
+
+def commit_state(
+    redis: redis_lib.Redis, settings: Settings, request: CommitRequest, job_id: str | None
+) -> tuple[str, Job | None]:
+    """``queue.job_state`` of the commit's job; a commit waiting in its tenant's line
+    (``tenant_lock.IN_LINE``) is live while a holder lives, and lost once none does."""
+    if job_id == tenant_lock.IN_LINE:
+        return ("live" if tenant_lock.in_line(redis, settings, request) else "lost"), None
+    return job_state(redis, settings, job_id)
 
 
 def fail_crashed(
@@ -60,7 +69,7 @@ def resume(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, o
         log.warning("commit %s lost its job; enqueueing it again", request.commit_id)
         job_id = f"{request.commit_id}_again{int(now() * 1000)}"
         redis.hset(inflight_key(settings, request), "job", job_id)
-        _enqueue_commit(redis, settings, request, job_id=job_id)
+        enqueue_commit(redis, settings, request, job_id=job_id)
 
 
 def request_commit(
@@ -78,7 +87,7 @@ def request_commit(
                     outcome = load_outcome(pipe, ks.commits, current.commit_id)
                     if outcome is None or outcome.status not in FINAL_STATUSES:
                         pipe.reset()
-                        state, job = job_state(redis, settings, optional_text(job_id))
+                        state, job = commit_state(redis, settings, current, optional_text(job_id))
                         if state in ("live", "stranded"):  # a stranded one is the sweep's
                             return current
                         if state == "lost":
@@ -107,13 +116,20 @@ def request_commit(
                 break
             except redis_lib.WatchError:
                 continue
-    _enqueue_commit(redis, settings, request)
+    # Its tenant's turn first: a commit whose tenant has a phase 2 running waits in line with
+    # no job, and the holder's final outcome enqueues it (workers.commits.tenant_lock).
+    held, handed = tenant_lock.hold_or_wait(redis, settings, request)
+    if handed is not None:
+        enqueue_turn(redis, settings, handed)
+    if held:
+        enqueue_commit(redis, settings, request)
     log.info(
-        "commit %s of session %s requested (%s, keep %d)",
+        "commit %s of session %s requested (%s, keep %d)%s",
         request.commit_id,
         address.ov_session_id,
         reason,
         keep_recent_count,
+        "" if held else "; waits in its tenant's line",
     )
     return request
 
@@ -130,20 +146,3 @@ def wait_commit_outcome(
         if (outcome is not None and outcome.status in FINAL_STATUSES) or remaining <= 0:
             return final_or_timeout(request, outcome, timeout_s)
         time.sleep(min(poll_s, remaining))
-
-
-def _enqueue_commit(
-    redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, job_id: str | None = None
-) -> None:
-    try:
-        commit_queue(redis, settings).enqueue(
-            commit_session,
-            encode(request).decode(),
-            settings.key_prefix,
-            job_id=job_id or request.commit_id,
-            unique=True,
-            retry=COMMIT_RETRY,
-            description=f"commit {request.ov_session_id} ({request.reason})",
-        )
-    except DuplicateJobError:
-        log.debug("commit job %s already exists", request.commit_id)

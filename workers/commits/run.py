@@ -47,7 +47,8 @@ REDIS_PATIENCE_BACKOFF = Backoff(0.2, 5.0)
 def commit_session(request_json: str, key_prefix: str, attempt: int = 0) -> str:
     """RQ job: commit the session in OV and schedule the phase-2 poll. Returns the status.
 
-    ``attempt`` counts the times it found its tenant's lock held and scheduled itself again.
+    ``attempt`` is unused: jobs enqueued by earlier versions carry it (they retried while
+    their tenant's lock was held; a commit now waits in its tenant's line).
     """
     job = get_current_job()
     request = decode(request_json, CommitRequest)
@@ -55,7 +56,7 @@ def commit_session(request_json: str, key_prefix: str, attempt: int = 0) -> str:
         ctx = context_for(key_prefix)
         return _patiently(
             request,
-            lambda: run_commit(ctx.store, ctx, request, may_retry=bool(job and job.retries_left), attempt=attempt),
+            lambda: run_commit(ctx.store, ctx, request, may_retry=bool(job and job.retries_left)),
         ).status
 
 
@@ -86,33 +87,38 @@ def _logged_as(request: CommitRequest) -> AbstractContextManager[None]:
 
 
 def run_commit(
-    redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest, *, may_retry: bool = False, attempt: int = 0
+    redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest, *, may_retry: bool = False
 ) -> CommitOutcome:
     """Phase 1 of a commit (OV archives the messages); then the first poll is scheduled.
 
     Only one commit per OV tenant runs at a time (workers.commits.tenant_lock): with the
-    tenant's lock held by another, this schedules itself again and returns the
-    pending outcome. ``may_retry``: OV being unavailable re-raises so RQ
-    retries the job (the commit never reached OV); otherwise it is recorded as failed.
+    tenant's lock held by another, the commit joins the tenant's line and this returns the
+    pending outcome (its job ends; the holder's final outcome enqueues the next).
+    ``may_retry``: OV being unavailable re-raises so RQ retries the job (the commit never
+    reached OV); otherwise it is recorded as failed.
     """
     settings = ctx.settings
     outcome = CommitRecords(redis, settings).outcome(request)
     if outcome is not None and outcome.status in FINAL_STATUSES:
+        if jobs_tenant.holder(redis, settings, request) == request.commit_id:
+            _hand_on(redis, settings, request)  # handed the lock after it ended some other way
         return outcome
     if outcome is not None and outcome.task_id:  # run again after OV took the commit: poll only
-        jobs_tenant.hold(redis, settings, request)  # renewed when still ours (its phase 2 runs)
+        jobs_tenant.renew(redis, settings, request)  # when still ours (its phase 2 runs)
         schedule_poll(
             redis, settings, request, deadline_at=now() + settings.phase2_deadline_s, failed_reads=0, attempt=1
         )
         return outcome
-    if not jobs_tenant.hold(redis, settings, request):
+    held, handed = jobs_tenant.hold_or_wait(redis, settings, request)
+    if handed is not None:  # a finished holder had not handed on: done for it
+        enqueue_turn(redis, settings, handed)
+    if not held:
         log.info(
-            "commit %s waits: tenant %s has a phase 2 running (%s)",
+            "commit %s waits in line: tenant %s has a phase 2 running (%s)",
             request.commit_id,
             jobs_tenant.tenant_of(settings, request.user),
             jobs_tenant.holder(redis, settings, request),
         )
-        schedule_commit_retry(redis, settings, request, attempt=attempt + 1)
         return outcome or outcome_of(request, "pending")
     ov = ctx.ov(request.address)
     try:
@@ -127,13 +133,13 @@ def run_commit(
     except OVUnavailable as exc:
         if may_retry:
             log.warning("commit %s: OV unavailable (%s); RQ retries it", request.commit_id, exc)
-            jobs_tenant.release(redis, settings, request)  # OV never took it: others may go meanwhile
+            _hand_on(redis, settings, request)  # OV never took it: the next may go meanwhile
             raise
         return finish_commit(redis, settings, request, "failed", error=f"OV unavailable: {exc}")
     except OVError as exc:
         return finish_commit(redis, settings, request, "failed", error=str(exc))
     except Exception:
-        jobs_tenant.release(redis, settings, request)  # the job fails; its tenant must not wait on it
+        _hand_on(redis, settings, request)  # the job fails; its tenant must not wait on it
         raise
     # OV took the commit. Nothing may make RQ run this job again now: a second OV commit would
     # archive the next messages too. So Redis trouble is waited out here, not raised.
@@ -160,7 +166,7 @@ def _accepted(
         return finish_commit(redis, settings, request, "completed", **fields)
     running = outcome_of(request, "running", **fields)
     record_outcome(redis, settings, request, running)
-    jobs_tenant.hold(redis, settings, request)  # renewed: phase 2's deadline starts now
+    jobs_tenant.renew(redis, settings, request)  # phase 2's deadline starts now
     schedule_poll(redis, settings, request, deadline_at=now() + settings.phase2_deadline_s, failed_reads=0, attempt=1)
     return running
 
@@ -249,10 +255,10 @@ def run_recheck(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest,
 
 
 def record_outcome(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, outcome: CommitOutcome) -> bool:
-    """Record ``outcome`` (``CommitRecords.record``); a final one releases the tenant's lock."""
+    """Record ``outcome`` (``CommitRecords.record``); a final one hands the tenant's lock on."""
     stored = CommitRecords(redis, settings).record(request, outcome)
     if stored and outcome.status in FINAL_STATUSES:
-        jobs_tenant.release(redis, settings, request)  # the tenant's next phase 2 may start
+        _hand_on(redis, settings, request)  # the tenant's next phase 2 may start
     return stored
 
 
@@ -337,21 +343,6 @@ def schedule_poll(
     )
 
 
-def schedule_commit_retry(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, attempt: int) -> None:
-    """Run ``commit_session`` again after ``commit_tenant_wait_s`` (its tenant's lock was held)."""
-    _schedule(
-        redis,
-        settings,
-        request,
-        f"{request.commit_id}_wait{attempt}",
-        settings.commit_tenant_wait_s,
-        commit_session,
-        attempt,
-        retry=COMMIT_RETRY,
-        description=f"commit {request.ov_session_id} ({request.reason}), waiting for its tenant",
-    )
-
-
 def schedule_recheck(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, round_: int) -> bool:
     """Read a timed-out commit's task again after ``PHASE2_RECHECK_DELAYS_S[round_]``;
     False when every recheck was spent."""
@@ -369,3 +360,37 @@ def schedule_recheck(redis: redis_lib.Redis, settings: Settings, request: Commit
         description=f"recheck phase 2 of {request.commit_id} (timed out)",
     )
     return True
+
+
+def enqueue_commit(
+    redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, job_id: str | None = None
+) -> None:
+    """Enqueue ``request``'s ``commit_session`` job (under ``job_id``, else its commit id)."""
+    try:
+        commit_queue(redis, settings).enqueue(
+            commit_session,
+            encode(request).decode(),
+            settings.key_prefix,
+            job_id=job_id or request.commit_id,
+            unique=True,
+            retry=COMMIT_RETRY,
+            description=f"commit {request.ov_session_id} ({request.reason})",
+        )
+    except DuplicateJobError:
+        log.debug("commit job %s already exists", request.commit_id)
+
+
+def enqueue_turn(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) -> None:
+    """``request`` was handed its tenant's lock (workers.commits.tenant_lock): its in-flight
+    slot names its new job before the job exists, then the job is enqueued."""
+    job_id = f"{request.commit_id}_turn{int(now() * 1000)}"
+    redis.hset(inflight_key(settings, request), "job", job_id)
+    log.info("commit %s: its tenant's turn (job %s)", request.commit_id, job_id)
+    enqueue_commit(redis, settings, request, job_id=job_id)
+
+
+def _hand_on(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) -> None:
+    """``request`` is done with its tenant's lock: the next in line gets it, and its job."""
+    handed = jobs_tenant.hand_on(redis, settings, request)
+    if handed is not None:
+        enqueue_turn(redis, settings, handed)

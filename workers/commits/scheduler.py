@@ -1,6 +1,6 @@
 """Due commit-chain jobs onto the queue, moved by every worker: no lock to orphan.
 
-Phase-2 polls, tenant waits and timeout rechecks are ``enqueue_in`` jobs: they sit in
+Phase-2 polls and timeout rechecks are ``enqueue_in`` jobs: they sit in
 RQ's ScheduledJobRegistry until something enqueues them. RQ's own scheduler does it in one
 worker at a time behind a lock that outlives a SIGKILLed worker by up to 61 s, and the
 restarted worker tries for the lock again only in its maintenance run (600 s by default);

@@ -1,6 +1,6 @@
 """In-flight commits whose job died are put back on the queue by any worker, within seconds.
 
-A commit's chain of jobs (commit, polls, tenant waits) lives in RQ, and RQ recovers a job
+A commit's chain of jobs (commit, polls) lives in RQ, and RQ recovers a job
 lost with its worker only slowly, and as a failure: a job a SIGKILLed worker was running
 stays "started" until RQ's maintenance notices (minutes), a job it had just dequeued sits in
 RQ's intermediate list for a minute, and both then count as *failed* jobs, which would
@@ -24,9 +24,8 @@ import redis as redis_lib
 
 from core.config import Settings
 from core.events import CommitRequest, decode
-from workers.commits.queue import job_state
 from workers.commits.records import FINAL_STATUSES, load_outcome
-from workers.commits.request import fail_crashed, resume
+from workers.commits.request import commit_state, fail_crashed, resume
 from workers.store.connection import optional_text, text
 from workers.store.keys import Keys, session_keys
 from workers.store.scripts import CLAIM_STALE
@@ -67,7 +66,7 @@ def _look(redis: redis_lib.Redis, settings: Settings, index: str, inflight_key: 
         redis.zrem(index, inflight_key)
         return False
     job = optional_text(job_id)
-    state, found = job_state(redis, settings, job)
+    state, found = commit_state(redis, settings, request, job)
     if state == "stranded" and optional_text(stranded) != job:
         redis.hset(inflight_key, STRANDED, job or "")  # maybe on its way: look again next time
         return False

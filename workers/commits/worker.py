@@ -5,7 +5,7 @@
 jobs run in the worker process itself, which keeps one job context (event
 loop, OV pool, Redis client) for all of them, the way arq does; RQ's death
 penalty still ends a job that overruns. Due scheduled jobs (phase-2 polls,
-tenant waits, rechecks) are moved by every worker (workers.commits.scheduler),
+rechecks) are moved by every worker (workers.commits.scheduler),
 not by RQ's single locked scheduler. Inside one process (``up``, tests) jobs
 run in an ``EmbeddedWorker``: a SimpleWorker that installs no signal handlers
 and times jobs out with a timer, so it can run off the main thread; it works

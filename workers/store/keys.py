@@ -171,9 +171,18 @@ class Keys:
         return f"{self.prefix}:commits-unannounced"
 
     def commit_tenant_lock(self, tenant: str) -> str:
-        """Lease (workers.store.scripts.LEASE_*): the commit whose phase 2 runs for an OV tenant
-        now, one at a time (workers.commits.tenant_lock); its data is the holder's request."""
-        return f"{self.prefix}:lease:commit-tenant:{tenant}"
+        """Lease (workers.store.scripts): the commit whose phase 2 runs for an OV tenant now,
+        one at a time (workers.commits.tenant_lock); its data is the holder's request. Its
+        waiting line shares its slot (the ``{tenant}`` tag)."""
+        return f"{self.prefix}:lease:commit-tenant:{{{tenant}}}"
+
+    def commit_tenant_line(self, tenant: str) -> str:
+        """Sorted set: the commits waiting for the tenant's lock, by arrival (ms)."""
+        return f"{self.prefix}:commit-tenant-line:{{{tenant}}}"
+
+    def commit_tenant_line_requests(self, tenant: str) -> str:
+        """Hash: commit id -> request of each commit in the tenant's line."""
+        return f"{self.prefix}:commit-tenant-line-requests:{{{tenant}}}"
 
     def commits_in_flight(self) -> str:
         """Sorted set: every session's in-flight key (``commit_inflight``) -> when it is next
