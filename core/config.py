@@ -8,11 +8,9 @@ not settings live in ``core.defaults``). Bad values fail at start with the key n
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import tomllib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -22,14 +20,19 @@ from pydantic_settings.exceptions import SettingsError
 
 from core import defaults as d
 from core.config_names import (
+    ConfigError,
     camel,
     env_field_of_parse_error,
     env_fields,
     env_name,
+    format_errors,
+    one_message,
+    secrets_from_files,
     snake,
     unknown_env,
-    unknown_key_hint,
 )
+
+__all__ = ["ConfigError", "RpcCredential", "Settings", "load_settings"]
 
 DEFAULT_CONFIG_PATH = Path("config/ovstream.toml")
 RETIRED_KEYS = {
@@ -41,10 +44,6 @@ RETIRED_KEYS = {
 CONFIG_PATH_ENV = "OVSTREAM_CONFIG"
 
 log = logging.getLogger(__name__)
-
-
-class ConfigError(ValueError):
-    """A setting is missing or malformed; the message names the key."""
 
 
 class RpcCredential(BaseModel):
@@ -146,9 +145,14 @@ class Settings(BaseSettings):
     """An entry failing more often than this goes to the dead-letter stream."""
     ov_batch_max: int = Field(100, ge=1, le=100)  # OV's own limit: core.ov.layout.BATCH_LIMIT
     """Most messages one call to the OV batch route carries."""
+    dead_letter_max_age_s: int = Field(30 * 24 * 3600, ge=0)
+    """A dead letter nobody replayed or dropped within this is dropped (as ``ovstream dlq drop``
+    would: a parked session left with none is released) and counted; 0 keeps them for good.
+    A month: a turn older than that is no part of a conversation anyone resumes."""
     dead_letter_maxlen: int = Field(100_000, ge=1)
-    """Most dead letters one ``dlq replay --all`` reads. The dead-letter stream itself is never
-    capped: each entry is a turn kept for an operator (``ovstream status`` counts them)."""
+    """Most dead letters one ``dlq replay --all`` reads. The stream is not capped by length: each
+    entry is a turn kept for an operator (``ovstream status`` counts them) until it is handled
+    or ``dead_letter_max_age_s`` passes."""
 
     # the capture worker
     capture_lease_ms: int = Field(10_000, ge=100)
@@ -228,6 +232,14 @@ class Settings(BaseSettings):
     snapshot_token_budget: int = Field(128_000, ge=1)
     """token_budget asked of OV /context when a snapshot is refreshed."""
     snapshot_ttl_s: int = Field(7 * 24 * 3600, ge=1)
+    session_state_ttl_s: int = Field(14 * 24 * 3600, ge=3600)
+    """How long a session's capture and commit state (applied offset, commit records and
+    counter) outlives its last turn or commit. Two weeks: twice the snapshot's week, so a
+    session resumed after its snapshot went still finds it; long past any outage a plugin's
+    spool bridges. A session idle longer comes back as new, and is handled exactly once all
+    the same: its turns carry what is new in them, an import into a session OV already holds
+    writes nothing, and its next commit takes a generation no earlier job id used. A parked
+    session's state lives until an operator releases it (``ovstream dlq``)."""
     """Snapshots of idle sessions expire after this."""
 
     # rpc
@@ -317,27 +329,6 @@ class Settings(BaseSettings):
         return scheme + sep + rest.rsplit("@", 1)[-1]
 
 
-def _format_errors(err: ValidationError, where: Callable[[str], str]) -> str:
-    """One line per bad value, under the name it was given by (``where``: a file key, an
-    ``OVSTREAM_*`` variable or a keyword), with the nearest setting for a name that is none."""
-    lines = []
-    for e in err.errors():
-        key = str(e["loc"][0]) if e["loc"] else ""
-        rest = "".join(f".{p}" for p in e["loc"][1:])
-        msg = e["msg"]
-        if e["type"] == "extra_forbidden" and not rest:
-            msg = f"not an ovstream setting{unknown_key_hint(key, Settings.model_fields)}"
-        lines.append(f"{where(key) + rest if key else '<settings>'}: {msg}")
-    return _one_message(lines)
-
-
-def _one_message(lines: list[str]) -> str:
-    """One line ``invalid configuration: <the problem>``, or a header and a problem per line."""
-    if len(lines) == 1:
-        return f"invalid configuration: {lines[0]}"
-    return "\n  ".join(["invalid configuration:", *lines])
-
-
 def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
     """Read the TOML file (if any), then the environment, then ``overrides``.
 
@@ -361,7 +352,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
     # Environment beats the file: drop file keys that the environment sets.
     env_set = env_fields(os.environ)
     merged = {k: v for k, v in file_values.items() if snake(k) not in env_set}
-    merged.update(_secrets_from_files(merged))
+    merged.update(secrets_from_files(merged, SECRET_KEYS))
     merged.update(overrides)
     for key in [k for k in merged if snake(k) in RETIRED_KEYS]:
         log.warning("config key %r is no longer used (%s); ignoring it", key, RETIRED_KEYS[snake(key)])
@@ -379,37 +370,10 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
     try:
         return Settings(**merged)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, where)) from exc
+        raise ConfigError(format_errors(exc, where, Settings.model_fields)) from exc
     except SettingsError as exc:  # an OVSTREAM_* value that is not valid JSON for a dict field
         field = env_field_of_parse_error(str(exc))
         if field is None:
             raise ConfigError(f"invalid configuration: {exc}") from exc
         cause = f": {exc.__cause__}" if exc.__cause__ else ""
-        raise ConfigError(_one_message([f"{env_name(field)}: not a JSON object{cause}"])) from exc
-
-
-def _secrets_from_files(values: dict[str, Any]) -> dict[str, Any]:
-    """SECRET_KEYS read from files: ``<key>_file`` (or camelCase) in ``values`` (popped),
-    or ``OVSTREAM_<KEY>_FILE``; a dict-valued key's file holds JSON. A key also given
-    directly keeps that value."""
-    out: dict[str, Any] = {}
-    for key in SECRET_KEYS:
-        path = None
-        for name in (f"{key}_file", camel(f"{key}_file")):
-            if name in values:
-                path = values.pop(name)
-        path = os.environ.get(f"OVSTREAM_{key.upper()}_FILE") or path
-        if path is None or key in values or camel(key) in values or f"OVSTREAM_{key.upper()}" in os.environ:
-            continue
-        try:
-            text = Path(str(path)).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(f"invalid configuration: {key}_file: cannot read {path}: {exc.strerror or exc}") from exc
-        if key in ("user_api_keys", "rpc_credentials"):
-            try:
-                out[key] = json.loads(text)
-            except ValueError as exc:
-                raise ConfigError(f"invalid configuration: {key}_file: {path} is not JSON: {exc}") from exc
-        else:
-            out[key] = text
-    return out
+        raise ConfigError(one_message([f"{env_name(field)}: not a JSON object{cause}"])) from exc

@@ -103,6 +103,30 @@ async def test_the_backlog_is_visible_then_gone(redis_client, settings, fake_ov,
     assert capsys.readouterr().out.count("commits in flight: 0") == 3
 
 
+async def test_status_shows_redis_memory_by_key_family(redis_client, settings, fake_ov, monkeypatch, capsys) -> None:
+    from workers.store.memory import read_memory
+
+    publish(redis_client, settings, [turn(f"mem{s}", 0) for s in range(6)])
+    await make_worker(settings, fake_ov, burst=True).run()
+    report = read_memory(redis_client, settings)
+    assert report.complete and report.problem is None
+    assert report.families["applied"].keys == 6 and report.families["snapshot"].keys == 6
+    assert all(f.bytes > 0 for f in report.families.values())
+    assert 0 <= report.oldest_state_idle_s < 60
+    assert not read_memory(redis_client, settings, sample=3).complete  # a sample, said so
+
+    cli_uses(monkeypatch, settings)
+    monkeypatch.setenv("OVSTREAM_SHARDS", str(settings.shards))
+    assert main(["status"]) == 0
+    shown = capsys.readouterr().out
+    assert "redis memory by key family (every key" in shown and "applied" in shown
+    assert "oldest session state kept: idle" in shown and "sessionStateTtlS" in shown
+    assert main(["status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory"]["families"]["applied"]["keys"] == 6
+    assert main(["status", "--no-memory"]) == 0
+    assert "redis memory" not in capsys.readouterr().out
+
+
 async def test_a_backlog_survives_a_redis_restart(fake_ov) -> None:
     server = start_redis_server(durable=True)
     try:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import httpx
 import pytest
 
 from core.events import STREAM_FIELD, encode
+from core.session import SessionAddress
 from tests.helpers.capture import (
     cli_uses,
     expected_texts,
@@ -23,7 +25,7 @@ from tests.helpers.waiting import eventually
 from workers.capture.worker import CaptureWorker
 from workers.cli import main
 from workers.store.dead_letters import list_dead_letters
-from workers.store.keys import Keys, shard_of
+from workers.store.keys import Keys, session_keys, shard_of
 
 
 @pytest.fixture
@@ -81,6 +83,8 @@ async def test_an_entry_failing_repeatedly_parks_its_session_and_a_replay_keeps_
     assert ov_texts(fake_ov, "flaky") == []  # not turn 1 past turn 0
     assert ov_texts(fake_ov, "fine") == expected_texts("fine", 1)
     assert worker.stats.failures == settings.max_deliveries
+    flaky_state = session_keys(settings, SessionAddress("flaky", "main")).applied
+    assert redis_client.pttl(flaky_state) == -1  # parked: its state waits for the operator, no lifetime
 
     publish(redis_client, settings, [turn("flaky", 2)])  # a turn after the park waits too
     await make_worker(settings, fake_ov, burst=True).run()
@@ -97,6 +101,7 @@ async def test_an_entry_failing_repeatedly_parks_its_session_and_a_replay_keeps_
     assert f"{failed.dlq_id} released" in replayed and "0 replayed, 1 released, 0 not" in replayed
     await make_worker(settings, fake_ov, burst=True).run()
     assert ov_texts(fake_ov, "flaky") == expected_texts("flaky", 3)  # in their order
+    assert redis_client.pttl(flaky_state) > 0  # released: its lifetime runs again
     assert list_dead_letters(redis_client, settings) == []
     publish(redis_client, settings, [turn("flaky", 3)])  # released: the session goes on
     await make_worker(settings, fake_ov, burst=True).run()
@@ -215,3 +220,32 @@ async def test_a_500_beside_writes_that_go_through_counts_against_its_entry(redi
     assert ov_texts(fake_ov, "good500") == expected_texts("good500", 1)
     assert ov_texts(fake_ov, "bad500") == expected_texts("bad500", 1)
     assert worker.stats.failures == 1 and list_dead_letters(redis_client, settings) == []
+
+
+async def test_dead_letters_nobody_handled_expire_and_release_their_session(redis_client, settings, fake_ov):
+    """``deadLetterMaxAgeS``: an old dead letter goes as ``dlq drop`` would (a parked session
+    left with none is released and goes on) and is counted; a young one stays."""
+    from workers.store.dead_letters import dead_letter_summary, expire_dead_letters
+
+    fake_ov.fail_next(
+        1 + settings.max_deliveries + 1, status=400, code="INVALID_ARGUMENT", route="/sessions/old/messages/batch"
+    )
+    publish(redis_client, settings, [turn("old", 0), turn("old", 1)])
+    worker = make_worker(settings, fake_ov)
+    await run_until([worker], lambda: len(list_dead_letters(redis_client, settings)) == 2, timeout_s=30)
+    assert ov_texts(fake_ov, "old") == []  # parked behind its first turn
+    summary = dead_letter_summary(redis_client, settings)
+    assert summary.count == 2 and summary.oldest_ms is not None and summary.expired == 0
+
+    young = time.time() + settings.dead_letter_max_age_s - 60
+    assert expire_dead_letters(redis_client, settings, "w1", now=young) == 0  # not old enough yet
+    redis_client.delete(Keys(settings.key_prefix).dead_letter_expiry())
+    late = time.time() + settings.dead_letter_max_age_s + 1
+    assert expire_dead_letters(redis_client, settings, "w1", now=late) == 2
+    assert expire_dead_letters(redis_client, settings, "w2", now=late) == 0  # one process per interval
+    summary = dead_letter_summary(redis_client, settings)
+    assert (summary.count, summary.expired) == (0, 2)
+
+    publish(redis_client, settings, [turn("old", 2)])  # released: the session goes on
+    await make_worker(settings, fake_ov, burst=True).run()
+    assert ov_texts(fake_ov, "old")[-2:] == ["old:q2", "old:a2"]

@@ -213,6 +213,21 @@ async def test_metrics_report_stream_lag_and_commit_outcomes(rpc: Any) -> None:
     assert rpc.metric(text, 'ovstream_commit_outcomes_total{status="timeout"}') == 1.0
 
 
+async def test_metrics_report_dead_letters_waiting_and_expired(rpc: Any) -> None:
+    keys = Keys(rpc.settings.key_prefix)
+    text = (await rpc.client.get("/metrics")).text
+    assert rpc.metric(text, "ovstream_dead_letters") == 0.0
+    assert rpc.metric(text, "ovstream_dead_letter_oldest_seconds") == 0.0
+    two_hours_ago = int(time.time() * 1000) - 7_200_000
+    rpc.redis.xadd(keys.dead_letters(), {"reason": b"failed"}, id=f"{two_hours_ago}-0")
+    rpc.redis.xadd(keys.dead_letters(), {"reason": b"failed"})
+    rpc.redis.incrby(keys.dead_letters_expired(), 3)
+    text = (await rpc.client.get("/metrics")).text
+    assert rpc.metric(text, "ovstream_dead_letters") == 2.0
+    assert (rpc.metric(text, "ovstream_dead_letter_oldest_seconds") or 0) >= 7_200
+    assert rpc.metric(text, "ovstream_dead_letters_expired_total") == 3.0
+
+
 async def test_openapi_spec_documents_the_endpoints(rpc: Any) -> None:
     spec = (await rpc.client.get("/openapi.json")).json()
     paths = spec["paths"]

@@ -60,3 +60,33 @@ def test_the_commits_glob_finds_the_sessions_commits_under_every_scope_and_no_ot
     redis.hset(keys.snapshot(3, scope_of(None, "main"), sid), "c", "x")
     found = {keys.scope_of_commits(k, 3, sid) for k in redis.scan_iter(match=keys.commits_glob(3, sid))}
     assert found == scopes
+
+
+@pytest.mark.parametrize(
+    ("key", "family"),
+    [
+        ("ovstream:{s3}:applied:main:sess-1", "applied"),
+        ("ovstream:{s0}:snapshot:u:main:s", "snapshot"),
+        ("ovstream:{s1}:turns", "turns"),
+        ("ovstream:{s1}:turns:g2.5", "turns"),
+        ("ovstream:{s1}:lease:capture", "lease:capture"),
+        ("ovstream:{s1}:lease:capture:epoch:g1.3", "lease:capture"),
+        ("ovstream:lease:commit-tenant:{dev.default.default}", "lease:commit-tenant"),
+        ("ovstream:commit-tenant-line:{k0123}", "commit-tenant-line"),
+        ("ovstream:dlq", "dlq"),
+        ("ovstream:health:capture-1", "health"),
+        ("ovstream-demo:dlq", None),  # another deployment's
+        ("rq:job:commit_1", None),
+        ("ovstream:", None),
+    ],
+)
+def test_every_key_has_its_family(key, family):
+    assert Keys("ovstream").family_of(key) == family
+
+
+def test_the_family_of_each_session_key_is_its_kind():
+    from core.session import SessionAddress
+
+    ks = Keys("ovstream").session(SessionAddress("s", "main", "u"), 4)
+    families = {Keys("ovstream").family_of(k) for k in (ks.applied, ks.snapshot, ks.commits, ks.last_turn)}
+    assert families == {"applied", "snapshot", "commits", "last-turn"}

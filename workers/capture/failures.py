@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 
 from core.config import Settings
-from workers.capture.fence import HashWrite, ShardFence
+from workers.capture.fence import KEEP, HashWrite, ShardFence
 from workers.capture.plan import Entry
 from workers.capture.services import CaptureStats
 from workers.store.applied import PARKED
@@ -111,7 +111,7 @@ class EntryFailures:
                 continue  # undecodable, or another shard's: no session of this shard to park
             parks.append(HashWrite(entry.session.parked_key, {entry.id: text(dlq_id)}))
             if reason == REASON_FAILED:
-                parks.append(HashWrite(entry.session.applied_key, {PARKED: entry.id}))
+                parks.append(HashWrite(entry.session.applied_key, {PARKED: entry.id}, px=KEEP))
         await self.fence.apply(parks + self.forget([e for e, _, _ in items]), [e.id for e, _, _ in items])
         self.stats.dead_lettered += len(items)
         for entry, reason, error in items:

@@ -30,12 +30,16 @@ from workers.store.scripts import FENCED_APPLY, FENCED_CLAIM
 @dataclass(frozen=True, slots=True)
 class HashWrite:
     """Fields to set and fields to delete in one of the shard's hashes; ``px`` > 0: the hash
-    (when fields are set) lives that many ms from now."""
+    (when fields are set) lives that many ms from now; ``KEEP``: it lives until deleted."""
 
     key: str
     set: dict[str, str]
     delete: tuple[str, ...] = ()
     px: int = 0
+
+
+KEEP = -1
+"""``HashWrite.px``: the hash loses its time to live (a parked session's state waits for an operator)."""
 
 
 @dataclass(frozen=True, slots=True)

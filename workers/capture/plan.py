@@ -129,6 +129,13 @@ class SessionRound:
     def entries(self) -> list[Entry]:
         return [u.entry for u in self.units]
 
+    @property
+    def imports_into_unknown(self) -> bool:
+        """It writes an import while capture keeps no state of the session: new to capture, or
+        its state expired (then OV already holds the session, and the import must not land)."""
+        fresh = self.state.last_id is None and self.state.captured == 0
+        return fresh and any(u.messages and u.entry.event and u.entry.event.import_transcript for u in self.units)
+
     def make_intent(self) -> Intent:
         assert self.base is not None
         return Intent(self.base, [(u.entry.id, u.ov_count) for u in self.units if not u.skip])
@@ -155,9 +162,19 @@ _DUPLICATES = frozenset({SKIP_APPLIED, SKIP_EVENT_SEEN, SKIP_ADVANCEMENT_SEEN, S
 
 
 def plan_round(
-    settings: Settings, session: SessionRef, entries: list[Entry], state: AppliedState, *, isolate: bool = False
+    settings: Settings,
+    session: SessionRef,
+    entries: list[Entry],
+    state: AppliedState,
+    *,
+    isolate: bool = False,
+    in_ov: bool = False,
 ) -> SessionRound:
-    """The units of this round, in stream order; stops before an entry that fails to convert."""
+    """The units of this round, in stream order; stops before an entry that fails to convert.
+
+    ``in_ov``: OV holds messages of the session though capture keeps no state of it (its
+    state expired, ``sessionStateTtlS``): the session is known, so an import writes nothing.
+    """
     plan = SessionRound(session, state, round_start=state.last_id)
     seen = set(state.advancements)
     seen_events = set(state.event_ids)
@@ -180,7 +197,7 @@ def plan_round(
             plan.units.append(Unit(entry, [], SKIP_EVENT_SEEN))
             continue
         # Known: capture applied an entry of the session before, or one comes earlier in this round.
-        known = state.last_id is not None or state.captured > 0 or bool(plan.units)
+        known = in_ov or state.last_id is not None or state.captured > 0 or bool(plan.units)
         if event.release:
             reason: str | None = SKIP_RELEASE_MARKER
         elif event.commit is not None:  # a bypassed session's end (an older plugin sent it) asks for nothing

@@ -43,7 +43,7 @@ from core.ov.client import OVClient, OVError, OVUnavailable
 from core.snapshot_growth import first_records, grown_records
 from workers import logs
 from workers.capture.failures import EntryFailures
-from workers.capture.fence import HashWrite, ShardFence
+from workers.capture.fence import KEEP, HashWrite, ShardFence
 from workers.capture.parking import applied_letters, delete_letters, entries_of_parked
 from workers.capture.plan import (
     Entry,
@@ -184,7 +184,18 @@ async def _prepare(run: _Run) -> None:
         # the plan was made before settling: redo it with what OV holds
         fresh = plan_round(run.settings, plan.session, run.entries, state, isolate=run.isolate)
         plan.units, plan.failed_entry, plan.failure = fresh.units, fresh.failed_entry, fresh.failure
-    if plan.messages:
+    if plan.imports_into_unknown:
+        total = await ov_total(run.ov, plan.session.ov_session_id)
+        if total > 0:  # its state expired (sessionStateTtlS): OV has the history the import carries
+            log.info(
+                "session %s: an import writes nothing: OV already holds %d of its messages",
+                plan.session.ov_session_id,
+                total,
+            )
+            fresh = plan_round(run.settings, plan.session, run.entries, state, isolate=run.isolate, in_ov=True)
+            plan.units, plan.failed_entry, plan.failure = fresh.units, fresh.failed_entry, fresh.failure
+        plan.base = total
+    if plan.messages and plan.base is None:
         plan.base = state.total if state.total is not None else await ov_total(run.ov, plan.session.ov_session_id)
 
 
@@ -233,7 +244,7 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
         for r in writing:
             fields = r.plan.state.settled_fields() if r.plan.settled else {}
             fields[INTENT] = r.plan.make_intent().encode()
-            intents.append(HashWrite(r.plan.session.applied_key, fields))
+            intents.append(HashWrite(r.plan.session.applied_key, fields, px=_state_ms(c, r.plan.state)))
         await c.fence.apply(intents)
         results = await asyncio.gather(
             *(_guard(r, partial(_write, c, r), slots) for r in writing), return_exceptions=True
@@ -250,7 +261,7 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
             fields = state.applied_fields()
             fields[PARTIAL_ID], fields[PARTIAL_SKIP] = state.partial_id or "", str(state.partial_skip)
             dropped = (INTENT,) if state.parked is not None else (INTENT, PARKED)
-            applied.append(HashWrite(r.plan.session.applied_key, fields, dropped))
+            applied.append(HashWrite(r.plan.session.applied_key, fields, dropped, px=_state_ms(c, state)))
             applied += applied_letters(r.plan.session, r.plan.entries)
             if _grows_ov(r.plan) and state.last_id is not None:
                 # until a snapshot this new is stored, the stored one is no snapshot to assemble
@@ -298,6 +309,12 @@ def _grows_ov(plan: SessionRound) -> bool:
     """Whether the round put messages of the session in OV: written now, or found there from an
     interrupted write it settled. Its snapshot must then catch up."""
     return bool(plan.messages) or plan.settled
+
+
+def _state_ms(c: RoundHost, state: AppliedState) -> int:
+    """How long the session's applied state lives from this write (``sessionStateTtlS``); a
+    parked session's, until it is released (``fence.KEEP``)."""
+    return KEEP if state.parked is not None else c.settings.session_state_ttl_s * 1000
 
 
 def _snapshot_ms(c: RoundHost) -> int:

@@ -9,9 +9,11 @@ import socket
 import time
 
 from core.config import Settings
+from workers.cli.tables import table
 from workers.status import DeploymentStatus, read_status
 from workers.store.connection import REDIS_ERRORS, connect
 from workers.store.health import ProcessHealth, read_health
+from workers.store.memory import MemoryReport, read_memory
 
 
 def format_status(status: DeploymentStatus) -> str:
@@ -38,10 +40,43 @@ def format_status(status: DeploymentStatus) -> str:
     return "\n".join(lines)
 
 
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    return f"{n:.2f} GB"
+
+
+def _age(seconds: float) -> str:
+    if seconds >= 86_400:
+        return f"{seconds / 86_400:.1f} d"
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds:.0f} s"
+
+
+def format_memory(report: MemoryReport, settings: Settings) -> str:
+    """The deployment's Redis memory by key family, largest first, and its oldest session state."""
+    if report.problem is not None:
+        return f"redis memory by key family: not measured ({report.problem})"
+    rows = [
+        [name, f"{f.keys:,}", _size(f.bytes), _age(f.oldest_idle_s)]
+        for name, f in sorted(report.families.items(), key=lambda kv: -kv[1].bytes)
+    ]
+    total = sum(f.bytes for f in report.families.values())
+    seen = "every key" if report.complete else f"a sample of {sum(f.keys for f in report.families.values()):,} keys"
+    head = f"redis memory by key family ({seen}, {_size(total)}):"
+    oldest = (
+        f"oldest session state kept: idle {_age(report.oldest_state_idle_s)} "
+        f"(it goes after {_age(settings.session_state_ttl_s)}: sessionStateTtlS)"
+    )
+    return "\n".join([head, table(["FAMILY", "KEYS", "BYTES", "OLDEST IDLE"], rows), oldest])
+
+
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--watch", type=float, metavar="SECONDS", help="print again every SECONDS until Ctrl-C")
     parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)  # --watch rounds (tests)
+    parser.add_argument("--no-memory", action="store_true", help="skip the look at Redis memory by key family")
 
 
 def cli_status(settings: Settings, args: argparse.Namespace) -> int:
@@ -51,14 +86,13 @@ def cli_status(settings: Settings, args: argparse.Namespace) -> int:
         while True:
             try:
                 status = read_status(client, settings)
+                memory = None if getattr(args, "no_memory", False) else read_memory(client, settings)
             except REDIS_ERRORS as exc:
                 print(f"ovstream status: Redis unreachable at {settings.redacted_redis_url()}: {exc}", flush=True)
                 if not watch:
                     return 1
             else:
-                shown = json.dumps(status.as_json(), indent=2) if args.json else format_status(status)
-                stamp = time.strftime("%H:%M:%S") + "\n" if watch and not args.json else ""
-                print(stamp + shown, flush=True)
+                print(_shown(status, memory, settings, args, stamped=bool(watch)), flush=True)
             rounds += 1
             if not watch or rounds == getattr(args, "count", 0):
                 return 0
@@ -67,6 +101,26 @@ def cli_status(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     finally:
         client.close()
+
+
+def _shown(
+    status: DeploymentStatus,
+    memory: MemoryReport | None,
+    settings: Settings,
+    args: argparse.Namespace,
+    *,
+    stamped: bool,
+) -> str:
+    if args.json:
+        answer = status.as_json()
+        if memory is not None:
+            answer["memory"] = memory.as_json()
+        return json.dumps(answer, indent=2)
+    parts = [time.strftime("%H:%M:%S")] if stamped else []
+    parts.append(format_status(status))
+    if memory is not None:
+        parts.append(format_memory(memory, settings))
+    return "\n".join(parts)
 
 
 def add_health_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,6 +1,7 @@
 """The commit queue on RQ: the queue, its job ids, the jobs' clock, and what a job's state means.
 
-Every commit of a session takes the next number of the session's ``Keys.commit_generation``;
+Every commit of a session takes the next number of the session's ``Keys.commit_generation``
+(``request.next_generation``);
 its RQ job id is ``commit_<hash of scope and session>_<generation>`` (``commit_job_id``), so
 a finished commit never blocks the next one. RQ's job keys are global to the Redis, so the
 deployment's ``key_prefix`` is part of the id.

@@ -120,6 +120,8 @@ class CommitRecords:
                     inflight = pipe.hget(ks.commit_inflight, "req")
                     pipe.multi()
                     pipe.hset(ks.commits, request.commit_id, encode(outcome))
+                    pipe.expire(ks.commits, self.settings.session_state_ttl_s)  # and the counter with it
+                    pipe.expire(ks.commit_generation, self.settings.session_state_ttl_s)
                     if final:
                         pipe.hset(ks.commits_unannounced, request.commit_id, encode(outcome))
                     if (

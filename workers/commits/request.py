@@ -35,6 +35,14 @@ from workers.store.keys import Keys, session_keys
 log = logging.getLogger(__name__)
 
 
+def next_generation(stored: bytes | str | None) -> int:
+    """The number of a session's next commit: one past the stored counter. With none stored
+    (a new session, or one whose state expired: ``sessionStateTtlS``) it starts at the clock's
+    millisecond, so a job id never repeats one an earlier life of the session used (RQ keeps
+    a failed job's id for a year); commits count up by one, far slower than the clock."""
+    return int(stored) + 1 if stored is not None else int(now() * 1000)
+
+
 def commit_state(
     redis: redis_lib.Redis, settings: Settings, request: CommitRequest, job_id: str | None
 ) -> tuple[str, Job | None]:
@@ -95,7 +103,7 @@ def request_commit(
                             return current
                         fail_crashed(redis, settings, current, outcome, job)
                         continue
-                generation = int(pipe.get(ks.commit_generation) or 0) + 1
+                generation = next_generation(pipe.get(ks.commit_generation))
                 request = CommitRequest(
                     commit_id=commit_job_id(settings.key_prefix, ks.scope, address.ov_session_id, generation),
                     ov_session_id=address.ov_session_id,
@@ -109,9 +117,10 @@ def request_commit(
                 # indexed first (another slot, so not in this MULTI): a sweep finds it if its job dies
                 redis.zadd(Keys(settings.key_prefix).commits_in_flight(), {ks.commit_inflight: now()})
                 pipe.multi()
-                pipe.set(ks.commit_generation, generation)
+                pipe.set(ks.commit_generation, generation, ex=settings.session_state_ttl_s)
                 pipe.hset(ks.commit_inflight, mapping={"req": encode(request), "job": request.commit_id})
                 pipe.hset(ks.commits, request.commit_id, encode(outcome_of(request, "pending")))
+                pipe.expire(ks.commits, settings.session_state_ttl_s)
                 pipe.execute()
                 break
             except redis_lib.WatchError:

@@ -24,6 +24,7 @@ from workers.commits import sweep as commit_sweep
 from workers.commits.queue import commit_queue
 from workers.commits.records import CommitRecords
 from workers.store.connection import REDIS_ERRORS, text
+from workers.store.dead_letters import expire_dead_letters
 from workers.store.health import forget_health, record_health
 from workers.store.scripts import CLAIM_DUE_JOBS
 
@@ -53,7 +54,8 @@ def move_due_jobs(redis: redis_lib.Redis, settings: Settings) -> int:
 
 class DueJobMover(threading.Thread):
     """Every ``DUE_JOBS_TICK_S`` until ``stop``: the worker's heartbeat, ``move_due_jobs`` and,
-    when due, a sweep of the in-flight commits (workers.commits.sweep). A thread of its
+    when due, a sweep of the in-flight commits (workers.commits.sweep) and the deployment's
+    expiry of old dead letters (workers.store.dead_letters). A thread of its
     own, so the heartbeat goes on while a job runs. Redis trouble waits for the next tick."""
 
     def __init__(self, redis: redis_lib.Redis, settings: Settings, worker_name: str) -> None:
@@ -78,6 +80,7 @@ class DueJobMover(threading.Thread):
                 if time.monotonic() >= next_sweep:
                     commit_sweep.sweep(self._redis, self._settings)
                     CommitRecords(self._redis, self._settings).announce_left()
+                    expire_dead_letters(self._redis, self._settings, self.worker_name)
                     # twice per interval: an entry falls due at most half an interval before it is seen
                     next_sweep = time.monotonic() + commit_sweep.SWEEP_INTERVAL_S / 2
                 if failing:

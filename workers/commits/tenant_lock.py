@@ -30,7 +30,7 @@ import redis as redis_lib
 from core.config import Settings
 from core.defaults import COMMIT_TENANT_LOCK_MARGIN_S
 from core.events import CommitRequest, EventDecodeError, decode, encode
-from workers.commits.queue import inflight_key, now
+from workers.commits.queue import inflight_key
 from workers.commits.records import FINAL_STATUSES, CommitRecords
 from workers.store.connection import optional_text
 from workers.store.keys import Keys
@@ -80,7 +80,7 @@ def hold_or_wait(
     # named before joining the line: a holder handing on to us may rename it at once
     redis.hset(inflight, "job", IN_LINE)
     taken, held_by = TENANT_HOLD_OR_WAIT(
-        redis, _keys(settings, request), [request.commit_id, lock_ms(settings), encode(request), int(now() * 1000)]
+        redis, _keys(settings, request), [request.commit_id, lock_ms(settings), encode(request)]
     )
     if int(taken) == 1:
         if job is not None:

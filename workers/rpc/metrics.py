@@ -25,6 +25,7 @@ from core.config import Settings
 from workers.commits.api import outcome_statuses_after
 from workers.status import read_backlog
 from workers.store.connection import REDIS_ERRORS
+from workers.store.dead_letters import dead_letter_summary
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,32 @@ class StreamLagCollector(Collector):
             length.add_metric(label, float(s.length))
             oldest.add_metric(label, s.oldest_age_s(now_ms))
         yield from (lag, pending, length, oldest)
+
+
+class DeadLetterCollector(Collector):
+    """The dead letters waiting for an operator, the age of the oldest, and how many expired
+    unhandled (``deadLetterMaxAgeS``): a growing count or age is a turn nobody looked at."""
+
+    def __init__(self, redis_client: redis.Redis, settings: Settings) -> None:
+        self._redis = redis_client
+        self._settings = settings
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            summary = dead_letter_summary(self._redis, self._settings)
+        except REDIS_ERRORS as exc:
+            log.warning("metrics: cannot read the dead letters: %s", exc)
+            return
+        age = 0.0 if summary.oldest_ms is None else max(0.0, time.time() - summary.oldest_ms / 1000)
+        yield GaugeMetricFamily("ovstream_dead_letters", "Dead letters waiting (ovstream dlq)", value=summary.count)
+        yield GaugeMetricFamily(
+            "ovstream_dead_letter_oldest_seconds", "Age of the oldest dead letter (0: none)", value=age
+        )
+        yield CounterMetricFamily(
+            "ovstream_dead_letters_expired",
+            "Dead letters dropped unhandled past deadLetterMaxAgeS",
+            value=summary.expired,
+        )
 
 
 class CommitOutcomeCollector(Collector):
@@ -225,6 +252,7 @@ class RpcMetrics:
         if redis_client is not None:
             r.register(StreamLagCollector(redis_client, settings))
             r.register(CommitOutcomeCollector(redis_client, settings))
+            r.register(DeadLetterCollector(redis_client, settings))
 
     def assembled(self, path: str, reason: str, seconds: float) -> None:
         """One assemble answer: its latency and its reason (paths and reasons are a small fixed set)."""

@@ -6,7 +6,9 @@ and acked on its shard, so the shard moves on; a session whose entry failed is
 parked behind it, its later entries dead-lettered too (workers.capture.parking).
 ``replay`` releases a parked session (its dead letters apply in their order) or
 publishes an older letter again as a new entry; ``drop`` deletes letters for good;
-an undecodable entry cannot be replayed and stays.
+an undecodable entry cannot be replayed and stays. A letter nobody handled within
+``deadLetterMaxAgeS`` is dropped as ``drop`` would (``expire_dead_letters``, run by the
+commit workers' maintenance), and counted (``ovstream_dead_letters_expired``).
 """
 
 from __future__ import annotations
@@ -184,3 +186,50 @@ def _one_letter(redis: redis_lib.Redis, key: str, dlq_id: str) -> DeadLetter:
     if not found:
         raise KeyError(dlq_id)
     return DeadLetter.from_entry(*found[0])
+
+
+EXPIRY_INTERVAL_S = 60
+"""How often one process of the deployment drops the dead letters past their age."""
+EXPIRY_BATCH = 500
+"""Most dead letters one expiry drops (the rest the next time)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterSummary:
+    """How many dead letters wait, since when, and how many expired unhandled."""
+
+    count: int
+    oldest_ms: int | None
+    expired: int
+
+
+def dead_letter_summary(redis: redis_lib.Redis, settings: Settings) -> DeadLetterSummary:
+    keys = Keys(settings.key_prefix)
+    with redis.pipeline(transaction=False) as pipe:
+        pipe.xlen(keys.dead_letters())
+        pipe.xrange(keys.dead_letters(), count=1)
+        pipe.get(keys.dead_letters_expired())
+        count, first, expired = pipe.execute()
+    oldest = int(text(first[0][0]).partition("-")[0]) if first else None
+    return DeadLetterSummary(int(count), oldest, int(expired or 0))
+
+
+def expire_dead_letters(redis: redis_lib.Redis, settings: Settings, claimant: str, *, now: float | None = None) -> int:
+    """Drop the dead letters older than ``deadLetterMaxAgeS`` (0: never), as ``dlq drop`` does (a
+    parked session left with none is released), at most once per ``EXPIRY_INTERVAL_S`` over the
+    deployment (``claimant`` takes the turn). Returns how many went."""
+    max_age_s = settings.dead_letter_max_age_s
+    keys = Keys(settings.key_prefix)
+    if max_age_s <= 0 or not redis.set(keys.dead_letter_expiry(), claimant, nx=True, ex=EXPIRY_INTERVAL_S):
+        return 0
+    cutoff_ms = int(((now or time.time()) - max_age_s) * 1000)
+    old = [
+        text(dlq_id)
+        for dlq_id, _ in stream_entries(redis.xrange(keys.dead_letters(), max=cutoff_ms, count=EXPIRY_BATCH))
+    ]
+    if not old:
+        return 0
+    log.warning("%d dead letter(s) older than %d s were never handled: dropping them", len(old), max_age_s)
+    drop_dead_letters(redis, settings, old)
+    redis.incrby(keys.dead_letters_expired(), len(old))
+    return len(old)

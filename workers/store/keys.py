@@ -109,6 +109,14 @@ class Keys:
         """Dead-letter stream: entries that could not be handled, with the reason."""
         return f"{self.prefix}:dlq"
 
+    def dead_letters_expired(self) -> str:
+        """Counter: dead letters dropped unhandled past ``deadLetterMaxAgeS``."""
+        return f"{self.prefix}:dlq-expired"
+
+    def dead_letter_expiry(self) -> str:
+        """String with a TTL: the process whose turn it is to expire old dead letters."""
+        return f"{self.prefix}:dlq-expiry"
+
     def commit_outcomes(self) -> str:
         """Stream of every commit outcome (completed / failed / timeout / skipped)."""
         return f"{self.prefix}:commit-outcomes"
@@ -177,7 +185,7 @@ class Keys:
         return f"{self.prefix}:lease:commit-tenant:{{{tenant}}}"
 
     def commit_tenant_line(self, tenant: str) -> str:
-        """Sorted set: the commits waiting for the tenant's lock, by arrival (ms)."""
+        """Sorted set: the commits waiting for the tenant's lock, in arrival order."""
         return f"{self.prefix}:commit-tenant-line:{{{tenant}}}"
 
     def commit_tenant_line_requests(self, tenant: str) -> str:
@@ -209,6 +217,24 @@ class Keys:
         error (only those count toward ``maxDeliveries``; a re-claim after a lost lease, a
         restart or a takeover does not). A field goes when its entry is acked or dead-lettered."""
         return self._of_stream(shard, "failures")
+
+    def every_key(self) -> str:
+        """A SCAN pattern matching every key of this deployment (and no other prefix's)."""
+        return f"{_glob_escape(self.prefix)}:*"
+
+    def family_of(self, key: str) -> str | None:
+        """The family of one of this deployment's keys: its kind (``applied``, ``snapshot``,
+        ``turns``, ``lease:capture``, ...) without shard tag, session or generation; None for
+        a key that is not this deployment's."""
+        if not key.startswith(self.prefix + ":"):
+            return None
+        rest = key[len(self.prefix) + 1 :]
+        if rest.startswith("{"):  # a shard's hash tag
+            rest = rest.partition("}:")[2]
+        head, _, tail = rest.partition(":")
+        if head == "lease":
+            return f"lease:{tail.partition(':')[0]}"
+        return head or None
 
     def process_health(self, name: str) -> str:
         """Hash with a TTL: the liveness record of one ovstream process (workers.store.health)."""

@@ -98,13 +98,17 @@ if (not cur) or cur == ARGV[1] then
   redis.call('HDEL', KEYS[3], ARGV[1])
   return {1, ''}
 end
-redis.call('ZADD', KEYS[2], 'NX', ARGV[4], ARGV[1])
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+  redis.call('ZADD', KEYS[2], last[2] and (tonumber(last[2]) + 1) or 0, ARGV[1])
+end
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
 return {0, redis.call('HGET', KEYS[1], 'data') or ''}
 """)
-"""KEYS: the tenant's lock (a lease), its waiting line (sorted set of commit ids by arrival) and
-their requests (hash). ARGV: commit id, ms, request, arrival. Free or already ours: take (renew)
-it, leaving the line, {1, ''}; held by another: join the line (once), {0, the holder's request}."""
+"""KEYS: the tenant's lock (a lease), its waiting line (sorted set of commit ids, scored one past
+the last in line: arrival order, whatever the clocks) and their requests (hash). ARGV: commit
+id, ms, request. Free or already ours: take (renew) it, leaving the line, {1, ''}; held by
+another: join the end of the line (once), {0, the holder's request}."""
 
 TENANT_HAND_ON = Lua("""
 local cur = redis.call('HGET', KEYS[1], 'id')
@@ -202,6 +206,7 @@ for i, w in ipairs(plan.hashes) do
   if #w.set > 0 then redis.call('HSET', KEYS[i + 3], unpack(w.set)) end
   if #w.del > 0 then redis.call('HDEL', KEYS[i + 3], unpack(w.del)) end
   if w.px > 0 and #w.set > 0 then redis.call('PEXPIRE', KEYS[i + 3], w.px) end
+  if w.px < 0 then redis.call('PERSIST', KEYS[i + 3]) end
 end
 for i = 1, #plan.ack, 500 do
   redis.call('XACK', KEYS[3], ARGV[2], unpack(plan.ack, i, math.min(i + 499, #plan.ack)))
@@ -212,7 +217,7 @@ return 1
 """KEYS[1] the shard's lease, KEYS[2] its epoch counter, KEYS[3] its stream, KEYS[4..] hashes of
 its sessions. ARGV: consumer, group, JSON ``{"hashes": [{"set": [field, value, ...], "del":
 [field, ...], "px": ms}, ...], "ack": [entry id, ...]}`` (``hashes[i]`` for ``KEYS[i + 3]``; a
-hash given fields to set lives ``px`` ms from now, when ``px`` > 0), epoch, lease ms
+hash given fields to set lives ``px`` ms from now, when ``px`` > 0; lives on, when < 0), epoch, lease ms
 (``_HOLDS``). 1 when every write was made;
 -1, writing nothing, when the lease is not ours: a consumer stalled past its lease (a GC
 pause, SIGSTOP) cannot record an intent or ack after another took the shard over."""
