@@ -107,20 +107,21 @@ describe("openclaw.plugin.json", () => {
   });
 });
 
-describe("defaults agree with core/defaults.py", () => {
-  const available = pythonHasModule("core.defaults");
-  it("shared keys have the same default on both sides", { skip: available ? false : "core/defaults.py not available" }, () => {
+describe("defaults agree with the settings' defaults (core/config.py)", () => {
+  const available = pythonHasModule("core.config");
+  it("shared keys have the same default on both sides", { skip: available ? false : "core/config.py not available" }, () => {
     const code = `
 import json, sys
-from core import defaults as d
+from core.config import Settings
+d = {name: f.default for name, f in Settings.model_fields.items()}
 json.dump({
-  "baseUrl": d.BASE_URL, "agent_prefix": d.AGENT_PREFIX, "autoCapture": d.AUTO_CAPTURE,
-  "autoRecall": d.AUTO_RECALL, "commitTokenThreshold": d.COMMIT_TOKEN_THRESHOLD,
-  "commitKeepRecentCount": d.COMMIT_KEEP_RECENT_COUNT, "recallLimit": d.RECALL_LIMIT,
-  "recallScoreThreshold": d.RECALL_SCORE_THRESHOLD, "recallMaxInjectedChars": d.RECALL_MAX_INJECTED_CHARS,
-  "recallPreferAbstract": d.RECALL_PREFER_ABSTRACT, "bypassSessionPatterns": list(d.BYPASS_SESSION_PATTERNS),
-  "redisUrl": d.REDIS_URL, "shards": d.SHARDS, "keyPrefix": d.KEY_PREFIX,
-  "rpcUrl": "http://%s:%d" % (d.RPC_HOST, d.RPC_PORT),
+  "baseUrl": d["base_url"], "agent_prefix": d["agent_prefix"], "autoCapture": d["auto_capture"],
+  "autoRecall": d["auto_recall"], "commitTokenThreshold": d["commit_token_threshold"],
+  "commitKeepRecentCount": d["commit_keep_recent_count"], "recallLimit": d["recall_limit"],
+  "recallScoreThreshold": d["recall_score_threshold"], "recallMaxInjectedChars": d["recall_max_injected_chars"],
+  "recallPreferAbstract": d["recall_prefer_abstract"], "bypassSessionPatterns": list(d["bypass_session_patterns"]),
+  "redisUrl": d["redis_url"], "shards": d["shards"], "keyPrefix": d["key_prefix"],
+  "rpcUrl": "http://%s:%d" % (d["rpc_host"], d["rpc_port"]),
 }, sys.stdout)
 `;
     const py = runPython<Record<string, unknown>>(code, null);

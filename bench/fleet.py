@@ -1,0 +1,442 @@
+"""A simulated day of a fleet: sessions start along a day's arrival curve, talk, go idle and
+expire, through real ovstream processes on a Redis Cluster. Prints figures per simulated
+hour and draws them (bench/fleet.png); not a test.
+
+The day is compressed ``--minutes`` of wall time (a simulated hour is a 24th of it), and so
+are the lifetimes: ``sessionStateTtlS`` and ``snapshotTtlS`` are ``--state-ttl-hours`` of
+simulated time, so sessions that ended expire within the run and Redis memory must level
+off while new sessions keep coming. Processes: a 3-master Redis Cluster (the store) and a
+plain Redis (the commit queue), ``--captures`` capture processes, ``--workers`` commit
+workers, ``--rpcs`` RPC processes, and the fake OV over HTTP in API-key mode (one user key
+per tenant) answering every call after 50-250 ms (``--ov-latency-ms``). The bench publishes
+each session's turns (the whole transcript each, as afterTurn does), asks one of the RPCs
+to assemble after a share of them, and samples every simulated hour:
+
+- Redis memory by key family (workers.store.memory, over every master);
+- CPU seconds per 1,000 turns of each kind of process (/proc);
+- OV requests per turn (the fake OV's own count, ``GET /_stats``);
+- XADD -> snapshot p99 (a sample of turns, until the session's snapshot holds them),
+  assemble p99, commit latency p99 (requested -> final, from the outcome stream);
+- RQ jobs per commit (jobs the queue Redis keeps / commits: run it shorter than RQ's 500 s
+  result TTL, or the figure undercounts).
+
+    .venv/bin/python bench/fleet.py [--sessions 3000] [--agents 300] [--tenants 10] [--turns 30000]
+                                    [--minutes 6] [--state-ttl-hours 3] [--captures 4] [--workers 2] [--rpcs 2]
+
+The issue's full day is ``--sessions 100000 --agents 2000 --tenants 50 --turns 1000000``:
+more than two cores carry in ten minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import httpx
+import redis
+from processes import OVSTREAM, spawn, stop, wait_http  # bench/processes.py
+from redis.cluster import RedisCluster
+
+from core.config import Settings
+from core.events import TurnEvent
+from workers.commits.records import OUTCOME_FIELD
+from workers.dev.local_redis import free_port, start_redis_cluster, start_redis_server
+from workers.store.connection import stream_entries
+from workers.store.keys import Keys
+from workers.store.memory import read_memory
+from workers.store.streams import publish_turn
+
+SIM_DAY_S = 86_400
+HOURS = 24
+
+
+def arrival_weight(hour: float) -> float:
+    """A working day's load: low at night, a morning and an afternoon peak."""
+    return 0.15 + math.exp(-(((hour - 10) / 2.5) ** 2)) + 0.8 * math.exp(-(((hour - 15) / 2.5) ** 2))
+
+
+@dataclass
+class Session:
+    sid: str
+    agent: str
+    tenant: str
+    start_s: float
+    """Simulated second of its first turn."""
+    turns: int
+    gap_s: float
+    """Simulated seconds between its turns."""
+    sent: int = 0
+    transcript: list[dict[str, Any]] = field(default_factory=list)
+
+    def due_s(self) -> float:
+        return self.start_s + self.sent * self.gap_s
+
+
+def plan_sessions(args: argparse.Namespace, rng: random.Random) -> list[Session]:
+    """Sessions with start times drawn from the arrival curve and turn counts adding to ``--turns``."""
+    hours = [h + 0.5 for h in range(HOURS)]
+    weights = [arrival_weight(h) for h in hours]
+    mean_turns = max(1.0, args.turns / args.sessions)
+    sessions = []
+    for i in range(args.sessions):
+        hour = rng.choices(range(HOURS), weights)[0]
+        turns = max(1, min(int(rng.expovariate(1 / mean_turns)) + 1, int(mean_turns * 6)))
+        sessions.append(
+            Session(
+                sid=f"fleet-{i:06d}",
+                agent=f"agent{rng.randrange(args.agents)}",
+                tenant=f"t{rng.randrange(args.tenants)}",
+                start_s=(hour + rng.random()) * 3600,
+                turns=turns,
+                gap_s=rng.uniform(30, 240),
+            )
+        )
+    return sessions
+
+
+def next_turn(session: Session) -> TurnEvent:
+    i = session.sent
+    before = len(session.transcript)
+    session.transcript += [
+        {"role": "user", "content": f"{session.sid} asks {i}: " + "how does the fleet keep up? " * 8},
+        {"role": "assistant", "content": [{"type": "text", "text": f"answer {i}: " + "shards, leases, queues. " * 16}]},
+    ]
+    session.sent += 1
+    return TurnEvent(
+        event_id=uuid.uuid4().hex,
+        session_id=session.sid,
+        session_key=f"agent:{session.agent}:{session.sid}",
+        messages=list(session.transcript),
+        pre_prompt_message_count=before,
+        user=session.tenant,
+        published_at=time.time(),
+    )
+
+
+@dataclass
+class Hourly:
+    """What one simulated hour saw."""
+
+    turns: int = 0
+    snapshot_ms: list[float] = field(default_factory=list)
+    assemble_ms: list[float] = field(default_factory=list)
+
+
+def p99(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100)[98] if len(values) >= 2 else (values[0] if values else 0.0)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of ``pid`` and its children that ended (``/proc/<pid>/stat``)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+class Fleet:
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        self.args, self.work = args, work
+        self.compression = SIM_DAY_S / (args.minutes * 60)
+        self.procs: dict[str, list[Any]] = defaultdict(list)
+        self.cluster = start_redis_cluster(3)
+        self.queue = start_redis_server()
+        try:
+            self._start(args, work)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, args: argparse.Namespace, work: Path) -> None:
+        self.prefix = f"fleet{uuid.uuid4().hex[:6]}"
+        ttl_s = max(60, int(args.state_ttl_hours * 3600 / self.compression))
+        keys = {f"t{t}": f"key-t{t}" for t in range(args.tenants)}
+        self.ov_port = free_port()
+        base = {k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")}
+        self.env = {
+            **base,
+            "OVSTREAM_REDIS_URL": self.cluster.url,
+            "OVSTREAM_REDIS_CLUSTER": "true",
+            "OVSTREAM_QUEUE_REDIS_URL": self.queue.url,
+            "OVSTREAM_BASE_URL": f"http://127.0.0.1:{self.ov_port}",
+            "OVSTREAM_KEY_PREFIX": self.prefix,
+            "OVSTREAM_SHARDS": "16",
+            "OVSTREAM_USER_API_KEYS": json.dumps(keys),
+            "OVSTREAM_API_KEY": "key-t0",
+            "OVSTREAM_COMMIT_TOKEN_THRESHOLD": str(args.commit_tokens),
+            "OVSTREAM_SESSION_STATE_TTL_S": str(ttl_s),
+            "OVSTREAM_SNAPSHOT_TTL_S": str(ttl_s),
+            "OVSTREAM_PHASE2_POLL_INTERVAL_S": "0.5",
+        }
+        self.settings = Settings(
+            redis_url=self.cluster.url,
+            redis_cluster=True,
+            queue_redis_url=self.queue.url,
+            key_prefix=self.prefix,
+            shards=16,
+            user_api_keys=keys,
+            snapshot_ttl_s=ttl_s,
+            session_state_ttl_s=ttl_s,
+        )
+        latency = f"{args.ov_latency_ms}"
+        routes = ["add_messages", "get_context", "get_session", "commit", "get_task", "find", "read", "list_tasks"]
+        ov_args = [*OVSTREAM, "fake-ov", "--port", str(self.ov_port)]
+        ov_args += [a for r in routes for a in ("--route-latency-ms", f"{r}={latency}")]
+        ov_args += [a for label, key in keys.items() for a in ("--api-key", f"{key}=fleet:{label}")]
+        self.procs["ov"].append(spawn(ov_args, self.env, work / "ov.log"))
+        wait_http(f"http://127.0.0.1:{self.ov_port}/health")
+        self.rpc_ports = [free_port() for _ in range(args.rpcs)]
+        for n, port in enumerate(self.rpc_ports):
+            self.procs["rpc"].append(spawn([*OVSTREAM, "rpc", "--port", str(port)], self.env, work / f"rpc{n}.log"))
+        for n in range(args.captures):
+            self.procs["capture"].append(spawn([*OVSTREAM, "capture"], self.env, work / f"capture{n}.log"))
+        for n in range(args.workers):
+            self.procs["worker"].append(spawn([*OVSTREAM, "worker"], self.env, work / f"worker{n}.log"))
+        for port in self.rpc_ports:
+            wait_http(f"http://127.0.0.1:{port}/healthz")
+        self.store = RedisCluster.from_url(self.cluster.url)
+        self.queue_client = redis.Redis.from_url(self.queue.url)
+
+    def cpu(self) -> dict[str, float]:
+        return {kind: sum(cpu_seconds(p.pid) for p in procs) for kind, procs in self.procs.items()}
+
+    def ov_requests(self) -> int:
+        return int(httpx.get(f"http://127.0.0.1:{self.ov_port}/_stats", timeout=5).json()["requests"])
+
+    def sim_now(self, started: float) -> float:
+        return (time.monotonic() - started) * self.compression
+
+    def close(self) -> None:
+        for procs in self.procs.values():
+            for proc in procs:
+                stop(proc)
+        for client in (getattr(self, "store", None), getattr(self, "queue_client", None)):
+            if client is not None:
+                client.close()
+        self.cluster.stop()
+        self.queue.stop()
+
+
+def snapshot_holds(store: RedisCluster, settings: Settings, session: Session, entry_id: str) -> bool:
+    from core.session import SessionAddress
+    from workers.store.applied import parse_id
+    from workers.store.snapshots import snapshot_key
+
+    key = snapshot_key(settings, SessionAddress(session.sid, session.agent, session.tenant))
+    stored = store.hget(key, "id")
+    return stored is not None and parse_id(stored.decode()) >= parse_id(entry_id)
+
+
+def run(args: argparse.Namespace) -> None:
+    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"ovstream-fleet-{os.getpid()}"
+    work.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(args.seed)
+    sessions = sorted(plan_sessions(args, rng), key=lambda s: s.start_s)
+    fleet = Fleet(args, work)
+    hours: list[Hourly] = [Hourly() for _ in range(HOURS)]
+    samples: list[dict[str, Any]] = []
+    watched: list[tuple[Session, str, float, int]] = []
+    watched_lock = threading.Lock()
+    stop_watch = threading.Event()
+    http = httpx.Client(timeout=30, limits=httpx.Limits(max_connections=16))
+    callers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="assemble")
+    failures: list[str] = []
+
+    def assemble(session: Session, transcript: list[dict[str, Any]], hour: int) -> None:
+        port = fleet.rpc_ports[hash(session.sid) % len(fleet.rpc_ports)]
+        body = {
+            "sessionId": session.sid,
+            "sessionKey": f"agent:{session.agent}:{session.sid}",
+            "messages": transcript,
+            "prompt": "next?",
+        }
+        t0 = time.monotonic()
+        r = http.post(
+            f"http://127.0.0.1:{port}/v1/assemble", json=body, headers={"X-OpenViking-API-Key": f"key-{session.tenant}"}
+        )
+        if r.status_code >= 500:
+            failures.append(f"assemble answered {r.status_code}: {r.text[:300]}")
+        hours[hour].assemble_ms.append((time.monotonic() - t0) * 1000)
+
+    def watch_snapshots() -> None:  # XADD -> snapshot, for a sample of the turns
+        while not stop_watch.is_set():
+            with watched_lock:
+                pending = list(watched)
+            for item in pending:
+                session, entry_id, sent_at, hour = item
+                if snapshot_holds(fleet.store, fleet.settings, session, entry_id):
+                    hours[hour].snapshot_ms.append((time.monotonic() - sent_at) * 1000)
+                    with watched_lock:
+                        watched.remove(item)
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch_snapshots, daemon=True)
+    watcher.start()
+    try:
+        started, next_sample_h = time.monotonic(), 1
+        active: list[Session] = []
+        upcoming = list(sessions)
+        sent_total, cpu0, ov0 = 0, fleet.cpu(), fleet.ov_requests()
+        while True:
+            now_s = fleet.sim_now(started)
+            hour = min(HOURS - 1, int(now_s // 3600))
+            while upcoming and upcoming[0].start_s <= now_s:
+                active.append(upcoming.pop(0))
+            due = [s for s in active if s.due_s() <= now_s]
+            for session in due:
+                event = next_turn(session)
+                sent_at = time.monotonic()
+                entry_id = publish_turn(fleet.store, fleet.settings, event)
+                sent_total += 1
+                hours[hour].turns += 1
+                if sent_total % args.watch_every == 0:
+                    with watched_lock:
+                        watched.append((session, entry_id, sent_at, hour))
+                if rng.random() < args.assemble_share:
+                    callers.submit(assemble, session, list(session.transcript), hour)
+                if session.sent >= session.turns:
+                    active.remove(session)
+            if now_s >= next_sample_h * 3600 or (not upcoming and not active):
+                memory = read_memory(fleet.store, fleet.settings, sample=2_000_000)
+                cpu = fleet.cpu()
+                samples.append(
+                    {
+                        "hour": next_sample_h,
+                        "turns": sent_total,
+                        "memory": {k: v.bytes for k, v in memory.families.items()},
+                        "cpu": {k: cpu[k] - cpu0.get(k, 0.0) for k in cpu},
+                        "ov_requests": fleet.ov_requests() - ov0,
+                    }
+                )
+                h = samples[-1]
+                print(
+                    f"hour {h['hour']:>2}: {h['turns']:>7,} turns, redis {sum(h['memory'].values()) / 1e6:7.2f} MB, "
+                    f"{len(active):>5} sessions talking",
+                    flush=True,
+                )
+                next_sample_h += 1
+                if not upcoming and not active:
+                    break
+            time.sleep(0.005)
+        callers.shutdown(wait=True)
+        time.sleep(5)  # the last turns' snapshots and commits
+        stop_watch.set()
+        if failures:
+            raise SystemExit(f"{len(failures)} assemble(s) answered 5xx, the first: {failures[0]}")
+        report(args, fleet, sessions, hours, samples, sent_total, started)
+    finally:
+        stop_watch.set()
+        callers.shutdown(wait=False, cancel_futures=True)
+        http.close()
+        fleet.close()
+
+
+def commit_latencies(fleet: Fleet) -> list[float]:
+    from core.events import CommitOutcome, decode
+
+    out = []
+    entries = stream_entries(fleet.store.xrange(Keys(fleet.prefix).commit_outcomes()))
+    for _, fields in entries:
+        outcome = decode(fields[OUTCOME_FIELD.encode()], CommitOutcome)
+        if outcome.finished_at and outcome.requested_at:
+            out.append((outcome.finished_at - outcome.requested_at) * 1000)
+    return out
+
+
+def report(
+    args: argparse.Namespace,
+    fleet: Fleet,
+    sessions: list[Session],
+    hours: list[Hourly],
+    samples: list[dict[str, Any]],
+    turns: int,
+    started: float,
+) -> None:
+    commits = commit_latencies(fleet)
+    jobs = sum(1 for _ in fleet.queue_client.scan_iter(match="rq:job:*", count=1000))
+    last = samples[-1]
+    print()
+    print(
+        f"fleet day: {len(sessions):,} sessions, {args.agents:,} agents, {args.tenants} tenants, {turns:,} turns in "
+        f"{time.monotonic() - started:.0f} s ({fleet.compression:.0f}x), state kept {args.state_ttl_hours:g} h"
+    )
+    for kind, seconds in sorted(last["cpu"].items()):
+        print(f"  CPU s per 1,000 turns, {kind:<8} {seconds / max(1, turns) * 1000:8.2f}")
+    print(f"  OV requests per turn          {last['ov_requests'] / max(1, turns):8.2f}")
+    snap = [v for h in hours for v in h.snapshot_ms]
+    asm = [v for h in hours for v in h.assemble_ms]
+    print(f"  XADD -> snapshot p99 ms       {p99(snap):8.1f}  ({len(snap)} turns watched)")
+    print(f"  assemble p99 ms               {p99(asm):8.1f}  ({len(asm)} calls)")
+    print(f"  commit latency p99 ms         {p99(commits):8.1f}  ({len(commits)} commits)")
+    print(f"  RQ jobs per commit            {jobs / max(1, len(commits)):8.2f}")
+    peak = max(sum(s["memory"].values()) for s in samples)
+    print(f"  Redis memory: peak {peak / 1e6:.2f} MB, end {sum(last['memory'].values()) / 1e6:.2f} MB")
+    draw(args, hours, samples)
+
+
+def draw(args: argparse.Namespace, hours: list[Hourly], samples: list[dict[str, Any]]) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("  (no chart: pip install matplotlib)")
+        return
+    fig, axes = plt.subplots(3, 1, figsize=(9, 10), sharex=True)
+    xs = [s["hour"] for s in samples]
+    families = sorted({f for s in samples for f in s["memory"]}, key=lambda f: -samples[-1]["memory"].get(f, 0))
+    axes[0].stackplot(xs, [[s["memory"].get(f, 0) / 1e6 for s in samples] for f in families], labels=families)
+    axes[0].set_ylabel("Redis MB by key family")
+    axes[0].legend(loc="upper left", fontsize=7, ncol=3)
+    axes[1].bar(range(1, HOURS + 1), [h.turns for h in hours], color="tab:gray")
+    axes[1].set_ylabel("turns per simulated hour")
+    axes[2].plot(range(1, HOURS + 1), [p99(h.snapshot_ms) for h in hours], label="XADD -> snapshot p99")
+    axes[2].plot(range(1, HOURS + 1), [p99(h.assemble_ms) for h in hours], label="assemble p99")
+    axes[2].set_ylabel("ms")
+    axes[2].set_xlabel("simulated hour")
+    axes[2].legend()
+    fig.suptitle(f"ovstream, a simulated day: {args.sessions:,} sessions, {args.turns:,} turns")
+    out = Path(__file__).with_name("fleet.png")
+    fig.savefig(out, dpi=90)
+    print(f"  chart: {out}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=3000)
+    parser.add_argument("--agents", type=int, default=300)
+    parser.add_argument("--tenants", type=int, default=10)
+    parser.add_argument("--turns", type=int, default=30000)
+    parser.add_argument("--minutes", type=float, default=6.0, help="wall time of the simulated day")
+    parser.add_argument("--state-ttl-hours", type=float, default=3.0, help="simulated hours state is kept")
+    parser.add_argument("--captures", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--rpcs", type=int, default=2)
+    parser.add_argument("--ov-latency-ms", default="50-250")
+    parser.add_argument("--commit-tokens", type=int, default=4000, help="commitTokenThreshold")
+    parser.add_argument("--assemble-share", type=float, default=0.2, help="turns followed by an assemble")
+    parser.add_argument("--watch-every", type=int, default=25, help="every n-th turn's XADD -> snapshot is timed")
+    parser.add_argument("--seed", type=int, default=7)
+    run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()
