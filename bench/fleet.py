@@ -4,8 +4,9 @@ hour and draws them (bench/fleet.png); not a test.
 
 The day is compressed ``--minutes`` of wall time (a simulated hour is a 24th of it), and so
 are the lifetimes: ``sessionStateTtlS`` and ``snapshotTtlS`` are ``--state-ttl-hours`` of
-simulated time, so sessions that ended expire within the run and Redis memory must level
-off while new sessions keep coming. Processes: a 3-master Redis Cluster (the store) and a
+simulated time (at least a minute of wall time), a turn's recall block its 15 minutes, so
+sessions that ended expire within the run and Redis memory must level off while new
+sessions keep coming. Processes: a 3-master Redis Cluster (the store) and a
 plain Redis (the commit queue), ``--captures`` capture processes, ``--workers`` commit
 workers, ``--rpcs`` RPC processes, and the fake OV over HTTP in API-key mode (one user key
 per tenant) answering every call after 50-250 ms (``--ov-latency-ms``). The bench publishes
@@ -55,11 +56,14 @@ from redis.cluster import RedisCluster
 
 from core.config import Settings
 from core.events import TurnEvent
+from core.turns import address_of
 from workers.commits.records import OUTCOME_FIELD
 from workers.dev.local_redis import free_port, start_redis_cluster, start_redis_server
+from workers.store.applied import parse_id
 from workers.store.connection import stream_entries
 from workers.store.keys import Keys
 from workers.store.memory import read_memory
+from workers.store.snapshots import snapshot_key
 from workers.store.streams import publish_turn
 
 SIM_DAY_S = 86_400
@@ -183,6 +187,8 @@ class Fleet:
             "OVSTREAM_COMMIT_TOKEN_THRESHOLD": str(args.commit_tokens),
             "OVSTREAM_SESSION_STATE_TTL_S": str(ttl_s),
             "OVSTREAM_SNAPSHOT_TTL_S": str(ttl_s),
+            # a turn's recall block: its 15 minutes, in the day's compressed time
+            "OVSTREAM_RECALL_TURN_TTL_S": str(max(1, int(900 / self.compression))),
             "OVSTREAM_PHASE2_POLL_INTERVAL_S": "0.5",
         }
         self.settings = Settings(
@@ -234,12 +240,9 @@ class Fleet:
         self.queue.stop()
 
 
-def snapshot_holds(store: RedisCluster, settings: Settings, session: Session, entry_id: str) -> bool:
-    from core.session import SessionAddress
-    from workers.store.applied import parse_id
-    from workers.store.snapshots import snapshot_key
-
-    key = snapshot_key(settings, SessionAddress(session.sid, session.agent, session.tenant))
+def snapshot_holds(store: RedisCluster, settings: Settings, event: TurnEvent, entry_id: str) -> bool:
+    """Whether the session's stored snapshot reflects its stream entry ``entry_id``."""
+    key = snapshot_key(settings, address_of(event, settings.agent_prefix))
     stored = store.hget(key, "id")
     return stored is not None and parse_id(stored.decode()) >= parse_id(entry_id)
 
@@ -252,7 +255,7 @@ def run(args: argparse.Namespace) -> None:
     fleet = Fleet(args, work)
     hours: list[Hourly] = [Hourly() for _ in range(HOURS)]
     samples: list[dict[str, Any]] = []
-    watched: list[tuple[Session, str, float, int]] = []
+    watched: list[tuple[TurnEvent, str, float, int]] = []
     watched_lock = threading.Lock()
     stop_watch = threading.Event()
     http = httpx.Client(timeout=30, limits=httpx.Limits(max_connections=16))
@@ -280,8 +283,8 @@ def run(args: argparse.Namespace) -> None:
             with watched_lock:
                 pending = list(watched)
             for item in pending:
-                session, entry_id, sent_at, hour = item
-                if snapshot_holds(fleet.store, fleet.settings, session, entry_id):
+                event, entry_id, sent_at, hour = item
+                if snapshot_holds(fleet.store, fleet.settings, event, entry_id):
                     hours[hour].snapshot_ms.append((time.monotonic() - sent_at) * 1000)
                     with watched_lock:
                         watched.remove(item)
@@ -308,7 +311,7 @@ def run(args: argparse.Namespace) -> None:
                 hours[hour].turns += 1
                 if sent_total % args.watch_every == 0:
                     with watched_lock:
-                        watched.append((session, entry_id, sent_at, hour))
+                        watched.append((event, entry_id, sent_at, hour))
                 if rng.random() < args.assemble_share:
                     callers.submit(assemble, session, list(session.transcript), hour)
                 if session.sent >= session.turns:
@@ -328,7 +331,7 @@ def run(args: argparse.Namespace) -> None:
                 h = samples[-1]
                 print(
                     f"hour {h['hour']:>2}: {h['turns']:>7,} turns, redis {sum(h['memory'].values()) / 1e6:7.2f} MB, "
-                    f"{len(active):>5} sessions talking",
+                    f"{len(active):>5} sessions mid-conversation",
                     flush=True,
                 )
                 next_sample_h += 1
@@ -388,6 +391,8 @@ def report(
     print(f"  RQ jobs per commit            {jobs / max(1, len(commits)):8.2f}")
     peak = max(sum(s["memory"].values()) for s in samples)
     print(f"  Redis memory: peak {peak / 1e6:.2f} MB, end {sum(last['memory'].values()) / 1e6:.2f} MB")
+    out = Path(__file__).with_name("fleet.json")
+    out.write_text(json.dumps({"args": vars(args), "samples": samples}, indent=1))
     draw(args, hours, samples)
 
 
@@ -402,10 +407,13 @@ def draw(args: argparse.Namespace, hours: list[Hourly], samples: list[dict[str, 
         return
     fig, axes = plt.subplots(3, 1, figsize=(9, 10), sharex=True)
     xs = [s["hour"] for s in samples]
-    families = sorted({f for s in samples for f in s["memory"]}, key=lambda f: -samples[-1]["memory"].get(f, 0))
-    axes[0].stackplot(xs, [[s["memory"].get(f, 0) / 1e6 for s in samples] for f in families], labels=families)
+    peak = {f: max(s["memory"].get(f, 0) for s in samples) for s in samples for f in s["memory"]}
+    shown = sorted(peak, key=lambda f: -peak[f])[:6]
+    series = [[s["memory"].get(f, 0) / 1e6 for s in samples] for f in shown]
+    series.append([sum(v for f, v in s["memory"].items() if f not in shown) / 1e6 for s in samples])
+    axes[0].stackplot(xs, series, labels=[*shown, "every other family"])
     axes[0].set_ylabel("Redis MB by key family")
-    axes[0].legend(loc="upper left", fontsize=7, ncol=3)
+    axes[0].legend(loc="upper left", fontsize=8, ncol=2, framealpha=0.6)
     axes[1].bar(range(1, HOURS + 1), [h.turns for h in hours], color="tab:gray")
     axes[1].set_ylabel("turns per simulated hour")
     axes[2].plot(range(1, HOURS + 1), [p99(h.snapshot_ms) for h in hours], label="XADD -> snapshot p99")

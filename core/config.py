@@ -232,7 +232,7 @@ class Settings(BaseSettings):
     snapshot_token_budget: int = Field(128_000, ge=1)
     """token_budget asked of OV /context when a snapshot is refreshed."""
     snapshot_ttl_s: int = Field(7 * 24 * 3600, ge=1)
-    session_state_ttl_s: int = Field(14 * 24 * 3600, ge=3600)
+    session_state_ttl_s: int = Field(14 * 24 * 3600, ge=60)
     """How long a session's capture and commit state (applied offset, commit records and
     counter) outlives its last turn or commit. Two weeks: twice the snapshot's week, so a
     session resumed after its snapshot went still finds it; long past any outage a plugin's

@@ -69,7 +69,7 @@ async def _adopt(
             payload,
             shard_map.generation,
             event_id,
-            LAST_TURN_TTL_S,
+            min(LAST_TURN_TTL_S, settings.snapshot_ttl_s),
         ]
         done = int(await ADOPT_STRAY.run(client, [stream, *script_keys], args))
         if done < 0:

@@ -67,7 +67,8 @@ def publish_call(
     script_keys = [keys.tag_generation(tag), keys.stream(shard_map.stream_of(ov_sid))]
     if marks_last_turn(event):
         script_keys.append(keys.last_turn(tag, ov_sid))
-    return script_keys, [shard_map.generation, STREAM_FIELD, encode(event), event.event_id, LAST_TURN_TTL_S]
+    ttl_s = min(LAST_TURN_TTL_S, settings.snapshot_ttl_s)  # a marker outliving the snapshot tells nothing
+    return script_keys, [shard_map.generation, STREAM_FIELD, encode(event), event.event_id, ttl_s]
 
 
 def publish_turn(redis_client: redis.Redis, settings: Settings, event: TurnEvent) -> str:

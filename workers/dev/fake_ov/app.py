@@ -60,6 +60,7 @@ def _route(method: str, pattern: str, name: str, auth: str = "data") -> Route:
 
 ROUTES = [
     _route("GET", "/health", "health", auth="none"),
+    _route("GET", "/_stats", "stats", auth="none"),
     _route("POST", "/api/v1/sessions", "create_session"),
     _route("GET", "/api/v1/sessions/{sid}", "get_session"),
     _route("DELETE", "/api/v1/sessions/{sid}", "delete_session"),
@@ -193,7 +194,7 @@ class FakeOV(SessionRoutes):
             result = getattr(self, "_r_" + route[2])(Req(request, params, ctx))
         except FakeError as err:
             return httpx.Response(err.status, json=err.envelope())
-        if name == "health":
+        if name in ("health", "stats"):
             return httpx.Response(200, json=result)
         return httpx.Response(200, json={"status": "ok", "result": result, "error": None})
 
@@ -225,6 +226,10 @@ class FakeOV(SessionRoutes):
         return Ctx(account, user, role, peer)
 
     # --- system ---------------------------------------------------------------------
+
+    def _r_stats(self, r: Req) -> dict[str, Any]:
+        """``GET /_stats`` (the fake's own, not OV's): how many requests it answered (benches)."""
+        return {"requests": len(self.requests)}
 
     def _r_health(self, r: Req) -> dict[str, Any]:
         auth_mode = "api_key" if self.auth_enabled else "dev"
