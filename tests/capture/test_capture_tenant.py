@@ -181,7 +181,8 @@ def test_a_tenants_burst_of_commits_spends_no_job_on_waiting(redis_client, setti
     assert jobs_tenant.holder(redis_client, settings, requests[0]) is None
 
 
-def test_a_line_whose_holder_vanished_is_resumed_by_the_sweep(redis_client, settings, fake_ov):
+def _three_of_one_tenant(redis_client, settings, fake_ov) -> tuple[CommitRequest, ...]:
+    """Three commits of one tenant asked for at once: the first runs, two wait in line."""
     for sid in ("a", "b", "c"):
         _seed(fake_ov, sid)
     first, second, third = (_request(redis_client, settings, sid) for sid in ("a", "b", "c"))
@@ -189,6 +190,11 @@ def test_a_line_whose_holder_vanished_is_resumed_by_the_sweep(redis_client, sett
     assert run_commit(redis_client, ctx, first).status == "running"
     assert run_commit(redis_client, ctx, second).status == "pending"
     assert run_commit(redis_client, ctx, third).status == "pending"
+    return first, second, third
+
+
+def test_a_line_whose_holder_vanished_is_resumed_by_the_sweep(redis_client, settings, fake_ov):
+    first, second, third = _three_of_one_tenant(redis_client, settings, fake_ov)
     assert commit_state(redis_client, settings, second, jobs_tenant.IN_LINE)[0] == "live"
     redis_client.delete(jobs_tenant.lock_key(settings, first))  # its lock expired with its poller
     assert commit_state(redis_client, settings, second, jobs_tenant.IN_LINE)[0] == "lost"
@@ -199,13 +205,8 @@ def test_a_line_whose_holder_vanished_is_resumed_by_the_sweep(redis_client, sett
 
 
 def test_a_commit_ended_while_in_line_leaves_it(redis_client, settings, fake_ov):
-    for sid in ("a", "b", "c"):
-        _seed(fake_ov, sid)
-    first, second, third = (_request(redis_client, settings, sid) for sid in ("a", "b", "c"))
+    first, second, third = _three_of_one_tenant(redis_client, settings, fake_ov)
     ctx = context_of(settings)
-    assert run_commit(redis_client, ctx, first).status == "running"
-    assert run_commit(redis_client, ctx, second).status == "pending"
-    assert run_commit(redis_client, ctx, third).status == "pending"
     commit_run.finish_commit(redis_client, settings, second, "failed", error="given up")
     assert jobs_tenant.line(redis_client, settings, first) == [third.commit_id]
     run_poll(redis_client, ctx, first, deadline_at=commit_queue.now() + 30, failed_reads=0, attempt=1)
