@@ -376,14 +376,16 @@ class ShardConsumer:
         self.isolate &= pending_sids
         if outcome.unavailable:
             self.ov_failures += 1
-            pause = Backoff(self.settings.ov_backoff_s, self.settings.capture_ov_down_backoff_max_s)
-            self.ov_down_until = now + pause.delay(self.ov_failures)
+            pause_s = Backoff(self.settings.ov_backoff_s, self.settings.capture_ov_down_backoff_max_s).delay(
+                self.ov_failures
+            )
+            self.ov_down_until = now + pause_s
             log.log(
                 logging.WARNING if self.ov_failures == 1 else logging.DEBUG,  # one warning per outage
                 "shard %s: OV unavailable (%s); retrying in %.2fs, nothing acked",
                 self.shard,
                 outcome.unavailable,
-                pause.delay(self.ov_failures),
+                pause_s,
             )
         elif done:
             if self.ov_failures:

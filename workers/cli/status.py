@@ -41,11 +41,13 @@ def format_status(status: DeploymentStatus) -> str:
 
 
 def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+    if n < 1000:
+        return f"{n:.0f} B"
+    for unit in ("KB", "MB"):
         n /= 1000
-    return f"{n:.2f} GB"
+        if n < 1000:
+            return f"{n:.2f} {unit}"
+    return f"{n / 1000:.2f} GB"
 
 
 def _age(seconds: float) -> str:
@@ -63,7 +65,7 @@ def format_memory(report: MemoryReport, settings: Settings) -> str:
         for name, f in sorted(report.families.items(), key=lambda kv: -kv[1].bytes)
     ]
     total = sum(f.bytes for f in report.families.values())
-    seen = "every key" if report.complete else f"a sample of {sum(f.keys for f in report.families.values()):,} keys"
+    seen = "every key" if report.complete else f"a sample of {report.keys:,} keys"
     head = f"redis memory by key family ({seen}, {_size(total)}):"
     oldest = (
         f"oldest session state kept: idle {_age(report.oldest_state_idle_s)} "

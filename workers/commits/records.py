@@ -58,6 +58,11 @@ def outcome_of(request: CommitRequest, status: CommitStatus, **fields: Any) -> C
     )
 
 
+def reached(outcome: CommitOutcome) -> dict[str, Any]:
+    """What a commit had reached (its phase-2 task, its archive), carried into a later outcome."""
+    return {"task_id": outcome.task_id, "archive_uri": outcome.archive_uri, "archived": outcome.archived}
+
+
 def final_or_timeout(request: CommitRequest, outcome: CommitOutcome | None, waited_s: float) -> CommitOutcome:
     """What a wait for ``request`` answers: its final outcome, else a timeout outcome
     (not recorded: the commit goes on) carrying what it reached so far."""
@@ -67,9 +72,7 @@ def final_or_timeout(request: CommitRequest, outcome: CommitOutcome | None, wait
     return outcome_of(
         request,
         "timeout",
-        task_id=base.task_id,
-        archive_uri=base.archive_uri,
-        archived=base.archived,
+        **reached(base),
         finished_at=time.time(),
         error=f"no final outcome within {waited_s:g}s (still {base.status})",
     )

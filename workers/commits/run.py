@@ -33,7 +33,7 @@ from workers.commits import ov_steps
 from workers.commits import tenant_lock as jobs_tenant
 from workers.commits.context import JobContext, context_for
 from workers.commits.queue import COMMIT_RETRY, commit_queue, inflight_key, now
-from workers.commits.records import FINAL_STATUSES, CommitRecords, outcome_of
+from workers.commits.records import FINAL_STATUSES, CommitRecords, outcome_of, reached
 from workers.store.connection import redis_went_away
 
 log = logging.getLogger(__name__)
@@ -242,8 +242,7 @@ def run_recheck(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest,
         verdict = None
     if verdict is not None:
         status, fields = verdict
-        carried = {"task_id": task_id, "archive_uri": outcome.archive_uri, "archived": outcome.archived}
-        corrected = outcome_of(request, status, finished_at=now(), **{**carried, **fields})
+        corrected = outcome_of(request, status, finished_at=now(), **{**reached(outcome), **fields})
         records.correct_timeout(request, corrected)
         return records.outcome(request) or corrected
     if not schedule_recheck(redis, ctx.settings, request, round_=round_ + 1):
@@ -270,9 +269,7 @@ def finish_commit(
     base: CommitOutcome | None = None,
     **fields: Any,
 ) -> CommitOutcome:
-    carried = (
-        {} if base is None else {"task_id": base.task_id, "archive_uri": base.archive_uri, "archived": base.archived}
-    )
+    carried = {} if base is None else reached(base)
     outcome = outcome_of(request, status, finished_at=now(), **{**carried, **fields})
     record_outcome(redis, settings, request, outcome)
     return CommitRecords(redis, settings).outcome(request) or outcome

@@ -82,26 +82,27 @@ def hold_or_wait(
     taken, held_by = TENANT_HOLD_OR_WAIT(
         redis, _keys(settings, request), [request.commit_id, lock_ms(settings), encode(request)]
     )
-    if int(taken) == 1:
-        if job is not None:
-            redis.hset(inflight, "job", job)
-        return True, None
+    handed = None if int(taken) == 1 else _hand_on_from_finished(redis, settings, held_by)
+    held = int(taken) == 1 or (handed is not None and handed.commit_id == request.commit_id)
+    if held and job is not None:
+        redis.hset(inflight, "job", job)
+    return held, None if held else handed
+
+
+def _hand_on_from_finished(redis: redis_lib.Redis, settings: Settings, held_by: bytes) -> CommitRequest | None:
+    """When the holder (its request ``held_by``) has a final outcome, it hands on now: the
+    commit handed the lock; None while the holder runs."""
     try:
         other = decode(held_by, CommitRequest)
     except EventDecodeError:
-        return False, None
+        return None
     outcome = CommitRecords(redis, settings).outcome(other)
     if outcome is None or outcome.status not in FINAL_STATUSES:
-        return False, None
+        return None
     log.warning(
         "tenant lock of %s was left by finished commit %s; handing it on", lock_key(settings, other), other.commit_id
     )
-    handed = hand_on(redis, settings, other)
-    if handed is not None and handed.commit_id == request.commit_id:
-        if job is not None:
-            redis.hset(inflight, "job", job)
-        return True, None
-    return False, handed
+    return hand_on(redis, settings, other)
 
 
 def renew(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) -> bool:

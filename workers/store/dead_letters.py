@@ -24,7 +24,7 @@ import redis as redis_lib
 from core.config import Settings
 from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
 from core.turns import address_of
-from workers.store.applied import PARKED
+from workers.store.applied import PARKED, parse_id
 from workers.store.connection import Fields, stream_entries, text
 from workers.store.keys import Keys, session_keys
 from workers.store.streams import publish_turn
@@ -210,7 +210,7 @@ def dead_letter_summary(redis: redis_lib.Redis, settings: Settings) -> DeadLette
         pipe.xrange(keys.dead_letters(), count=1)
         pipe.get(keys.dead_letters_expired())
         count, first, expired = pipe.execute()
-    oldest = int(text(first[0][0]).partition("-")[0]) if first else None
+    oldest = parse_id(text(first[0][0]))[0] if first else None
     return DeadLetterSummary(int(count), oldest, int(expired or 0))
 
 

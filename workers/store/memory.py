@@ -14,7 +14,7 @@ from typing import Any
 import redis
 
 from core.config import Settings
-from workers.store.connection import REDIS_ERRORS, text
+from workers.store.connection import redis_went_away, text
 from workers.store.keys import Keys
 
 MEMORY_SAMPLE_KEYS = 20_000
@@ -44,6 +44,11 @@ class MemoryReport:
     """Why nothing could be measured (e.g. an embedded Redis without ``MEMORY USAGE``)."""
 
     @property
+    def keys(self) -> int:
+        """Keys measured, over every family."""
+        return sum(f.keys for f in self.families.values())
+
+    @property
     def oldest_state_idle_s(self) -> int:
         """How long the oldest session state kept has gone untouched (0: none kept)."""
         return max((self.families[f].oldest_idle_s for f in STATE_FAMILIES if f in self.families), default=0)
@@ -65,20 +70,20 @@ def read_memory(client: redis.Redis, settings: Settings, *, sample: int = MEMORY
     keys, report = Keys(settings.key_prefix), MemoryReport()
     batch: list[str] = []
     try:
-        for raw in client.scan_iter(match=keys.every_key(), count=1000):
+        for seen, raw in enumerate(client.scan_iter(match=keys.every_key(), count=1000), start=1):
             batch.append(text(raw))
             if len(batch) >= _BATCH:
                 _measure(client, keys, batch, report)
                 batch = []
-            if sum(f.keys for f in report.families.values()) + len(batch) >= sample:
+            if seen >= sample:
                 report.complete = False
                 break
         if batch:
             _measure(client, keys, batch, report)
-    except redis.ResponseError as exc:  # MEMORY or OBJECT refused (an embedded Redis, an ACL)
-        return MemoryReport(complete=False, problem=str(exc))
-    except REDIS_ERRORS:
-        raise
+    except redis.ResponseError as exc:
+        if redis_went_away(exc):  # a cluster's "not now": Redis away, not a refusal
+            raise
+        return MemoryReport(complete=False, problem=str(exc))  # MEMORY or OBJECT refused (embedded, an ACL)
     return report
 
 

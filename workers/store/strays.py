@@ -20,14 +20,13 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from core.config import Settings
-from core.defaults import LAST_TURN_TTL_S
 from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
 from core.ids import ov_session_id
 from core.shard_map import ShardMap
 from workers.store.connection import consumer_group, stream_entries, text
 from workers.store.keys import Keys
 from workers.store.scripts import ADOPT_STRAY, DELETE_DRAINED
-from workers.store.streams import marks_last_turn
+from workers.store.streams import last_turn_ttl_s, marks_last_turn
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +68,7 @@ async def _adopt(
             payload,
             shard_map.generation,
             event_id,
-            min(LAST_TURN_TTL_S, settings.snapshot_ttl_s),
+            last_turn_ttl_s(settings),
         ]
         done = int(await ADOPT_STRAY.run(client, [stream, *script_keys], args))
         if done < 0:

@@ -57,6 +57,12 @@ def marks_last_turn(event: TurnEvent) -> bool:
     return bool(event.messages) and event.commit is None
 
 
+def last_turn_ttl_s(settings: Settings) -> int:
+    """How long ``Keys.last_turn`` lives: a week, and never past the snapshot it is compared
+    with (a marker outliving the snapshot tells nothing)."""
+    return min(LAST_TURN_TTL_S, settings.snapshot_ttl_s)
+
+
 def publish_call(
     settings: Settings, shard_map: ShardMap, event: TurnEvent
 ) -> tuple[list[str], list[str | bytes | int]]:
@@ -67,8 +73,14 @@ def publish_call(
     script_keys = [keys.tag_generation(tag), keys.stream(shard_map.stream_of(ov_sid))]
     if marks_last_turn(event):
         script_keys.append(keys.last_turn(tag, ov_sid))
-    ttl_s = min(LAST_TURN_TTL_S, settings.snapshot_ttl_s)  # a marker outliving the snapshot tells nothing
-    return script_keys, [shard_map.generation, STREAM_FIELD, encode(event), event.event_id, ttl_s]
+    args: list[str | bytes | int] = [
+        shard_map.generation,
+        STREAM_FIELD,
+        encode(event),
+        event.event_id,
+        last_turn_ttl_s(settings),
+    ]
+    return script_keys, args
 
 
 def publish_turn(redis_client: redis.Redis, settings: Settings, event: TurnEvent) -> str:
