@@ -43,6 +43,7 @@ from processes import group_cpu_seconds  # bench/processes.py
 from core.config import Settings
 from core.events import TurnEvent
 from core.ov.client import OVClient
+from core.ov.messages import text_message
 from workers.capture.worker import CaptureWorker
 from workers.dev.local_ov import find_openviking_server, start_local_ov
 from workers.dev.local_redis import free_port, start_redis_server
@@ -130,7 +131,7 @@ async def reference_pattern(base_url: str, sessions: list[str], turns: int, coun
                 for message in turn_messages(session, i):
                     text = message["content"] if isinstance(message["content"], str) else str(message["content"])
                     role = "user" if message["role"] == "user" else "assistant"
-                    await ov.add_message(session, {"role": role, "parts": [{"type": "text", "text": text}]})
+                    await ov.add_message(session, text_message(role, text))
                 await ov.get_session(session)
                 for _ in range(extra):
                     await ov.get_context(session, token_budget=128_000)

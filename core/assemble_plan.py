@@ -24,6 +24,7 @@ from core.messages.convert import archive_summary_message, ov_to_agent_messages,
 from core.messages.model import AgentMessage, dump_message, dump_messages
 from core.messages.pipeline import run_pipeline
 from core.messages.tokens import estimate_message_tokens, estimate_tokens
+from core.ov.messages import OVMessage
 from core.recall.text import has_recall_marker, message_text, prepare_recall_query
 
 _TRUNCATION_MARK = "\n…"
@@ -119,7 +120,7 @@ class SessionBase:
 def build_session_base(
     overview: str | None,
     pre_archive_abstracts: Sequence[Any] = (),
-    records: Sequence[Any] = (),
+    records: Sequence[OVMessage] = (),
     total_archives: int = 0,
 ) -> SessionBase:
     """Convert OV /context data (snapshot fields) once."""

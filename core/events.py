@@ -11,6 +11,7 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
+from core.ov.messages import OVMessage
 from core.session import SessionAddress
 
 EVENT_VERSION = 1
@@ -36,7 +37,9 @@ class TurnEvent(msgspec.Struct, kw_only=True):
     agent_id: str | None = None
     """runtimeContext.agentId as OpenClaw gave it, raw; resolution is core.ids'."""
     messages: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    """The whole transcript as OpenClaw holds it (AgentMessage JSON)."""
+    """The whole transcript as OpenClaw holds it (AgentMessage JSON). Kept as JSON objects,
+    not structs: a host's transcript carries provider aliases, custom roles and half-written
+    blocks that capture must read leniently (``core.messages.canonical``), never reject."""
     pre_prompt_message_count: int = 0
     is_heartbeat: bool = False
     token_budget: int | None = None
@@ -112,8 +115,8 @@ class ContextSnapshot(msgspec.Struct, kw_only=True):
     user: str | None = None
     latest_archive_overview: str = ""
     pre_archive_abstracts: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    messages: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    """OV message records: {id, role, parts, created_at}."""
+    messages: list[OVMessage] = msgspec.field(default_factory=list)
+    """OV's message records, as ``/context`` answered them (or as capture wrote them since)."""
     estimated_tokens: int = 0
     total_archives: int = 0
     failed_archives: int = 0

@@ -14,10 +14,10 @@ stored snapshot: ``/context`` is then exactly what the round wrote (``first_reco
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from core.events import ContextSnapshot
+from core.ov.messages import OVMessage, ToolPart
 
 SAFE_TOOL_OUTPUT_CHARS = 16_000
 """Longest tool output a grown snapshot takes: OV externalizes long outputs (a stub and a
@@ -25,23 +25,18 @@ SAFE_TOOL_OUTPUT_CHARS = 16_000
 own ``/context`` shows."""
 
 
-def _long_output(message: Mapping[str, Any]) -> bool:
-    for part in message.get("parts") or ():
-        if isinstance(part, Mapping) and part.get("type") == "tool":
-            output = part.get("tool_output")
-            if not isinstance(output, str) or len(output) >= SAFE_TOOL_OUTPUT_CHARS:
-                return True
-    return False
+def _long_output(message: OVMessage) -> bool:
+    return any(isinstance(p, ToolPart) and len(p.tool_output) >= SAFE_TOOL_OUTPUT_CHARS for p in message.parts)
 
 
 def grown_records(
     snapshot: ContextSnapshot | None,
-    written: Sequence[Mapping[str, Any]],
+    written: Sequence[OVMessage],
     *,
     round_start: str | None,
     added: int,
     active_after: int,
-) -> list[dict[str, Any]] | None:
+) -> list[OVMessage] | None:
     """The snapshot's message records with ``written`` appended, when that is what OV's
     ``/context`` would return now; None when it may not be (read OV then).
 
@@ -55,12 +50,12 @@ def grown_records(
         return None
     if any(_long_output(m) for m in written):
         return None
-    return [*snapshot.messages, *(dict(m) for m in written)]
+    return [*snapshot.messages, *written]
 
 
 def first_records(
-    written: Sequence[Mapping[str, Any]], *, ov_total_before: int | None, added: int, active_after: int
-) -> list[dict[str, Any]] | None:
+    written: Sequence[OVMessage], *, ov_total_before: int | None, added: int, active_after: int
+) -> list[OVMessage] | None:
     """The message records OV's ``/context`` returns after the first write to a session it
     never held a message of (``ov_total_before`` 0: no archive, nothing active), when the
     write added exactly ``written``; None when that is not certain (read OV then)."""
@@ -68,4 +63,4 @@ def first_records(
         return None
     if any(_long_output(m) for m in written):
         return None
-    return [dict(m) for m in written]
+    return list(written)

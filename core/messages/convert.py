@@ -29,7 +29,8 @@ from core.messages.model import (
     UserMessage,
     dump_messages,
 )
-from core.messages.tokens import estimate_message_tokens
+from core.messages.tokens import compact_json, estimate_message_tokens
+from core.ov.messages import ContextPart, OVMessage, TextPart, ToolPart, text_message
 from core.recall.text import sanitize_capture_text
 
 ARCHIVE_SUMMARY_HEADER = "[Session History Summary]"
@@ -43,10 +44,6 @@ UNKNOWN_TOOL_NAME = "unknown"
 _SECONDS_LIMIT = 1e11
 """Timestamps below this (in magnitude) are seconds, others milliseconds (year ~5138 cut-off)."""
 _FINISHED_STATUSES = frozenset({"completed", "error"})
-
-
-def _compact_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 # --- capture: OpenClaw -> OV ----------------------------------------------------------
@@ -114,7 +111,7 @@ def _tool_output(content: Any) -> str:
         return "\n".join(_block_texts(content))
     if content is None:
         return ""
-    return _compact_json(content)
+    return compact_json(content)
 
 
 def _message_text(content: Any) -> str:
@@ -125,43 +122,42 @@ def _message_text(content: Any) -> str:
     return ""
 
 
-def _tool_part(msg: Mapping[str, Any], inputs: Mapping[str, dict[str, Any]]) -> dict[str, Any] | None:
+def _tool_part(msg: Mapping[str, Any], inputs: Mapping[str, dict[str, Any]]) -> ToolPart | None:
     output = _tool_output(msg.get("content"))
     if not output:
         return None
     name = msg.get("toolName")
-    call_id = msg.get("toolCallId") if isinstance(msg.get("toolCallId"), str) else ""
+    raw_id = msg.get("toolCallId")
+    call_id = raw_id if isinstance(raw_id, str) else ""
     tool_input = inputs.get(call_id) if call_id else None
     if tool_input is None and isinstance(msg.get("toolInput"), Mapping):
         tool_input = dict(msg["toolInput"])
-    part: dict[str, Any] = {"type": "tool"}
-    if call_id:
-        part["tool_id"] = call_id
-    part["tool_name"] = name if isinstance(name, str) and name else DEFAULT_CAPTURE_TOOL_NAME
-    if tool_input is not None:
-        part["tool_input"] = tool_input
-    part["tool_output"] = output
-    part["tool_status"] = "error" if msg.get("isError") is True else "completed"
-    return part
+    return ToolPart(
+        tool_id=call_id,
+        tool_name=name if isinstance(name, str) and name else DEFAULT_CAPTURE_TOOL_NAME,
+        tool_input=tool_input,
+        tool_output=output,
+        tool_status="error" if msg.get("isError") is True else "completed",
+    )
 
 
-def _is_tool_only(message: Mapping[str, Any]) -> bool:
-    parts = message["parts"]
-    return message["role"] == "assistant" and bool(parts) and all(p["type"] == "tool" for p in parts)
+def _is_tool_only(message: OVMessage) -> bool:
+    parts = message.parts
+    return message.role == "assistant" and bool(parts) and all(isinstance(p, ToolPart) for p in parts)
 
 
-def _coalesce_tool_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _coalesce_tool_messages(messages: list[OVMessage]) -> list[OVMessage]:
     """Adjacent all-tool assistant messages become one, so a tool burst is one OV message."""
-    out: list[dict[str, Any]] = []
+    out: list[OVMessage] = []
     for message in messages:
         if out and _is_tool_only(message) and _is_tool_only(out[-1]):
-            out[-1] = {**out[-1], "parts": out[-1]["parts"] + message["parts"]}
+            out[-1].parts.extend(message.parts)
         else:
             out.append(message)
     return out
 
 
-def turn_to_ov_messages(messages: Sequence[Any], pre_prompt_message_count: Any, agent_id: str) -> list[dict[str, Any]]:
+def turn_to_ov_messages(messages: Sequence[Any], pre_prompt_message_count: Any, agent_id: str) -> list[OVMessage]:
     """OV message bodies for the messages OpenClaw added this turn.
 
     The turn is ``messages[pre_prompt_message_count:]`` (0 when missing or
@@ -181,7 +177,7 @@ def turn_to_ov_messages(messages: Sequence[Any], pre_prompt_message_count: Any, 
     if not turn:
         return []
     inputs = _tool_inputs(canonicalize_agent_messages(normalize_assistant_content(messages)))
-    out: list[dict[str, Any]] = []
+    out: list[OVMessage] = []
     for msg in canonicalize_agent_messages(turn):
         if not isinstance(msg, Mapping):
             continue
@@ -191,20 +187,18 @@ def turn_to_ov_messages(messages: Sequence[Any], pre_prompt_message_count: Any, 
         if role == "toolResult":
             part = _tool_part(msg, inputs)
             if part:
-                out.append({"role": "assistant", "parts": [part]})
+                out.append(OVMessage(role="assistant", parts=[part]))
             continue
         text = sanitize_capture_text(_message_text(msg.get("content")))
         if text:
-            ov_role = "assistant" if role == "assistant" else "user"
-            out.append({"role": ov_role, "parts": [{"type": "text", "text": text}]})
+            out.append(text_message("assistant" if role == "assistant" else "user", text))
     created_at = _latest_created_at(turn)
-    result = []
-    for message in _coalesce_tool_messages(out):
-        if message["role"] == "assistant" and agent_id:
-            message["peer_id"] = agent_id
+    result = _coalesce_tool_messages(out)
+    for message in result:
+        if message.role == "assistant" and agent_id:
+            message.peer_id = agent_id
         if created_at:
-            message["created_at"] = created_at
-        result.append(message)
+            message.created_at = created_at
     return result
 
 
@@ -220,72 +214,59 @@ def _tool_arguments(tool_input: Any) -> dict[str, Any]:
     return dict(tool_input) if isinstance(tool_input, Mapping) else {}
 
 
-def _result_text(part: Mapping[str, Any], status: str, output: str) -> str:
-    text = (output or NO_OUTPUT_TEXT) if status in _FINISHED_STATUSES else INTERRUPTED_TEXT
+def _result_text(part: ToolPart, status: str) -> str:
+    text = (part.tool_output or NO_OUTPUT_TEXT) if status in _FINISHED_STATUSES else INTERRUPTED_TEXT
     # OV may externalise a long output and keep only a reference to it.
-    ref = part.get("tool_output_ref")
-    if isinstance(ref, str) and ref and ref not in text:
-        chars = part.get("tool_output_original_chars")
-        suffix = f" original_chars={chars}" if isinstance(chars, int) else ""
+    ref = part.tool_output_ref
+    if ref and ref not in text:
+        chars = part.tool_output_original_chars
+        suffix = f" original_chars={chars}" if chars is not None else ""
         text += f"\n[tool-result-ref] {ref}{suffix}"
     return text
 
 
-def _tool_as_text(part: Mapping[str, Any], name: str, status: str, output: str) -> str:
+def _tool_as_text(part: ToolPart, name: str, status: str) -> str:
     lines = [f"[{name}] ({status})"]
-    tool_input = part.get("tool_input")
-    if tool_input is not None and tool_input != "":
-        lines.append(f"Input: {_compact_json(tool_input)}")
-    if output:
-        lines.append(f"Output: {output}")
+    if part.tool_input is not None and part.tool_input != "":
+        lines.append(f"Input: {compact_json(part.tool_input)}")
+    if part.tool_output:
+        lines.append(f"Output: {part.tool_output}")
     return "\n".join(lines)
 
 
-def _str_field(part: Mapping[str, Any], key: str) -> str:
-    value = part.get(key)
-    return value if isinstance(value, str) else ""
-
-
-def _record_to_messages(record: Mapping[str, Any]) -> list[AgentMessage]:
-    parts = record.get("parts")
+def _record_to_messages(record: OVMessage) -> list[AgentMessage]:
     texts: list[TextBlock] = []
     calls: list[ToolCallBlock] = []
     results: list[ToolResultMessage] = []
-    for part in parts if isinstance(parts, list) else []:
-        if not isinstance(part, Mapping):
-            continue
-        kind = part.get("type")
-        if kind == "text" and isinstance(part.get("text"), str):
-            texts.append(TextBlock(text=part["text"]))
-        elif kind == "context":
-            if isinstance(part.get("abstract"), str) and part["abstract"]:
-                texts.append(TextBlock(text=part["abstract"]))
-        elif kind == "tool":
-            tool_id = _str_field(part, "tool_id")
-            name = _str_field(part, "tool_name") or UNKNOWN_TOOL_NAME
-            status = _str_field(part, "tool_status") or "unknown"
-            output = _str_field(part, "tool_output")
-            if not tool_id:
+    for part in record.parts:
+        if isinstance(part, TextPart):
+            texts.append(TextBlock(text=part.text))
+        elif isinstance(part, ContextPart):
+            if part.abstract:
+                texts.append(TextBlock(text=part.abstract))
+        elif isinstance(part, ToolPart):
+            name = part.tool_name or UNKNOWN_TOOL_NAME
+            status = part.tool_status or "unknown"
+            if not part.tool_id:
                 # Without an id no call/result pair can be built; keep what happened as text.
-                texts.append(TextBlock(text=_tool_as_text(part, name, status, output)))
+                texts.append(TextBlock(text=_tool_as_text(part, name, status)))
                 continue
-            arguments = _tool_arguments(part.get("tool_input"))
-            calls.append(ToolCallBlock(id=tool_id, name=name, arguments=arguments))
+            calls.append(ToolCallBlock(id=part.tool_id, name=name, arguments=_tool_arguments(part.tool_input)))
             results.append(
                 ToolResultMessage(
-                    toolCallId=tool_id,
+                    toolCallId=part.tool_id,
                     toolName=name,
-                    content=[TextBlock(text=_result_text(part, status, output))],
+                    content=[TextBlock(text=_result_text(part, status))],
                     isError=status == "error",
                 )
             )
     out: list[AgentMessage] = []
-    if record.get("role") == "assistant":
+    if record.role == "assistant":
         if texts or calls:
             out.append(AssistantMessage(content=[*texts, *calls]))
     elif texts:
         out.append(UserMessage(content="\n".join(block.text for block in texts)))
-    if calls and record.get("role") != "assistant":
+    if calls and record.role != "assistant":
         out.append(AssistantMessage(content=list(calls)))
     return out + results
 
@@ -306,7 +287,7 @@ def merge_consecutive_assistants(msgs: Sequence[AgentMessage]) -> list[AgentMess
     return out
 
 
-def ov_to_agent_messages(records: Sequence[Any]) -> list[AgentMessage]:
+def ov_to_agent_messages(records: Sequence[OVMessage]) -> list[AgentMessage]:
     """AgentMessages of OV /context records ``{id, role, parts, created_at}``.
 
     Text parts and context abstracts become text; a tool part with a tool_id
@@ -319,9 +300,8 @@ def ov_to_agent_messages(records: Sequence[Any]) -> list[AgentMessage]:
     strict providers reject). Adjacent assistants are merged last.
     """
     out: list[AgentMessage] = []
-    for record in records if isinstance(records, Sequence) else []:
-        if isinstance(record, Mapping):
-            out.extend(_record_to_messages(record))
+    for record in records:
+        out.extend(_record_to_messages(record))
     return merge_consecutive_assistants(out)
 
 

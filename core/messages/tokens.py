@@ -25,6 +25,8 @@ import json
 import re
 from typing import Any
 
+import msgspec
+
 _CJK_CLASS = (
     "\u1100-\u11ff"  # Hangul jamo
     "\u3000-\u303f"  # CJK symbols and punctuation
@@ -69,8 +71,13 @@ def estimate_tokens(text: str) -> int:
 
 def compact_json(value: Any) -> str:
     """The JSON the estimate is taken over: like JavaScript's JSON.stringify,
-    no spaces and non-ASCII kept as is (escaping would inflate CJK 4x)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    no spaces and non-ASCII kept as is (escaping would inflate CJK 4x). A struct (an OV
+    record) is measured as the JSON it encodes to."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_plain)
+
+
+def _plain(value: Any) -> Any:
+    return msgspec.to_builtins(value) if isinstance(value, msgspec.Struct) else str(value)
 
 
 def estimate_message_tokens(messages: Any) -> int:

@@ -29,6 +29,7 @@ from core.backoff import Backoff
 from core.config import Settings
 from core.ov.envelope import OVError, OVUnavailable, decode_result, object_result, unwrap
 from core.ov.layout import BATCH_LIMIT
+from core.ov.messages import OVMessage, to_json
 from core.ov.models import (
     AddMessagesResult,
     Archive,
@@ -217,13 +218,13 @@ class OVClient:
         result = await self._get(f"/api/v1/sessions/{_seg(session_id)}", params=params)
         return decode_result(result, SessionState)
 
-    async def add_message(self, session_id: str, message: dict[str, Any]) -> AddMessagesResult:
-        result = await self._post(f"/api/v1/sessions/{_seg(session_id)}/messages", message)
+    async def add_message(self, session_id: str, message: OVMessage) -> AddMessagesResult:
+        result = await self._post(f"/api/v1/sessions/{_seg(session_id)}/messages", to_json([message])[0])
         out = decode_result(result, AddMessagesResult)
         out.added = 1
         return out
 
-    async def add_messages(self, session_id: str, messages: list[dict[str, Any]]) -> AddMessagesResult:
+    async def add_messages(self, session_id: str, messages: list[OVMessage]) -> AddMessagesResult:
         """Batch add in chunks of at most ``batch_max``; the last answer with ``added`` summed.
 
         Not retried. If a chunk fails, the error's ``added`` counts what earlier chunks stored.
@@ -233,7 +234,8 @@ class OVClient:
         timeout = httpx.Timeout(self.write_timeout, connect=self.timeout)
         path = f"/api/v1/sessions/{_seg(session_id)}/messages/batch"
         size = max(1, min(self.batch_max, BATCH_LIMIT))
-        chunks = [messages[i : i + size] for i in range(0, len(messages), size)] or [[]]
+        bodies = to_json(messages)
+        chunks = [bodies[i : i + size] for i in range(0, len(bodies), size)] or [[]]
         added = 0
         last = AddMessagesResult(session_id=session_id)
         for chunk in chunks:

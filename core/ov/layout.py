@@ -11,7 +11,8 @@ limit. A new OV release that moves any of them changes this module (and its cont
 from __future__ import annotations
 
 import re
-from typing import Any
+
+from core.ov.messages import OVMessage, ToolPart
 
 BATCH_LIMIT = 100
 """Most messages the batch route takes in one request (``ovBatchMax`` is at most this)."""
@@ -63,14 +64,10 @@ ARCHIVE_ID = re.compile(r"archive_\d+")
 """An archive's name (``archive_id``) found in a URI or a text."""
 
 
-def ov_message_count(message: dict[str, Any]) -> int:
+def ov_message_count(message: OVMessage) -> int:
     """How many messages OV stores for one message we send: a user message made only of tool
     parts is split into one message per part; every other message is stored as one."""
-    parts = message.get("parts") or []
-    if (
-        message.get("role") == "user"
-        and len(parts) > 1
-        and all(isinstance(p, dict) and p.get("type") == "tool" for p in parts)
-    ):
+    parts = message.parts
+    if message.role == "user" and len(parts) > 1 and all(isinstance(p, ToolPart) for p in parts):
         return len(parts)
     return 1

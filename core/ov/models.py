@@ -12,6 +12,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from core.ov.messages import OVMessage
+
 
 class _Result(msgspec.Struct, kw_only=True, forbid_unknown_fields=False):
     """Base: tolerant of extra fields."""
@@ -100,15 +102,14 @@ class ContextStats(_Result):
 class SessionContext(_Result):
     """``GET .../context?token_budget=N``.
 
-    ``messages`` are OV messages as dicts (``id, role, parts, created_at`` and
-    maybe ``peer_id, turn_id``): the raw messages of archives whose phase 2 is
-    still running, then the active ones. ``pre_archive_abstracts`` is always
+    ``messages``: the raw messages of archives whose phase 2 is still running, then
+    the active ones. ``pre_archive_abstracts`` is always
     empty in 0.5.2.
     """
 
     latest_archive_overview: str = ""
     pre_archive_abstracts: list[Any] = msgspec.field(default_factory=list)
-    messages: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    messages: list[OVMessage] = msgspec.field(default_factory=list)
     estimated_tokens: int = msgspec.field(default=0, name="estimatedTokens")
     stats: ContextStats = msgspec.field(default_factory=ContextStats)
 
@@ -119,7 +120,7 @@ class Archive(_Result):
     archive_id: str = ""
     abstract: str = ""
     overview: str = ""
-    messages: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    messages: list[OVMessage] = msgspec.field(default_factory=list)
 
 
 class Hit(_Result):

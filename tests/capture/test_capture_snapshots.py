@@ -32,7 +32,7 @@ async def test_each_batch_refreshes_the_snapshot(redis_client, settings, fake_ov
     await make_worker(settings, fake_ov, burst=True, on_snapshot=seen.append).run()
     snap = _snap(redis_client, settings, "snap")
     assert snap.applied_stream_id == ids[-1] and snap.captured_through == 6
-    assert [p["text"] for m in snap.messages for p in m["parts"]][-2:] == ["snap:q2", "snap:a2"]
+    assert [m.text for m in snap.messages][-2:] == ["snap:q2", "snap:a2"]
     assert seen and seen[-1].applied_stream_id == ids[-1]
     ttl = redis_client.pttl(snapshot_key(settings, SessionAddress("snap", "main")))
     assert 0 < ttl <= settings.snapshot_ttl_s * 1000

@@ -10,6 +10,7 @@ from core.config import Settings
 from core.events import STREAM_FIELD, TurnEvent, decode
 from core.ids import ov_session_id
 from core.ov.layout import ov_message_count
+from core.ov.messages import OVMessage, TextPart, ToolPart
 from tests.helpers.capture import turn
 from workers.capture.plan import Entry, drop_written, finish_state, plan_round, session_of
 from workers.store.applied import AppliedState, Intent
@@ -57,10 +58,11 @@ def test_applied_hash_round_trip():
 
 
 def test_ov_splits_tool_only_user_messages():
-    tool = {"type": "tool", "tool_id": "t", "tool_name": "x"}
-    assert ov_message_count({"role": "user", "parts": [tool, tool, tool]}) == 3
-    assert ov_message_count({"role": "assistant", "parts": [tool, tool]}) == 1
-    msgs = [{"role": "user", "parts": [tool, tool]}, {"role": "assistant", "parts": [tool]}]
+    tool = ToolPart(tool_id="t", tool_name="x")
+    assert ov_message_count(OVMessage(role="user", parts=[tool, tool, tool])) == 3
+    assert ov_message_count(OVMessage(role="assistant", parts=[tool, tool])) == 1
+    assert ov_message_count(OVMessage(role="user", parts=[tool, TextPart(text="t")])) == 1
+    msgs = [OVMessage(role="user", parts=[tool, tool]), OVMessage(role="assistant", parts=[tool])]
     assert drop_written(msgs, 2) == msgs[1:]
     assert drop_written(msgs, 1) == msgs  # a split message is sent whole, never in part
     assert drop_written(msgs, 3) == []
@@ -82,8 +84,8 @@ def test_plan_applies_the_seed_rules_in_order(settings):
     state = AppliedState(last_id="1-0")
     plan = plan_round(bypassing, entries[0].session, entries, state)
     assert [u.skip for u in plan.units] == ["applied before", "heartbeat", None, "advancement seen", None]
-    assert [p["text"] for m in plan.messages for p in m["parts"]] == ["s:q2", "s:a2", "s:q3", "s:a3"]
-    assert all(m.get("peer_id") == "main" for m in plan.messages if m["role"] == "assistant")
+    assert [m.text for m in plan.messages] == ["s:q2", "s:a2", "s:q3", "s:a3"]
+    assert all(m.peer_id == "main" for m in plan.messages if m.role == "assistant")
     plan.base, plan.added = 10, 4
     final = finish_state(plan)
     assert (final.last_id, final.total, final.captured, final.advancements) == ("5-0", 14, 8, ["A"])
@@ -106,7 +108,7 @@ def test_plan_applies_the_seed_rules_in_order(settings):
 def test_an_after_turn_event_fills_the_gap_before_it(settings, captured: int, expected: list[str]):
     [entry] = [_entry(settings, turn("s", 4), "9-0")]
     plan = plan_round(settings, entry.session, [entry], AppliedState(last_id="1-0", captured=captured))
-    assert [p["text"] for m in plan.messages for p in m["parts"]] == expected
+    assert [m.text for m in plan.messages] == expected
     assert finish_state(plan).captured == 10
 
 
@@ -114,7 +116,7 @@ def test_a_commit_turn_event_fills_no_gap(settings):
     event = turn("s", 4, advancement_key="K")  # (this helper's commitTurn carries the whole transcript)
     [entry] = [_entry(settings, event, "9-0")]
     plan = plan_round(settings, entry.session, [entry], AppliedState(last_id="1-0", captured=2))
-    assert [p["text"] for m in plan.messages for p in m["parts"]] == ["s:q4", "s:a4"]
+    assert [m.text for m in plan.messages] == ["s:q4", "s:a4"]
 
 
 def test_plan_in_isolate_mode_takes_one_writing_entry(settings):
@@ -126,7 +128,7 @@ def test_plan_in_isolate_mode_takes_one_writing_entry(settings):
 def test_plan_skips_what_an_interrupted_write_stored(settings):
     entries = [_entry(settings, turn("s", 0, per_turn=3), "1-0")]
     plan = plan_round(settings, entries[0].session, entries, AppliedState(partial_id="1-0", partial_skip=2))
-    assert [p["text"] for m in plan.messages for p in m["parts"]] == ["s:a0.1"]
+    assert [m.text for m in plan.messages] == ["s:a0.1"]
 
 
 def test_plan_stops_at_an_entry_convert_cannot_read(settings, monkeypatch):

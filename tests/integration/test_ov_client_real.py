@@ -48,7 +48,7 @@ async def test_round_trip_with_typed_results(ov_server) -> None:
         ctx = await ov.get_context(s, token_budget=128_000)
         assert ctx.latest_archive_overview.startswith("# Working Memory")
         assert ctx.stats.total_archives == 1 and ctx.stats.failed_archives == 0
-        assert [m["parts"][0]["text"] for m in ctx.messages] == ["client line 149"]
+        assert [m.text for m in ctx.messages] == ["client line 149"]
         assert ctx.estimated_tokens == ctx.stats.active_tokens + ctx.stats.archive_tokens
         archive = await ov.get_archive(s, "archive_001")
         assert archive.archive_id == "archive_001" and len(archive.messages) == 149

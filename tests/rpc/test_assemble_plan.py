@@ -21,16 +21,12 @@ from core.messages.convert import INTERRUPTED_TEXT
 from core.messages.model import parse_messages
 from core.messages.pipeline import NO_CONTENT_TEXT
 from core.messages.tokens import estimate_message_tokens, estimate_tokens
+from core.ov.messages import OVMessage, TextPart, to_records
 from core.recall.text import AUTO_RECALL_SOURCE_MARKER
 
 
-def text_record(role: str, text: str, i: int = 0) -> dict[str, Any]:
-    return {
-        "id": f"m{i}",
-        "role": role,
-        "parts": [{"type": "text", "text": text}],
-        "created_at": "2026-01-01T00:00:00Z",
-    }
+def text_record(role: str, text: str, i: int = 0) -> OVMessage:
+    return OVMessage(id=f"m{i}", role=role, parts=[TextPart(text=text)], created_at="2026-01-01T00:00:00Z")
 
 
 def first_text(message: dict[str, Any]) -> str:
@@ -38,7 +34,7 @@ def first_text(message: dict[str, Any]) -> str:
     return content if isinstance(content, str) else content[0]["text"]
 
 
-def conversation(n: int, words: int = 20) -> list[dict[str, Any]]:
+def conversation(n: int, words: int = 20) -> list[OVMessage]:
     return [text_record("user" if i % 2 == 0 else "assistant", f"turn {i} " + "word " * words, i) for i in range(n)]
 
 
@@ -126,13 +122,13 @@ def test_session_base_has_archive_from_overview_abstracts_or_count() -> None:
 
 
 def build(
-    records: list[dict[str, Any]],
+    records: list[Any],
     overview: str = "",
     tail: list[dict[str, Any]] | None = None,
     budget: int | None = None,
     total_archives: int = 0,
 ) -> FullContext:
-    base = build_session_base(overview, [], records, total_archives)
+    base = build_session_base(overview, [], to_records(records), total_archives)
     result = build_full_context(base, parse_messages(tail or []), budget)
     assert isinstance(result, FullContext)
     return result
@@ -172,7 +168,7 @@ def test_output_fits_the_budget_and_keeps_the_newest(budget: int) -> None:
     result = build(records, overview="# Summary\n" + "older detail " * 4000, budget=budget)
     assert result.estimated_tokens <= budget - 20_000  # the output reserve stays free
     assert 0 < result.session_kept < 500
-    assert records[-1]["parts"][0]["text"] in str(result.messages[-1])
+    assert records[-1].text in str(result.messages[-1])
     # The summary leads (merged into the first user turn when one follows it).
     assert first_text(result.messages[0]).startswith("[Session History Summary]")
 
@@ -304,7 +300,7 @@ def test_empty_parts_still_give_the_summary() -> None:
 
 
 def test_nothing_to_send_is_a_passthrough() -> None:
-    base = build_session_base("", [], [{"id": "e", "role": "assistant", "parts": []}])
+    base = build_session_base("", [], [OVMessage(id="e", role="assistant")])
     assert build_full_context(base, [], None) == Passthrough("assembled_empty")
 
 

@@ -7,12 +7,17 @@ from typing import Any
 
 import pytest
 
-from core.messages.convert import (
-    turn_to_ov_messages,
-)
+from core.messages.convert import turn_to_ov_messages
+from core.ov.messages import to_json
 from tests.helpers.transcripts import text_msg, tool_part
 
 # --- capture ------------------------------------------------------------------------------
+
+
+def capture(messages: Any, count: Any, agent_id: str) -> list[dict[str, Any]]:
+    """The OV message bodies capture sends for a turn, as JSON."""
+    return to_json(turn_to_ov_messages(messages, count, agent_id))
+
 
 CAPTURE_CASES: list[tuple[str, list[Any], Any, list[dict[str, Any]]]] = [
     ("empty transcript", [], 0, []),
@@ -221,12 +226,12 @@ CAPTURE_CASES: list[tuple[str, list[Any], Any, list[dict[str, Any]]]] = [
 @pytest.mark.parametrize(
     ("messages", "count", "expected"), [c[1:] for c in CAPTURE_CASES], ids=[c[0] for c in CAPTURE_CASES]
 )
-def test_turn_to_ov_messages(messages: list[Any], count: Any, expected: list[dict[str, Any]]) -> None:
-    assert turn_to_ov_messages(messages, count, "agent-1") == expected
+def test_capture(messages: list[Any], count: Any, expected: list[dict[str, Any]]) -> None:
+    assert capture(messages, count, "agent-1") == expected
 
 
 def test_capture_keeps_code_and_paths() -> None:
-    out = turn_to_ov_messages(
+    out = capture(
         [
             {"role": "user", "content": "Look at src/app.ts and run `npm install`"},
             {
@@ -242,7 +247,7 @@ def test_capture_keeps_code_and_paths() -> None:
 
 
 def test_capture_without_agent_id_sets_no_peer() -> None:
-    assert turn_to_ov_messages([{"role": "assistant", "content": "hi"}], 0, "") == [text_msg("assistant", "hi")]
+    assert capture([{"role": "assistant", "content": "hi"}], 0, "") == [text_msg("assistant", "hi")]
 
 
 @pytest.mark.parametrize(
@@ -268,12 +273,12 @@ def test_created_at_is_the_turns_latest_timestamp(timestamps: list[Any], expecte
     for i, ts in enumerate(timestamps):
         role, ts = ts if isinstance(ts, tuple) else (("user", "assistant")[i % 2], ts)
         messages.append({"role": role, "content": f"m{i}", "timestamp": ts})
-    out = turn_to_ov_messages(messages, 1, "a")
+    out = capture(messages, 1, "a")
     assert out and {m.get("created_at") for m in out} == {expected}
 
 
 def test_capture_output_is_the_ov_message_body_shape() -> None:
-    out = turn_to_ov_messages(
+    out = capture(
         [
             {"role": "user", "content": "q", "timestamp": 1},
             {"role": "assistant", "content": [{"type": "toolCall", "id": "t", "name": "n", "arguments": {}}]},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,6 +27,7 @@ from core.messages.model import (
     UserMessage,
     dump_messages,
 )
+from core.ov.messages import to_records
 from tests.helpers.transcripts import text_msg, tool_part
 
 # --- assemble -------------------------------------------------------------------------------
@@ -177,7 +179,7 @@ ASSEMBLE_CASES: list[tuple[str, list[Any], list[dict[str, Any]]]] = [
         ],
     ),
     (
-        "user texts join with a newline; empty records and odd parts give nothing",
+        "user texts join with a newline; empty records and empty abstracts give nothing",
         [
             {
                 "role": "user",
@@ -185,13 +187,11 @@ ASSEMBLE_CASES: list[tuple[str, list[Any], list[dict[str, Any]]]] = [
                     {"type": "text", "text": "a"},
                     {"type": "context", "abstract": ""},
                     {"type": "context", "abstract": "b"},
-                    "junk",
-                    {"type": "weird"},
+                    {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
                 ],
             },
             {"role": "assistant", "parts": []},
-            {"role": "user", "parts": None},
-            "not a record",
+            {"role": "user"},
         ],
         [{"role": "user", "content": "a\nb"}],
     ),
@@ -249,7 +249,18 @@ ASSEMBLE_CASES: list[tuple[str, list[Any], list[dict[str, Any]]]] = [
 
 @pytest.mark.parametrize(("records", "expected"), [c[1:] for c in ASSEMBLE_CASES], ids=[c[0] for c in ASSEMBLE_CASES])
 def test_ov_to_agent_messages(records: list[Any], expected: list[dict[str, Any]]) -> None:
-    assert dump_messages(ov_to_agent_messages(records)) == expected
+    assert dump_messages(ov_to_agent_messages(to_records(records))) == expected
+
+
+@pytest.mark.parametrize(
+    "records",
+    [["not a record"], [{"role": "user", "parts": ["junk"]}], [{"role": "user", "parts": [{"type": "weird"}]}]],
+    ids=["not-an-object", "part-not-an-object", "unknown-part-kind"],
+)
+def test_records_of_another_shape_fail_where_they_come_in(records: list[Any]) -> None:
+    # Strict at the edge (OV's answer, a stored snapshot), so nothing past it checks shapes.
+    with pytest.raises(msgspec.ValidationError):
+        to_records(records)
 
 
 def test_capture_then_assemble_round_trip_keeps_the_tool_pair() -> None:

@@ -11,6 +11,7 @@ from core.events import (
     decode,
     encode,
 )
+from core.ov.messages import OVMessage, TextPart, ToolPart
 
 SAMPLES = [
     TurnEvent(
@@ -38,7 +39,7 @@ SAMPLES = [
     ContextSnapshot(
         ov_session_id="s",
         agent_id="main",
-        messages=[{"id": "m", "role": "user", "parts": []}],
+        messages=[OVMessage(id="m", role="user", parts=[TextPart(text="hi"), ToolPart(tool_id="t", tool_output="ok")])],
         applied_stream_id="5-0",
         captured_through=4,
     ),

@@ -179,7 +179,7 @@ async def test_round_trip_against_fake():
             "viking://user/default/memories/preferences/mem_1.md"
         ]
         ctx = await ov.get_context("s1", token_budget=1000)
-        assert [m["parts"][0]["text"] for m in ctx.messages] == ["ok"]
+        assert [m.text for m in ctx.messages] == ["ok"]
         with pytest.raises(OVError) as bad:
             await ov.find("tea", target_uri="viking://user/memories", limit=5)
         assert bad.value.code == "INVALID_URI"

@@ -117,7 +117,7 @@ SHAPES = [
         "/api/v1/sessions/s1/archives/archive_001",
         {},
         None,
-        {"archive_id": "archive_001", "overview": "o", "messages": [{"id": "m"}]},
+        {"archive_id": "archive_001", "overview": "o", "messages": [{"id": "m", "role": "user"}]},
         Archive,
     ),
     (lambda c: c.delete_session("s1"), "DELETE", "/api/v1/sessions/s1", {}, None, {"session_id": "s1"}, dict),
@@ -287,7 +287,7 @@ async def test_decoded_fields():
     ctx = await client(rec).get_context("s", token_budget=10)
     assert ctx.estimated_tokens == 42 and ctx.latest_archive_overview == "sum"
     assert (ctx.stats.total_archives, ctx.stats.failed_archives, ctx.stats.active_tokens) == (3, 1, 40)
-    assert ctx.messages[0]["id"] == "m1"
+    assert ctx.messages[0].id == "m1"
     rec.answers = [ok({"task_id": "t", "status": "completed", "result": {"memories_extracted": {"total": 2}}})]
     task = await client(rec).get_task("t")
     assert task.done and task.result == {"memories_extracted": {"total": 2}}

@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from core.events import ContextSnapshot
+from core.ov.messages import OVMessage, TextPart, ToolPart, text_message
 from core.snapshot_growth import SAFE_TOOL_OUTPUT_CHARS, first_records, grown_records
 
 STORED = ContextSnapshot(
     ov_session_id="s",
     agent_id="main",
-    messages=[{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}],
+    messages=[OVMessage(id="m1", role="user", parts=[TextPart(text="hi")])],
     applied_stream_id="5-0",
 )
-TEXT = {"role": "assistant", "parts": [{"type": "text", "text": "hello"}]}
+TEXT = text_message("assistant", "hello")
 
 
-def tool(output: Any) -> dict[str, Any]:
-    return {"role": "assistant", "parts": [{"type": "tool", "tool_id": "c", "tool_output": output}]}
+def tool(output: str) -> OVMessage:
+    return OVMessage(role="assistant", parts=[ToolPart(tool_id="c", tool_output=output)])
 
 
 @pytest.mark.parametrize(
@@ -34,7 +33,6 @@ def tool(output: Any) -> dict[str, Any]:
         (STORED, [TEXT], "5-0", 1, 1, False),  # a commit archived messages meanwhile
         (STORED, [TEXT], "5-0", 0, 1, False),  # OV added fewer than written
         (STORED, [tool("x" * SAFE_TOOL_OUTPUT_CHARS)], "5-0", 1, 2, False),  # OV may stub it
-        (STORED, [tool(None)], "5-0", 1, 2, False),  # no output to vouch for
     ],
     ids=[
         "text",
@@ -46,12 +44,11 @@ def tool(output: Any) -> dict[str, Any]:
         "commit-between",
         "fewer-added",
         "long-tool-output",
-        "tool-without-output",
     ],
 )
 def test_grown_records(
     stored: ContextSnapshot | None,
-    written: list[dict[str, Any]],
+    written: list[OVMessage],
     round_start: str | None,
     added: int,
     active_after: int,
@@ -78,7 +75,7 @@ def test_grown_records(
     ids=["text", "text-and-tool", "count-unknown", "ov-had-messages", "ov-has-more", "fewer-added", "long-output"],
 )
 def test_first_records(
-    written: list[dict[str, Any]], ov_total_before: int | None, added: int, active_after: int, known: bool
+    written: list[OVMessage], ov_total_before: int | None, added: int, active_after: int, known: bool
 ) -> None:
     records = first_records(written, ov_total_before=ov_total_before, added=added, active_after=active_after)
-    assert records == ([dict(m) for m in written] if known else None)
+    assert records == (list(written) if known else None)

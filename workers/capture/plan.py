@@ -21,12 +21,12 @@ entry with messages, so a failure points at the entry that caused it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from core.config import Settings
 from core.events import TurnEvent
 from core.messages.convert import turn_to_ov_messages
 from core.ov.layout import ov_message_count
+from core.ov.messages import OVMessage
 from core.session import SessionAddress
 from core.turns import SKIP_ADVANCEMENT_SEEN, address_of, captured_after, skip_reason, turn_start
 from workers.store.applied import AppliedState, Intent, parse_id
@@ -92,7 +92,7 @@ class Unit:
     """An entry in a round: the messages it writes (none for a skipped one)."""
 
     entry: Entry
-    messages: list[dict[str, Any]]
+    messages: list[OVMessage]
     skip: str | None = None
 
     @property
@@ -122,7 +122,7 @@ class SessionRound:
     done: bool = False
 
     @property
-    def messages(self) -> list[dict[str, Any]]:
+    def messages(self) -> list[OVMessage]:
         return [m for u in self.units for m in u.messages]
 
     @property
@@ -141,7 +141,7 @@ class SessionRound:
         return Intent(self.base, [(u.entry.id, u.ov_count) for u in self.units if not u.skip])
 
 
-def drop_written(messages: list[dict[str, Any]], written: int) -> list[dict[str, Any]]:
+def drop_written(messages: list[OVMessage], written: int) -> list[OVMessage]:
     """``messages`` without the first ``written`` OV messages (whole messages only)."""
     done = 0
     for i, message in enumerate(messages):

@@ -28,6 +28,7 @@ from redis.typing import EncodableT
 from core.config import Settings
 from core.events import ContextSnapshot, decode, encode
 from core.messages.tokens import compact_json, estimate_tokens
+from core.ov.messages import OVMessage
 from core.ov.models import SessionContext
 from core.session import SessionAddress
 from workers.store.applied import AppliedState
@@ -80,11 +81,11 @@ def _applied_tags(applied: AppliedState) -> dict[str, Any]:
     }
 
 
-def grown_snapshot(stored: ContextSnapshot, records: list[dict[str, Any]], applied: AppliedState) -> ContextSnapshot:
+def grown_snapshot(stored: ContextSnapshot, records: list[OVMessage], applied: AppliedState) -> ContextSnapshot:
     """``stored`` with ``records`` as its messages (core.snapshot_growth decided they are what
     OV holds) and the tags of ``applied``; its token estimate grows by the new records'."""
     new = records[len(stored.messages) :]
-    added_tokens = estimate_tokens(compact_json([m.get("parts") for m in new]))
+    added_tokens = estimate_tokens(compact_json([m.parts for m in new]))
     return msgspec.structs.replace(
         stored, messages=records, estimated_tokens=stored.estimated_tokens + added_tokens, **_applied_tags(applied)
     )

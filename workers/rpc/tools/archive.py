@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+
+import msgspec
 
 from core.ov.client import OVError
 from core.ov.layout import ARCHIVE_ID, history_uri
+from core.ov.messages import ContextPart, OVMessage, TextPart, ToolPart
 from workers.rpc.context import Caller, RpcError, Services
 from workers.rpc.models import ArchiveExpandParams, ArchiveSearchParams
 from workers.rpc.tools.base import Tool, ToolResult, text_result
@@ -50,29 +52,26 @@ async def ov_archive_search(svc: Services, caller: Caller, p: ArchiveSearchParam
     return text_result(header + "\n\n" + "\n\n".join(blocks), query=p.query, matchCount=len(matches))
 
 
-def format_ov_message(message: dict[str, Any]) -> str:
+def format_ov_message(message: OVMessage) -> str:
     """One archived OV message as readable text: ``[role]:`` then its parts."""
     sections: list[str] = []
-    for part in message.get("parts") or []:
-        if not isinstance(part, dict):
-            continue
-        kind = part.get("type")
-        if kind == "text":
-            if part.get("text"):
-                sections.append(str(part["text"]))
-        elif kind == "tool":
-            lines = [f"[Tool: {part.get('tool_name') or 'unknown'}] ({part.get('tool_status') or 'unknown'})"]
-            if part.get("tool_input"):
-                lines.append("Input: " + json.dumps(part["tool_input"], ensure_ascii=False, indent=2))
-            if part.get("tool_output"):
-                lines.append(f"Output:\n{part['tool_output']}")
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            if part.text:
+                sections.append(part.text)
+        elif isinstance(part, ToolPart):
+            lines = [f"[Tool: {part.tool_name or 'unknown'}] ({part.tool_status or 'unknown'})"]
+            if part.tool_input:
+                lines.append("Input: " + json.dumps(part.tool_input, ensure_ascii=False, indent=2))
+            if part.tool_output:
+                lines.append(f"Output:\n{part.tool_output}")
             sections.append("\n".join(lines))
-        elif kind == "context":
-            abstract = f" {part['abstract']}" if part.get("abstract") else ""
-            sections.append(f"[Context: {part.get('uri') or '?'}]{abstract}")
-        else:
-            sections.append(f"[{kind}]: {json.dumps(part, ensure_ascii=False)}")
-    return f"[{message.get('role', 'unknown')}]:\n" + ("\n\n".join(sections) if sections else "(empty)")
+        elif isinstance(part, ContextPart):
+            abstract = f" {part.abstract}" if part.abstract else ""
+            sections.append(f"[Context: {part.uri or '?'}]{abstract}")
+        else:  # an image: said as OV stores it
+            sections.append(f"[image_url]: {msgspec.json.encode(part).decode()}")
+    return f"[{message.role or 'unknown'}]:\n" + ("\n\n".join(sections) if sections else "(empty)")
 
 
 async def ov_archive_expand(svc: Services, caller: Caller, p: ArchiveExpandParams) -> ToolResult:

@@ -10,6 +10,7 @@ from typing import Any
 
 from core.ids import ov_session_id
 from core.ov.layout import USER_MEMORIES_URI, agent_memories_uri
+from core.ov.messages import text_message
 from core.recall.hits import (
     LEAF_LEVEL,
     candidate_limit,
@@ -96,9 +97,9 @@ def temp_session_id() -> str:
 
 async def memory_store(svc: Services, caller: Caller, p: MemoryStoreParams) -> ToolResult:
     target = ov_session_id(p.sessionId, None) if p.sessionId else temp_session_id()
-    message: dict[str, Any] = {"role": p.role, "parts": [{"type": "text", "text": p.text}]}
+    message = text_message(p.role, p.text)
     if p.role == "assistant":
-        message["peer_id"] = caller.agent_id
+        message.peer_id = caller.agent_id
     await svc.ov_for(caller).add_message(target, message)
     outcome = await commit_and_wait(svc, caller, target, reason="memory_store")
     details = {
