@@ -128,9 +128,25 @@ class Settings(BaseSettings):
     redis_cluster: bool = Field(False)
     """``redis_url`` names one node of a Redis Cluster: streams, session records and leases are
     spread over its masters by their ``{s<n>}`` hash tags (needs ``queue_redis_url``)."""
+    redis_sentinels: Annotated[tuple[str, ...], NoDecode] = Field(())
+    """``host:port`` of Redis Sentinels (a list, or comma separated in the environment): Redis is
+    then the master they know as ``redis_master_name``, asked of them on every (re)connect, so
+    a failover they run takes ovstream to the promoted replica. ``redis_url`` still gives the
+    database, the password and TLS (``rediss://``); its host and port are not used. The RQ
+    commit queue shares that master unless ``queue_redis_url`` names a Redis of its own."""
+    redis_master_name: str = Field("mymaster", min_length=1)
+    """The name the Sentinels monitor the master under (``sentinel monitor <name> ...``)."""
     queue_redis_url: str | None = Field(None, repr=False)
     """The Redis of the RQ commit queue (default: ``redis_url``). RQ does not speak Redis
     Cluster, so with ``redis_cluster`` the queue lives on a plain Redis of its own."""
+    publish_replicas: int = Field(0, ge=0, le=16)
+    """Replicas that must hold a turn before a publish counts it delivered (Redis ``WAIT``); a
+    turn they do not confirm within ``publish_replicas_timeout_ms`` is not acknowledged and is
+    sent again (its event id makes a second copy harmless). 0: the master's reply is enough,
+    and a master failing right after it can take the turn with it (README, High availability).
+    The plugin's ``publishReplicas`` is the same setting on its side."""
+    publish_replicas_timeout_ms: int = Field(1000, ge=1, le=60_000)
+    """How long a publish waits for ``publish_replicas`` replicas."""
     key_prefix: str = Field("ovstream", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     """Every Redis key ovstream writes starts with this."""
     shards: int = Field(4, ge=1, le=1024)
@@ -290,14 +306,32 @@ class Settings(BaseSettings):
                     "redisCluster: set queueRedisUrl to a plain (non-cluster) Redis for the RQ commit queue;"
                     " RQ does not speak Redis Cluster"
                 )
+            if self.redis_sentinels:
+                raise ValueError("redisSentinels: a Redis Cluster fails over by itself; set one of the two")
+        if self.redis_sentinels and self.embedded_redis:
+            raise ValueError("redisSentinels: redisUrl must be a redis:// or rediss:// URL, not the embedded one")
         return self
 
-    @field_validator("bypass_session_patterns", mode="before")
+    @field_validator("bypass_session_patterns", "redis_sentinels", mode="before")
     @classmethod
     def _patterns(cls, v: Any) -> Any:
         if isinstance(v, str):  # env var: comma separated
             return tuple(p.strip() for p in v.split(",") if p.strip())
         return v
+
+    @field_validator("redis_sentinels")
+    @classmethod
+    def _sentinels(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for address in v:
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"{address!r} is not host:port")
+        return v
+
+    @property
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        """``redis_sentinels`` as (host, port) pairs."""
+        return [(a.rpartition(":")[0], int(a.rpartition(":")[2])) for a in self.redis_sentinels]
 
     @property
     def commit_queue_name(self) -> str:
@@ -324,7 +358,10 @@ class Settings(BaseSettings):
         return {"default": RpcCredential.model_validate({"token": self.rpc_token}), **self.rpc_credentials}
 
     def redacted_redis_url(self, url: str | None = None) -> str:
-        """``url`` (default ``redis_url``) without its credentials, for logs."""
+        """``url`` (default ``redis_url``) without its credentials, for logs; the store behind
+        Sentinels is named as they know it."""
+        if self.redis_sentinels and (url is None or url == self.redis_url):
+            return f"{self.redis_master_name} (Sentinels {','.join(self.redis_sentinels)})"
         scheme, sep, rest = (url or self.redis_url).partition("://")
         return scheme + sep + rest.rsplit("@", 1)[-1]
 

@@ -10,12 +10,14 @@ back what OV holds and what the commit records say.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +36,7 @@ from workers.commits.records import CommitRecords
 from workers.store.applied import parse_id
 from workers.store.connection import REDIS_ERRORS, connect, failing_over, text
 from workers.store.keys import Keys
-from workers.store.streams import publish_turn
+from workers.store.streams import NotReplicated, publish_turn
 
 FILLER = " ".join(f"word{i}" for i in range(36))
 """Padding that gives each message some 50 tokens, so sessions cross the commit threshold."""
@@ -150,6 +152,8 @@ class Load:
         self.last_ids: dict[int, str] = {}
         """Shard -> stream id of the newest entry published there."""
         self.resends = 0
+        self.longest_publish_s = 0.0
+        """The longest one publish took, resends included: the pause a publisher saw."""
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name="chaos-load", daemon=True)
         self.error: BaseException | None = None
@@ -159,14 +163,20 @@ class Load:
         return self
 
     def _publish(self, event: TurnEvent) -> str:
-        while True:
-            try:
-                return publish_turn(self.client, self.settings, event)
-            except redis.RedisError as exc:
-                if not (isinstance(exc, REDIS_AWAY) or failing_over(exc)):
-                    raise
+        started = time.monotonic()
+        try:
+            while True:
+                try:
+                    return publish_turn(self.client, self.settings, event)
+                except NotReplicated:
+                    pass  # acknowledged by no replica (publish_replicas): not delivered
+                except redis.RedisError as exc:
+                    if not (isinstance(exc, REDIS_AWAY) or failing_over(exc)):
+                        raise
                 self.resends += 1  # the same event again: capture drops a copy by its event id
                 time.sleep(0.2)
+        finally:
+            self.longest_publish_s = max(self.longest_publish_s, time.monotonic() - started)
 
     def _run(self) -> None:
         try:
@@ -203,6 +213,56 @@ class Load:
         turns = set(self.published.values())
         assert len(turns) == 1, self.published
         return turns.pop()
+
+
+class Assembles:
+    """Asks the RPC to assemble each session's next turn, round robin, until stopped: what it
+    answered (status codes), the longest answer, and any answer that showed a turn twice."""
+
+    def __init__(self, url: str, load: Load, sessions: list[str]) -> None:
+        self.url, self.load, self.sessions = url, load, sessions
+        self.statuses: Counter[int] = Counter()
+        self.twice: list[str] = []
+        self.longest_s = 0.0
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="chaos-assembles", daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=30) as http:
+            for session in itertools.cycle(self.sessions):
+                if self.stopping.is_set():
+                    return
+                turns = self.load.published[session]
+                messages = chaos_turn(session, turns - 1).messages if turns else []
+                body = {"sessionId": session, "messages": [*messages, {"role": "user", "content": f"{session}:next"}]}
+                started = time.monotonic()
+                try:
+                    answer = http.post(f"{self.url}/v1/assemble", json=body)
+                except httpx.HTTPError:
+                    self.statuses[0] += 1  # no answer at all counts against it too
+                    continue
+                self.longest_s = max(self.longest_s, time.monotonic() - started)
+                self.statuses[answer.status_code] += 1
+                if answer.status_code == 200:
+                    ids = [_turn_id(m) for m in answer.json()["messages"]]
+                    shown = [i for i in ids if i.startswith(f"{session}:")]
+                    if len(shown) != len(set(shown)):
+                        self.twice.append(f"{session}: {shown}")
+                time.sleep(0.05)
+
+    def start(self) -> Assembles:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(30)
+
+
+def _turn_id(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    text = content if isinstance(content, str) else " ".join(b.get("text", "") for b in content or [])
+    return text.split(" ", 1)[0]
 
 
 class Ledger:

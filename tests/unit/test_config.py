@@ -51,9 +51,12 @@ def test_environment_beats_file(tmp_path, monkeypatch):
     f.write_text("[ovstream]\nrecallLimit = 3\nshards = 2\n")
     monkeypatch.setenv("OVSTREAM_RECALL_LIMIT", "9")
     monkeypatch.setenv("OVSTREAM_BYPASS_SESSION_PATTERNS", "a:*, b")
+    monkeypatch.setenv("OVSTREAM_REDIS_SENTINELS", "s1:26379, 10.0.0.2:26380")
     s = load_settings(f)
     assert (s.recall_limit, s.shards) == (9, 2)
     assert s.bypass_session_patterns == ("a:*", "b")
+    assert s.sentinel_addresses == [("s1", 26379), ("10.0.0.2", 26380)]
+    assert s.redacted_redis_url() == "mymaster (Sentinels s1:26379,10.0.0.2:26380)"  # what logs say
 
 
 @pytest.mark.parametrize(
@@ -68,6 +71,11 @@ def test_environment_beats_file(tmp_path, monkeypatch):
         ({"queueRedisUrl": "http://x"}, "queueRedisUrl"),
         ({"redisCluster": True}, "queueRedisUrl"),
         ({"redisCluster": True, "redisUrl": "fakeredis://", "queueRedisUrl": "redis://q"}, "redisCluster"),
+        ({"redisSentinels": ["s1"]}, "redisSentinels"),
+        ({"redisSentinels": ["s1:99999"]}, "redisSentinels"),
+        ({"redisSentinels": ["s1:1"], "redisCluster": True, "queueRedisUrl": "redis://q"}, "redisSentinels"),
+        ({"redisSentinels": ["s1:1"], "redisUrl": "fakeredis://"}, "redisSentinels"),
+        ({"publishReplicas": -1}, "publishReplicas"),
     ],
 )
 def test_bad_values_name_the_key(overrides, named):

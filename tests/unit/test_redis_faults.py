@@ -17,6 +17,9 @@ from workers.store.connection import (
     wait_for_redis,
 )
 
+PIPELINE_FAILED = "Command # 2 (WAIT 1 1000) of pipeline caused error: "
+"""How redis-py puts a reply to one command of a pipeline."""
+
 
 @pytest.mark.parametrize(
     ("exc", "leaked", "away"),
@@ -36,6 +39,8 @@ from workers.store.connection import (
         (redis.ResponseError("WRONGTYPE"), False, False),
         (redis.ResponseError("UNBLOCKED force unblock from blocking operation, instance state changed"), False, True),
         (redis.ResponseError("READONLY You can't write against a read only replica."), False, True),
+        (redis.ResponseError(f"{PIPELINE_FAILED}UNBLOCKED force unblock"), False, True),
+        (redis.ResponseError(f"{PIPELINE_FAILED}WRONGTYPE"), False, False),
         (redis.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."), False, True),
     ],
     ids=[
@@ -50,6 +55,8 @@ from workers.store.connection import (
         "wrongtype",
         "failover-unblocked",
         "demoted-master",
+        "failover-in-a-pipeline",
+        "wrongtype-in-a-pipeline",
         "full",
     ],
 )

@@ -55,6 +55,7 @@ from workers.capture.plan import (
     plan_round,
 )
 from workers.capture.services import CaptureServices
+from workers.capture.settle import lost_writes_intent, ov_total, settled_total
 from workers.capture.slices import CpuSlice
 from workers.store.applied import INTENT, PARKED, PARTIAL_ID, PARTIAL_SKIP, AppliedState
 from workers.store.scripts import SNAPSHOT_BEHIND
@@ -106,40 +107,14 @@ class _Run:
     settings: Settings
     entries: list[Entry]
     isolate: bool
+    unconfirmed: bool = False
+    """Redis's record of the session may lack writes OV has (``settle.RecordedStates``)."""
     error: BaseException | None = None
     unavailable: OVUnavailable | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.unavailable is None
-
-
-async def ov_total(ov: OVClient, ov_session_id: str) -> int:
-    """OV's count of every message ever added to the session (0 for a session not yet there)."""
-    try:
-        state = await ov.get_session(ov_session_id)
-    except OVError as exc:
-        if exc.status == 404:
-            return 0
-        raise
-    if state.total_message_count is None:  # not seen on 0.5.2; the active count is the best left
-        log.warning("OV gave no total_message_count for %s; using message_count", ov_session_id)
-        return state.message_count
-    return state.total_message_count
-
-
-async def settled_total(ov: OVClient, ov_session_id: str, recheck_s: float) -> int:
-    """OV's total once two reads ``recheck_s`` apart agree (``captureSettleRecheckS``:
-    the interrupted write may still be on its way to OV)."""
-    total = await ov_total(ov, ov_session_id)
-    while recheck_s > 0:
-        await asyncio.sleep(recheck_s)
-        again = await ov_total(ov, ov_session_id)
-        if again == total:
-            break
-        log.warning("session %s: OV's count moved %d -> %d while settling; reading again", ov_session_id, total, again)
-        total = again
-    return total
 
 
 def _raise_kill(results: Sequence[object]) -> None:
@@ -171,6 +146,8 @@ async def _guard(run: _Run, step: Callable[[], Awaitable[None]], slots: asyncio.
 
 async def _prepare(run: _Run) -> None:
     plan, state = run.plan, run.plan.state
+    if run.unconfirmed:
+        await lost_writes_intent(run.ov, plan)
     if state.intent is not None:
         recheck_s = run.settings.capture_settle_recheck_s
         state.settle_intent(await settled_total(run.ov, plan.session.ov_session_id, recheck_s))
@@ -234,7 +211,8 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
                 continue
         isolate = ref.ov_session_id in c.isolate
         plan = plan_round(settings, ref, entries, state, isolate=isolate)
-        runs.append(_Run(plan, worker.ov_for(ref), settings, entries, isolate))
+        unconfirmed = settings.publish_replicas > 0 and worker.recorded.unconfirmed(ref.applied_key, state)
+        runs.append(_Run(plan, worker.ov_for(ref), settings, entries, isolate, unconfirmed))
     slots = worker.ov_slots
     results = await asyncio.gather(*(_guard(r, partial(_prepare, r), slots) for r in runs), return_exceptions=True)
     _raise_kill(results)
@@ -255,9 +233,10 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
     if finished:
         c.check_lease()
         worker.fault("before_ack")
-        applied = []
+        applied, recorded = [], []
         for r in finished:
             state = finish_state(r.plan)
+            recorded.append((r.plan.session.applied_key, state))
             fields = state.applied_fields()
             fields[PARTIAL_ID], fields[PARTIAL_SKIP] = state.partial_id or "", str(state.partial_skip)
             dropped = (INTENT,) if state.parked is not None else (INTENT, PARKED)
@@ -277,6 +256,8 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
                     len([r for r in writing if r.ok]),
                 )
             raise
+        for key, state in recorded:
+            worker.recorded.remember(key, state)
         for r in finished:
             outcome.acked.extend(r.plan.entries)
             worker.stats.count_applied(r.plan)

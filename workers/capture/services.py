@@ -19,6 +19,7 @@ from core.events import ContextSnapshot
 from core.ov.client import OVClient
 from core.shard_map import ShardMap, StreamShard
 from workers.capture.plan import SessionRef, SessionRound
+from workers.capture.settle import RecordedStates
 
 
 @dataclass(slots=True)
@@ -59,6 +60,8 @@ class CaptureServices(Protocol):
     stats: CaptureStats
     clock: Callable[[], float]
     shard_map: ShardMap
+    recorded: RecordedStates
+    """What this process last recorded of each session (a Redis that lost writes shows older)."""
 
     @property
     def ov_slots(self) -> asyncio.Semaphore: ...

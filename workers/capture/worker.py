@@ -44,6 +44,7 @@ from workers.capture.leases import ShardLeases
 from workers.capture.ov_watch import OvWatch
 from workers.capture.plan import SessionRef
 from workers.capture.services import CaptureStats
+from workers.capture.settle import RecordedStates
 from workers.capture.shard import ShardConsumer
 from workers.commits.api import request_commit
 from workers.store.connection import (
@@ -115,6 +116,8 @@ class CaptureWorker:
         """The shard numbers this worker may take (``--shards``, any generation); None: all."""
         self.shard_map = ShardMap(settings.shards)
         """The deployment's streams (core.shard_map), read again on every tick."""
+        self.recorded = RecordedStates()
+        """What this process last recorded of each session (workers.capture.settle)."""
         self.retired: set[StreamShard] = set()
         """Streams of the draining generation that are retired (read on every tick while one drains)."""
         self.burst = burst

@@ -130,6 +130,55 @@ def start_redis_server(exe: str | None = None, *, durable: bool = False) -> Redi
     return server
 
 
+def follow(replica: RedisServer, master: RedisServer | None) -> None:
+    """Make ``replica`` a replica of ``master`` and wait until its link is up (it holds the
+    master's data); ``master`` None: it stops following (``REPLICAOF NO ONE``)."""
+    client = redis.Redis.from_url(replica.url, socket_timeout=5.0)
+    try:
+        if master is None:
+            client.execute_command("REPLICAOF", "NO", "ONE")
+            return
+        client.execute_command("REPLICAOF", "127.0.0.1", master.port)
+    finally:
+        client.close()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not _replica_linked(replica.url):
+        if time.monotonic() > deadline:
+            raise LocalRedisError(f"redis-server on port {replica.port} did not link to its master")
+        time.sleep(0.05)
+
+
+def start_redis_sentinel(
+    master: RedisServer, name: str = "mymaster", *, quorum: int = 1, down_after_ms: int = 1000
+) -> RedisServer:
+    """A Sentinel (``redis-server --sentinel``) on a free loopback port watching ``master``
+    as ``name``: it declares the master down after ``down_after_ms`` without an answer and, with
+    ``quorum`` Sentinels agreeing, promotes one of its replicas. Its config file (Sentinel
+    rewrites it as it learns) lives in its own temp dir."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise LocalRedisError("redis-server is not on PATH")
+    port, workdir = free_port(), tempfile.mkdtemp(prefix="ovstream-sentinel-")
+    config = f"{workdir}/sentinel.conf"
+    with open(config, "w") as f:
+        f.write(
+            f"port {port}\nbind 127.0.0.1\ndir {workdir}\n"
+            f"sentinel monitor {name} 127.0.0.1 {master.port} {quorum}\n"
+            f"sentinel down-after-milliseconds {name} {down_after_ms}\n"
+            f"sentinel failover-timeout {name} {max(3 * down_after_ms, 3000)}\n"
+        )
+    proc = subprocess.Popen(
+        [exe, config, "--sentinel"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    sentinel = RedisServer(proc, f"redis://127.0.0.1:{port}", workdir, exe)
+    _wait_answering(sentinel)
+    return sentinel
+
+
 @dataclass
 class RedisClusterServers:
     """A Redis Cluster this process started: ``nodes`` (the masters first, then their replicas,
@@ -142,10 +191,10 @@ class RedisClusterServers:
         """A seed node's URL: a cluster client discovers the others from it."""
         return self.nodes[0].url
 
-    def wait_ok(self) -> None:
+    def wait_ok(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Until every node says ``cluster_state:ok`` and every replica's link to its master is
-        up (after a node's restart, say)."""
-        deadline = time.monotonic() + START_TIMEOUT_S
+        up (after a node's restart, say: it loads its data and syncs, so allow for a busy box)."""
+        deadline = time.monotonic() + timeout_s
         while not all(_cluster_ok(n.url) and _replica_linked(n.url) for n in self.nodes):
             if time.monotonic() > deadline:
                 raise LocalRedisError("the cluster did not reach cluster_state:ok")

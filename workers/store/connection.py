@@ -4,7 +4,8 @@
 process, sync or asyncio, talks to one shared in-memory ``FakeServer``, so
 capture, the RQ worker and the RPC of ``ovstream up`` see the same data
 without a redis-server. Any other URL goes to ``redis.Redis.from_url``, or with
-``redis_cluster`` to redis-py's cluster client, which routes each command by its key's slot.
+``redis_cluster`` to redis-py's cluster client, which routes each command by its key's slot,
+or with ``redis_sentinels`` to the master the Sentinels name (``workers.store.sentinel``).
 
 Two Redis roles: the *store* (streams, session records, leases: ``connect`` /
 ``connect_async``) and the RQ commit *queue* (``queue_client``). They are one server unless
@@ -44,6 +45,7 @@ from core.defaults import REDIS_FAIL_FAST_CONNECT_TIMEOUT_S as FAIL_FAST_CONNECT
 from core.defaults import REDIS_FAIL_FAST_TIMEOUT_S as FAIL_FAST_TIMEOUT_S
 from core.defaults import REDIS_POOL_SIZE, REDIS_POOL_WAIT_S, REDIS_WAIT_MAX_S, REDIS_WAIT_S
 from core.defaults import REDIS_SOCKET_TIMEOUT_MARGIN_S as SOCKET_TIMEOUT_MARGIN_S
+from workers.store.sentinel import async_sentinel_pool, sentinel_pool
 from workers.store.tls_check import tls_problem
 
 if TYPE_CHECKING:
@@ -152,6 +154,9 @@ def connect(
         return cast(redis.Redis, LazyCluster(make))
     if fail_fast:  # the pool's connections take it (redis-py's set_retry fails on a blocking pool)
         options["retry"] = Retry(NoBackoff(), 1)
+    if settings.redis_sentinels:
+        sentinel = sentinel_pool(settings, max_connections=max_connections, wait_s=_pool_wait_s(fail_fast), **options)
+        return redis.Redis.from_pool(sentinel)
     pool = redis.BlockingConnectionPool.from_url(
         settings.redis_url, max_connections=max_connections, timeout=_pool_wait_s(fail_fast), **options
     )
@@ -181,6 +186,11 @@ def connect_async(
         return cast(aioredis.Redis, cluster)
     if fail_fast:
         options["retry"] = AsyncRetry(NoBackoff(), 1)
+    if settings.redis_sentinels:
+        wait_s = _pool_wait_s(fail_fast)
+        return aioredis.Redis.from_pool(
+            async_sentinel_pool(settings, max_connections=max_connections, wait_s=wait_s, **options)
+        )
     pool = aioredis.BlockingConnectionPool.from_url(
         settings.redis_url, max_connections=max_connections, timeout=_pool_wait_s(fail_fast), **options
     )
@@ -379,9 +389,16 @@ failover (``CLUSTER FAILOVER TAKEOVER``), a write to a master just demoted to a 
 node loading its data, a replica whose master is gone."""
 
 
+_PIPELINE_ERROR = " of pipeline caused error: "
+
+
 def failing_over(exc: BaseException) -> bool:
-    """``exc`` is an error reply of a node changing roles or starting (``_FAILING_OVER``)."""
-    return isinstance(exc, redis.ResponseError) and str(exc).startswith(_FAILING_OVER)
+    """``exc`` is an error reply of a node changing roles or starting (``_FAILING_OVER``), to
+    a command alone or in a pipeline (redis-py puts "Command # n (...) of pipeline caused
+    error: " before the reply)."""
+    if not isinstance(exc, redis.ResponseError):
+        return False
+    return str(exc).rpartition(_PIPELINE_ERROR)[2].startswith(_FAILING_OVER)
 
 
 def redis_went_away(exc: BaseException) -> bool:

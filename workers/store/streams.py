@@ -16,9 +16,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import redis
 import redis.asyncio as aioredis
+from redis.exceptions import AskError
 
 from core.config import Settings
 from core.defaults import LAST_TURN_TTL_S, STREAM_TRIM_INTERVAL_S
@@ -33,6 +35,9 @@ from workers.store.shard_map import read_shard_map, read_shard_map_async
 log = logging.getLogger(__name__)
 
 PUBLISH_MAP_RETRIES = 12
+PUBLISH_MOVED_RETRIES = 3
+"""A replicated publish sent to a node its slot left (MOVED) is sent again this often, each
+time after the slot map is read again."""
 """Tries of a publish whose map is behind its tag (about 4 s of waiting in all)."""
 
 
@@ -83,13 +88,19 @@ def publish_call(
     return script_keys, args
 
 
+class NotReplicated(RuntimeError):
+    """A turn its replicas did not confirm in time (``publish_replicas``): not delivered.
+    Publish it again; capture drops a second copy by its event id."""
+
+
 def publish_turn(redis_client: redis.Redis, settings: Settings, event: TurnEvent) -> str:
     """Append ``event`` to its session's current stream and mark it as the session's newest
     turn (one script); returns the stream id. A map changed under us (a reshard closed the
-    stream) is read again; a reshard still closing its tags is waited for, briefly."""
+    stream) is read again; a reshard still closing its tags is waited for, briefly. With
+    ``publish_replicas``, returns only once that many replicas hold it (else NotReplicated)."""
     for attempt in range(PUBLISH_MAP_RETRIES):
         shard_map = read_shard_map(redis_client, settings)
-        published, value = PUBLISH_TURN(redis_client, *publish_call(settings, shard_map, event))
+        published, value = _publish(redis_client, settings, *publish_call(settings, shard_map, event))
         if int(published) == 1:
             log.debug("published turn %s of session %s as %s", event.event_id, event.session_id, text(value))
             return text(value)
@@ -98,6 +109,38 @@ def publish_turn(redis_client: redis.Redis, settings: Settings, event: TurnEvent
         f"turn {event.event_id} not published: the shard map stayed behind its tag's generation "
         f"{text(value)} (a reshard that stopped half way? `ovstream status`; any capture worker finishes it)"
     )
+
+
+def _publish(client: redis.Redis, settings: Settings, keys: list[str], args: list[str | bytes | int]) -> Any:
+    wanted = settings.publish_replicas
+    if wanted == 0:
+        return PUBLISH_TURN(client, keys, args)
+    # WAIT counts the replicas of the writes made on its own connection: one pipeline, on the
+    # node holding the stream (a cluster client would send a keyless WAIT to any node).
+    stream = keys[1]
+    find_node = getattr(client, "get_node_from_key", None)
+    for attempt in range(PUBLISH_MOVED_RETRIES + 1):
+        node = client if find_node is None else client.get_redis_connection(find_node(stream))  # type: ignore[attr-defined]
+        pipe = node.pipeline(transaction=False)
+        PUBLISH_TURN(pipe, keys, args)
+        pipe.execute_command("WAIT", wanted, settings.publish_replicas_timeout_ms)
+        try:
+            reply, replicas = pipe.execute()
+            break
+        except (AskError, redis.ConnectionError, redis.TimeoutError) as exc:
+            if find_node is None:
+                raise
+            # MOVED (a failover or reshard moved the slot) or a node away: read the slot map
+            # again, as the cluster client does for its own commands
+            client.nodes_manager.initialize()  # type: ignore[attr-defined]
+            if attempt == PUBLISH_MOVED_RETRIES or not isinstance(exc, AskError):
+                raise
+    if int(replicas) < wanted:
+        raise NotReplicated(
+            f"{stream}: {int(replicas)} of {wanted} replica(s) confirmed the turn within "
+            f"{settings.publish_replicas_timeout_ms} ms (publishReplicas); it is not delivered, publish it again"
+        )
+    return reply
 
 
 class AppliedTrim:

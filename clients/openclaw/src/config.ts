@@ -27,6 +27,13 @@ export interface PluginConfig {
   redisUrl: string;
   /** redisUrl names a node of a Redis Cluster (the service's redisCluster). */
   redisCluster: boolean;
+  /** host:port of Redis Sentinels; Redis is then the master they name `redisMasterName`. */
+  redisSentinels: string[];
+  redisMasterName: string;
+  /** Replicas that must hold a turn before it counts as delivered (Redis WAIT); 0: the master's word. */
+  publishReplicas: number;
+  /** How long a publish waits for those replicas before the turn stays buffered and goes again. */
+  publishReplicasTimeoutMs: number;
   rpcUrl: string;
   shards: number;
   keyPrefix: string;
@@ -63,6 +70,10 @@ export const DEFAULTS: Readonly<PluginConfig> = Object.freeze({
   bypassSessionPatterns: [] as string[],
   redisUrl: "redis://127.0.0.1:6379/0",
   redisCluster: false,
+  redisSentinels: [] as string[],
+  redisMasterName: "mymaster",
+  publishReplicas: 0,
+  publishReplicasTimeoutMs: 1000,
   rpcUrl: "http://127.0.0.1:8787",
   shards: 4,
   keyPrefix: "ovstream",
@@ -91,7 +102,9 @@ export class ConfigError extends Error {
   override name = "ConfigError";
 }
 
-type Kind = "string" | "boolean" | "int" | "number" | "patterns" | "names";
+type Kind = "string" | "boolean" | "int" | "number" | "patterns" | "addresses" | "names";
+
+const ADDRESS = /^[^\s,]+:\d{1,5}$/;
 
 const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 
@@ -121,6 +134,10 @@ export const KEY_SPECS: Record<keyof PluginConfig, KeySpec> = {
   bypassSessionPatterns: { kind: "patterns", description: "Globs on the sessionKey (else sessionId) that skip ovstream entirely; * stays in one ':' segment, ** spans anything" },
   redisUrl: { kind: "string", pattern: /^rediss?:\/\/[^\s]+$/, patternHelp: "a redis:// or rediss:// URL", description: "Redis holding the turn streams" },
   redisCluster: { kind: "boolean", description: "redisUrl is one node of a Redis Cluster; must equal the service's redisCluster" },
+  redisSentinels: { kind: "addresses", description: "host:port of Redis Sentinels (as the service's redisSentinels): Redis is then the master they know as redisMasterName, asked of them on every connect; redisUrl still gives the database, password and TLS" },
+  redisMasterName: { kind: "string", pattern: /^\S+$/, patternHelp: "a name without spaces", description: "The name the Sentinels monitor the master under (as the service's redisMasterName)" },
+  publishReplicas: { kind: "int", min: 0, max: 16, description: "Replicas that must hold a turn before it counts as delivered (Redis WAIT); a turn they do not confirm in time stays buffered and is sent again. 0: the master's acknowledgement, which a failover can lose" },
+  publishReplicasTimeoutMs: { kind: "int", min: 1, max: 60000, description: "How long a publish waits for publishReplicas replicas" },
   rpcUrl: { kind: "string", pattern: HTTP_URL, patternHelp: "an http(s) URL", description: "Where the ovstream RPC listens" },
   shards: { kind: "int", min: 1, max: 1024, description: "Number of turn streams; must equal the service's shards" },
   keyPrefix: { kind: "string", pattern: /^[A-Za-z0-9_.-]+$/, patternHelp: "letters, digits, _ . -", description: "Prefix of every Redis key; must equal the service's keyPrefix" },
@@ -195,12 +212,13 @@ function checkValue(key: string, spec: KeySpec, value: unknown): unknown {
       }
       return out;
     }
-    case "patterns": {
-      if (typeof value === "string") {
-        return value.split(",").map((p) => p.trim()).filter((p) => p.length > 0);
-      }
-      if (!Array.isArray(value) || value.some((p) => typeof p !== "string")) fail("a list of strings");
-      return (value as string[]).map((p) => p.trim()).filter((p) => p.length > 0);
+    case "patterns":
+    case "addresses": {
+      const items = typeof value === "string" ? value.split(",") : value;
+      if (!Array.isArray(items) || items.some((p) => typeof p !== "string")) fail("a list of strings");
+      const list = (items as string[]).map((p) => p.trim()).filter((p) => p.length > 0);
+      if (spec.kind === "addresses" && list.some((a) => !ADDRESS.test(a))) fail("a list of host:port");
+      return list;
     }
   }
 }
@@ -232,6 +250,7 @@ export function parseConfigDetailed(raw: unknown): ParsedConfig {
   const out: Record<string, unknown> = {
     ...DEFAULTS,
     bypassSessionPatterns: [...DEFAULTS.bypassSessionPatterns],
+    redisSentinels: [...DEFAULTS.redisSentinels],
     toolNames: { ...DEFAULTS.toolNames },
   };
   const unknownKeys: string[] = [];
@@ -256,6 +275,9 @@ export function parseConfigDetailed(raw: unknown): ParsedConfig {
     out[key] = checked;
   }
   const config = out as unknown as PluginConfig;
+  if (config.redisCluster && config.redisSentinels.length > 0) {
+    throw new ConfigError("ovstream config: set redisCluster or redisSentinels, not both (a Redis Cluster fails over by itself)");
+  }
   const serviceSideKeysSet = SERVICE_SIDE_KEYS.filter(
     (k) => k in input && JSON.stringify(config[k]) !== JSON.stringify(DEFAULTS[k]),
   );
@@ -288,6 +310,10 @@ export function configJsonSchema(): Record<string, unknown> {
       case "patterns":
         prop.type = "array";
         prop.items = { type: "string" };
+        break;
+      case "addresses":
+        prop.type = "array";
+        prop.items = { type: "string", pattern: ADDRESS.source };
         break;
       case "names":
         prop.type = "object";

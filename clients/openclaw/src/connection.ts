@@ -2,13 +2,15 @@
  * The publisher's connection to Redis: one server (`createClient`) or a Redis Cluster
  * (`createCluster`, seeded with the one URL; each command goes to the node of its key's
  * slot, and a turn's XADD and last-turn SET share the `{s<n>}` hash tag, so one node).
- * Either way the publisher sees the same small `RedisConnection`.
+ * Or the master Redis Sentinels name (`createSentinel`: they are asked where it is on every
+ * connect, and a failover they run shows here as a broken connection the publisher opens
+ * again). Either way the publisher sees the same small `RedisConnection`.
  */
 
 import { readFileSync } from "node:fs";
 import { connect as tlsConnect } from "node:tls";
 
-import { createClient, createCluster } from "redis";
+import { createClient, createCluster, createSentinel } from "redis";
 
 import type { PluginLogger } from "./types.js";
 
@@ -29,6 +31,8 @@ export interface RedisConnection {
 export interface ConnectionOptions {
   url: string;
   cluster?: boolean;
+  /** host:port of Sentinels, and the master's name there: redisUrl then gives only db, credentials, TLS. */
+  sentinels?: { addresses: string[]; masterName: string };
   tls?: RedisTlsFiles;
   connectTimeoutMs: number;
   logger: PluginLogger;
@@ -43,7 +47,11 @@ export async function openConnection(opts: ConnectionOptions): Promise<RedisConn
     connectTimeout: opts.connectTimeoutMs,
     ...redisTlsSocket(opts.url, opts.tls),
   } as never;
-  const connection = opts.cluster ? clusterConnection(opts.url, socket) : singleConnection(opts.url, socket);
+  const connection = opts.sentinels?.addresses.length
+    ? sentinelConnection(opts.url, opts.sentinels.addresses, opts.sentinels.masterName, socket)
+    : opts.cluster
+      ? clusterConnection(opts.url, socket)
+      : singleConnection(opts.url, socket);
   // Without a listener an 'error' event would crash the host process.
   connection.client.on("error", (err: unknown) => {
     opts.logger.debug?.(`ovstream: redis client error: ${err instanceof Error ? err.message : String(err)}`);
@@ -85,6 +93,36 @@ function clusterConnection(url: string, socket: never): Connected {
     send: (key, args) => client.sendCommand(key, false, args),
     close: () => client.close(),
     destroy: () => client.destroy(),
+  };
+}
+
+function sentinelConnection(url: string, addresses: string[], name: string, socket: never): Connected {
+  const parsed = new URL(url);
+  const database = Number(parsed.pathname.replace(/^\//, "") || 0);
+  const client = createSentinel({
+    name,
+    sentinelRootNodes: addresses.map((address) => {
+      const at = address.lastIndexOf(":");
+      return { host: address.slice(0, at), port: Number(address.slice(at + 1)) };
+    }),
+    nodeClientOptions: {
+      username: decodeURIComponent(parsed.username) || undefined,
+      password: decodeURIComponent(parsed.password) || undefined,
+      database,
+      disableOfflineQueue: true,
+      socket,
+    },
+    // One connection to the master: a WAIT (publishReplicas) must follow its writes on it.
+    masterPoolSize: 1,
+  });
+  return {
+    client,
+    get isReady() {
+      return client.isReady;
+    },
+    send: (_key, args) => client.sendCommand(false, args),
+    close: () => client.close(),
+    destroy: () => void client.destroy().catch(() => undefined),
   };
 }
 

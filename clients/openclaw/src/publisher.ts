@@ -14,6 +14,12 @@
  * refuses with an error reply (say WRONGTYPE on the key) is dropped and
  * logged, so it cannot block the events behind it.
  *
+ * With `replicas` (a deployment with Redis replicas), "acknowledged" means "held by that many
+ * replicas too": after each batch the sender asks every stream's node to `WAIT` for them, and
+ * a batch they do not confirm in time stays buffered and goes again (the stream may then hold
+ * it twice; capture drops the second copy by its event_id). Without it a master that fails
+ * right after acknowledging can take turns with it that its promoted replica never had.
+ *
  * With a `spoolDir` every event is also written there (one file each, synchronously,
  * before `enqueue` returns) and removed once Redis took it, so a process that
  * exits or dies with events buffered (a one-shot `openclaw agent --local` while
@@ -36,6 +42,11 @@ export interface PublisherOptions {
   redisUrl: string;
   /** redisUrl names one node of a Redis Cluster; each command goes to its key's node. */
   redisCluster?: boolean;
+  /** Redis behind Sentinels: their host:port and the master's name (see connection.ts). */
+  sentinels?: { addresses: string[]; masterName: string };
+  /** Replicas that must hold each event before it counts as delivered (Redis WAIT), and how
+   * long to wait for them; count 0 (the default): the master's reply is enough. */
+  replicas?: { count: number; timeoutMs: number };
   /**
    * The shard count the plugin publishes with, checked on connecting against the one the
    * service recorded (`deploymentKey`): on a mismatch nothing is published, the events stay
@@ -96,6 +107,9 @@ export interface PublisherStats {
 /** A publish the shard map had moved on from (a reshard closed its stream): read the map again. */
 class MapMoved extends Error {}
 
+/** A batch its replicas did not confirm in time (publishReplicas): kept and sent again. */
+class NotReplicated extends Error {}
+
 /** Map reloads in a row before a moved publish counts as a failure (with backoff). */
 const MAX_MAP_RELOADS = 20;
 
@@ -140,6 +154,8 @@ export class TurnPublisher {
       spoolDir: "",
       tls: {},
       redisCluster: false,
+      replicas: { count: 0, timeoutMs: 1000 },
+      sentinels: { addresses: [], masterName: "mymaster" },
       shards: { count: 0, deploymentKey: "" },
       ...options,
     };
@@ -414,6 +430,7 @@ export class TurnPublisher {
     const client = await openConnection({
       url: this.opts.redisUrl,
       cluster: this.opts.redisCluster,
+      sentinels: this.opts.sentinels,
       tls: this.opts.tls,
       connectTimeoutMs: this.opts.connectTimeoutMs,
       logger: this.opts.logger,
@@ -490,8 +507,9 @@ export class TurnPublisher {
     const end = Math.min(this.queue.length, this.head + this.opts.batchSize);
     const batch = this.queue.slice(this.head, end);
     // Commands issued in one tick go out as one pipeline; a turn's mark follows its XADD.
-    const replies = batch.map((item) => {
-      const command = this.publishCommand(item);
+    const commands = batch.map((item) => this.publishCommand(item));
+    const replies = batch.map((item, i) => {
+      const command = commands[i]!;
       const reply = client.send(command.key, command.args);
       const mark = item.lastTurn;
       if (mark && command.args[0] === "XADD") {
@@ -500,17 +518,29 @@ export class TurnPublisher {
       }
       return reply;
     });
-    const timer = setTimeout(() => safeDestroy(client), this.opts.commandTimeoutMs);
+    // WAIT covers every write before it on its connection: one per stream (so per node), last.
+    const waits = this.replicaWaits(client, commands.map((c) => c.key));
+    const timer = setTimeout(() => safeDestroy(client), this.opts.commandTimeoutMs + this.opts.replicas.timeoutMs);
     timer.unref();
     let results: PromiseSettledResult<unknown>[];
+    let unreplicated: Set<string>;
     try {
       results = await Promise.allSettled(replies);
+      unreplicated = await this.unreplicated(waits);
     } finally {
       clearTimeout(timer);
     }
     let failure: unknown = undefined;
     for (const [i, result] of results.entries()) {
       const item = batch[i];
+      const stream = commands[i]?.key ?? "";
+      if (unreplicated.has(stream)) {
+        failure = new NotReplicated(
+          `Redis did not confirm ${this.opts.replicas.count} replica(s) of ${stream} within ` +
+            `${this.opts.replicas.timeoutMs} ms (publishReplicas); the turns stay buffered and are sent again`,
+        );
+        break;
+      }
       if (result.status === "fulfilled" && Array.isArray(result.value) && Number(result.value[0]) === 0) {
         // A reshard closed this stream: this and the rest go again to the new map's streams.
         failure = new MapMoved(
@@ -545,6 +575,33 @@ export class TurnPublisher {
     if (failure !== undefined) {
       throw failure;
     }
+  }
+
+  private replicaWaits(client: RedisConnection, streams: string[]): Map<string, Promise<unknown>> {
+    const waits = new Map<string, Promise<unknown>>();
+    const { count, timeoutMs } = this.opts.replicas;
+    if (count <= 0) return waits;
+    for (const stream of streams) {
+      if (!waits.has(stream)) {
+        const wait = client.send(stream, ["WAIT", String(count), String(timeoutMs)]);
+        wait.catch(() => undefined); // read in unreplicated()
+        waits.set(stream, wait);
+      }
+    }
+    return waits;
+  }
+
+  /** The streams whose WAIT counted fewer replicas than asked (or failed). */
+  private async unreplicated(waits: Map<string, Promise<unknown>>): Promise<Set<string>> {
+    const short = new Set<string>();
+    for (const [key, wait] of waits) {
+      try {
+        if (Number(await wait) < this.opts.replicas.count) short.add(key);
+      } catch {
+        short.add(key);
+      }
+    }
+    return short;
   }
 
   private onSuccess(): void {

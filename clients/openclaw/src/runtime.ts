@@ -134,6 +134,8 @@ export class PluginRuntime {
     this.publisher = new TurnPublisher({
       redisUrl: config.redisUrl,
       redisCluster: config.redisCluster,
+      sentinels: { addresses: config.redisSentinels, masterName: config.redisMasterName },
+      replicas: { count: config.publishReplicas, timeoutMs: config.publishReplicasTimeoutMs },
       shards: { count: config.shards, deploymentKey: deploymentKey(config.keyPrefix), keyPrefix: config.keyPrefix },
       logger,
       maxEvents: config.bufferMaxEvents,

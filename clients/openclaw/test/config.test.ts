@@ -29,7 +29,14 @@ describe("parseConfig", () => {
   });
 
   it("takes given values and comma-separated patterns", () => {
-    const cfg = parseConfig({ shards: 8, keyPrefix: "t1", autoCapture: false, bypassSessionPatterns: "agent:*:cron:**, x " });
+    const cfg = parseConfig({
+      shards: 8,
+      keyPrefix: "t1",
+      autoCapture: false,
+      bypassSessionPatterns: "agent:*:cron:**, x ",
+      redisSentinels: "s1:26379, 10.0.0.2:26380",
+    });
+    assert.deepEqual(cfg.redisSentinels, ["s1:26379", "10.0.0.2:26380"]);
     assert.equal(cfg.shards, 8);
     assert.equal(cfg.keyPrefix, "t1");
     assert.equal(cfg.autoCapture, false);
@@ -46,6 +53,9 @@ describe("parseConfig", () => {
       [{ autoCapture: "yes" }, /autoCapture must be true or false/],
       [{ bypassSessionPatterns: [1] }, /bypassSessionPatterns must be a list of strings/],
       [{ recallScoreThreshold: 2 }, /recallScoreThreshold must be at most 1/],
+      [{ redisSentinels: ["s1"] }, /redisSentinels must be a list of host:port/],
+      [{ redisSentinels: ["s1:1"], redisCluster: true }, /redisCluster or redisSentinels, not both/],
+      [{ publishReplicas: -1 }, /publishReplicas must be at least 0/],
     ];
     for (const [raw, rx] of bad) {
       assert.throws(() => parseConfig(raw), (err: unknown) => err instanceof ConfigError && rx.test(err.message), JSON.stringify(raw));
@@ -121,6 +131,8 @@ json.dump({
   "recallScoreThreshold": d["recall_score_threshold"], "recallMaxInjectedChars": d["recall_max_injected_chars"],
   "recallPreferAbstract": d["recall_prefer_abstract"], "bypassSessionPatterns": list(d["bypass_session_patterns"]),
   "redisUrl": d["redis_url"], "shards": d["shards"], "keyPrefix": d["key_prefix"],
+  "publishReplicas": d["publish_replicas"], "publishReplicasTimeoutMs": d["publish_replicas_timeout_ms"],
+  "redisSentinels": list(d["redis_sentinels"]), "redisMasterName": d["redis_master_name"],
   "rpcUrl": "http://%s:%d" % (d["rpc_host"], d["rpc_port"]),
 }, sys.stdout)
 `;

@@ -9,7 +9,7 @@ import { redisTlsSocket } from "../src/connection.js";
 import { mappedStreamKey, shardOf, tagGenerationKey } from "../src/keys.js";
 import { TurnPublisher } from "../src/publisher.js";
 import { MemoryLogger } from "./helpers/fakes.js";
-import { freePort, makePki, pythonHasModule, startRedis, startRedisCluster, startTlsRedis, waitFor, type RedisServer } from "./helpers/proc.js";
+import { freePort, makePki, pythonHasModule, startRedis, startRedisCluster, startSentinel, startTlsRedis, waitFor, type RedisServer } from "./helpers/proc.js";
 
 const KEY = "t:{s0}:turns";
 
@@ -149,6 +149,60 @@ describe("TurnPublisher", () => {
     } finally {
       await reader.close();
     }
+  });
+
+  it("with publishReplicas, counts a turn delivered only once a replica holds it, and sends again what none confirmed", async () => {
+    const master = await startRedis();
+    const replica = await startRedis();
+    servers.push(master, replica);
+    const cli = (port: number, ...args: string[]) => spawnSync("redis-cli", ["-p", String(port), ...args], { encoding: "utf8" }).stdout;
+    const follow = () => cli(replica.port, "replicaof", "127.0.0.1", String(master.port));
+    follow();
+    await waitFor("the replica linked", () => cli(replica.port, "info", "replication").includes("master_link_status:up"));
+    const log = new MemoryLogger();
+    const pub = publisher(master.url, log, { replicas: { count: 1, timeoutMs: 200 } });
+    publishers.push(pub);
+    pub.enqueue(KEY, "a");
+    await pub.drained();
+    assert.deepEqual(await readStream(replica.url), ["a"]); // delivered means on the replica too
+
+    cli(replica.port, "replicaof", "no", "one"); // the replica stops following: WAIT counts none
+    await waitFor("the master without replicas", () => cli(master.port, "info", "replication").includes("connected_slaves:0"));
+    pub.enqueue(KEY, "b");
+    await waitFor("an unconfirmed delivery", () => pub.getStats().failures >= 1);
+    assert.equal(pub.getStats().pending, 1, "a turn no replica confirmed stays buffered");
+    assert.ok(log.lines.some((l) => l.message.includes("publishReplicas")), JSON.stringify(log.lines));
+
+    follow();
+    await pub.drained();
+    assert.equal(pub.getStats().delivered, 2);
+    // Sent again until confirmed: the stream may hold "b" more than once (capture drops copies by event id).
+    assert.deepEqual([...new Set(await readStream(replica.url))], ["a", "b"]);
+  });
+
+  it("publishes through Redis Sentinels, and goes on to the replica they promote when the master dies", async () => {
+    const master = await startRedis();
+    const replica = await startRedis();
+    servers.push(replica, master);
+    const cli = (port: number, ...args: string[]) => spawnSync("redis-cli", ["-p", String(port), ...args], { encoding: "utf8" }).stdout;
+    cli(replica.port, "replicaof", "127.0.0.1", String(master.port));
+    await waitFor("the replica linked", () => cli(replica.port, "info", "replication").includes("master_link_status:up"));
+    const sentinel = await startSentinel(master.port, "ovs");
+    servers.push(sentinel);
+    const log = new MemoryLogger();
+    // the URL's host is never used: the Sentinels say where the master is
+    const pub = publisher("redis://127.0.0.1:1/0", log, { sentinels: { addresses: [`127.0.0.1:${sentinel.port}`], masterName: "ovs" } });
+    publishers.push(pub);
+    pub.enqueue(KEY, "a");
+    await pub.drained();
+    assert.deepEqual(await readStream(master.url), ["a"]);
+    await waitFor("a on the replica", async () => (await readStream(replica.url)).length === 1);
+
+    await master.stop();
+    pub.enqueue(KEY, "b");
+    await pub.drained();
+    assert.ok(cli(replica.port, "info", "replication").includes("role:master"), "the Sentinel promoted the replica");
+    assert.deepEqual(await readStream(replica.url), ["a", "b"]);
   });
 
   it("publishes nothing while the service runs with another shard count, and says so", async () => {

@@ -5,7 +5,7 @@
  */
 
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -213,6 +213,19 @@ async function launchRedis(
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** A Sentinel watching the master on `masterPort` as `name` (quorum 1: it alone fails it over, 1 s after it stops answering). */
+export async function startSentinel(masterPort: number, name: string): Promise<RedisServer> {
+  const port = await freePort();
+  const conf = join(mkdtempSync(join(tmpdir(), "ovstream-node-sentinel-")), "sentinel.conf");
+  writeFileSync(
+    conf,
+    `sentinel monitor ${name} 127.0.0.1 ${masterPort} 1\n` +
+      `sentinel down-after-milliseconds ${name} 1000\nsentinel failover-timeout ${name} 3000\n`,
+  );
+  const server = await launchRedis("a Sentinel", port, `redis://127.0.0.1:${port}`, [conf, "--sentinel", "--port", String(port)], () => redisPing(port));
+  return { ...server, stop: async () => { await server.stop(); rmSync(dirname(conf), { recursive: true, force: true }); } };
 }
 
 /** The venv python, from OVSTREAM_PYTHON or <repo>/.venv/bin/python. */

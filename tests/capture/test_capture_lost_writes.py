@@ -1,0 +1,65 @@
+"""A Redis that lost capture's newest writes (a failover promoted a lagging replica).
+
+Redis replicates asynchronously: the promoted replica may lack the applied offset and the
+intent of capture's last rounds, and its consumer group hands the same entries out again,
+while OV holds their messages. Simulated on one real Redis: the session's applied hash and
+the group's position are rolled back to what they were before the last turns were applied.
+With ``publish_replicas`` (a deployment with replicas) capture checks OV's count and writes
+nothing twice, whether the process that applied them goes on or another one takes over; the
+control without it shows the test can fail.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from core.ids import ov_session_id
+from tests.helpers.capture import expected_texts, make_worker, ov_texts, publish, turn
+from workers.store.keys import Keys, shard_of
+
+SESSION = "lost"
+
+
+@pytest.mark.parametrize(
+    ("publish_replicas", "same_process", "twice"),
+    [(1, True, False), (1, False, False), (0, True, True)],
+    ids=["replicas-same-process", "replicas-new-process", "no-replicas-control"],
+)
+async def test_entries_handed_out_again_after_lost_writes_are_not_written_twice(
+    redis_client, settings, fake_ov, publish_replicas: int, same_process: bool, twice: bool
+) -> None:
+    capture_settings = settings.model_copy(update={"publish_replicas": publish_replicas})
+    keys = Keys(settings.key_prefix)
+    shard = shard_of(SESSION, settings.shards)
+    stream = keys.stream(shard)
+    memory = make_worker(capture_settings, fake_ov).recorded  # what one process remembers
+
+    async def capture(remembering: bool = True) -> None:
+        """A burst of capture: a process that goes on (its memory), or a new one."""
+        worker = make_worker(capture_settings, fake_ov, burst=True)
+        if remembering:
+            worker.recorded = memory
+        await worker.run()
+
+    [first] = publish(redis_client, settings, [turn(SESSION, 0)])
+    await capture()
+    [applied] = redis_client.keys(f"{settings.key_prefix}:*:applied:*:{ov_session_id(SESSION, None)}")
+    before = redis_client.dump(applied)
+
+    publish(redis_client, settings, [turn(SESSION, 1), turn(SESSION, 2)])
+    await capture()
+    assert ov_texts(fake_ov, SESSION) == expected_texts(SESSION, 3)
+
+    # the promoted replica: the applied state and the group's position of before turns 1 and 2
+    redis_client.restore(applied, 0, before, replace=True)
+    redis_client.xgroup_setid(stream, settings.consumer_group, first)
+
+    await capture(remembering=same_process)
+    written = ov_texts(fake_ov, SESSION)
+    if twice:
+        assert written == expected_texts(SESSION, 3) + expected_texts(SESSION, 3)[2:]
+    else:
+        assert written == expected_texts(SESSION, 3)
+        publish(redis_client, settings, [turn(SESSION, 3)])
+        await capture()  # and on from there, as before
+        assert ov_texts(fake_ov, SESSION) == expected_texts(SESSION, 4)
