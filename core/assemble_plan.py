@@ -124,17 +124,28 @@ def build_session_base(
     total_archives: int = 0,
 ) -> SessionBase:
     """Convert OV /context data (snapshot fields) once."""
-    messages = tuple(ov_to_agent_messages(list(records)))
+    text = (overview or "").strip()
+    return session_base_of(
+        text,
+        has_archive=bool(text) or bool(pre_archive_abstracts) or total_archives > 0,
+        record_count=len(records),
+        messages=ov_to_agent_messages(list(records)),
+    )
+
+
+def session_base_of(
+    overview: str, *, has_archive: bool, record_count: int, messages: Sequence[AgentMessage]
+) -> SessionBase:
+    """A SessionBase of messages already converted (their per-suffix estimates made here)."""
     per_message = [estimate_message_tokens(dump_message(m)) for m in messages]
     suffix = [0] * (len(per_message) + 1)
     for i in range(len(per_message) - 1, -1, -1):
         suffix[i] = suffix[i + 1] + per_message[i]
-    text = (overview or "").strip()
     return SessionBase(
-        overview=text,
-        has_archive=bool(text) or bool(pre_archive_abstracts) or total_archives > 0,
-        record_count=len(records),
-        messages=messages,
+        overview=overview,
+        has_archive=has_archive,
+        record_count=record_count,
+        messages=tuple(messages),
         suffix_tokens=tuple(suffix),
     )
 

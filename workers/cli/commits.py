@@ -11,6 +11,8 @@ from core.session import SessionAddress
 from workers.cli.tables import table, when
 from workers.commits.records import CommitRecords
 from workers.store.connection import connect
+from workers.store.keys import Keys
+from workers.store.lineage import Lineage, lineage_of
 
 
 def add_commits_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,10 +35,26 @@ def format_commits(outcomes: list[CommitOutcome]) -> str:
     return table(header, [_row(o) for o in outcomes])
 
 
+def format_lineage(lineage: Lineage) -> str:
+    """One line: whose subagent the session is, how it was spawned, how its run ended."""
+    ended = f", ended {lineage.end_reason} at {when(lineage.ended_at)}" if lineage.ended_at else ", running"
+    fork = f", {lineage.fork_at} message(s) copied" if lineage.fork_at is not None else ""
+    spawned = f", spawned {when(lineage.prepared_at)}"
+    return f"subagent of {lineage.parent} ({lineage.parent_key}): {lineage.mode}{fork}{spawned}{ended}"
+
+
 def cli_commits(settings: Settings, args: argparse.Namespace) -> int:
     sid = ov_session_id(args.session_id, args.session_key)
     agent = resolve_agent_id(args.session_key, args.agent, settings.agent_prefix)
-    records = CommitRecords(connect(settings), settings)
+    client = connect(settings)
+    records = CommitRecords(client, settings)
+    lineage = lineage_of(
+        client.hgetall(
+            Keys(settings.key_prefix).session(SessionAddress(sid, agent, args.user), settings.shards).lineage
+        )
+    )
+    if lineage is not None:
+        print(format_lineage(lineage))
     address = SessionAddress(sid, agent, args.user)
     outcomes = records.list(address)
     if not outcomes and args.session_key is None and args.agent is None:

@@ -45,11 +45,16 @@ from workers.rpc.models import (
     CompactResponse,
     ErrorResponse,
     HealthResponse,
+    SubagentAnswer,
+    SubagentEnded,
+    SubagentRef,
+    SubagentSpawn,
     ToolRequest,
     ToolResponse,
     assemble_request_schema,
 )
 from workers.rpc.responses import ERROR_ANSWERS, BodyLimit, install_error_handlers, json_response
+from workers.rpc.subagents import Identity, prepare_spawn, roll_back_spawn, spawn_ended
 from workers.rpc.tools.registry import run_tool, tools
 from workers.status import read_status
 from workers.store.connection import REDIS_ERRORS, connect, connect_async
@@ -147,6 +152,42 @@ def create_app(
     async def compact_route(body: CompactRequest, request: Request) -> Response:
         """Commit the session now (archive + memory extraction) and wait for it."""
         return json_response(await compact(svc, body, caller_of(svc, request.scope, body)))
+
+    @app.post(
+        "/v1/subagents/prepare",
+        response_model=None,
+        tags=["subagents"],
+        responses={200: {"model": SubagentAnswer}, **ERROR_ANSWERS},
+    )
+    async def subagent_prepare(body: SubagentSpawn, request: Request) -> Response:
+        """``prepareSubagentSpawn``: record a child's parent and context mode (a fork: the
+        parent's snapshot, the start of the child's context)."""
+        parent = caller_of(svc, request.scope, Identity(body.parentSessionId, body.parentSessionKey))
+        child = caller_of(svc, request.scope, Identity(body.childSessionId, body.childSessionKey))
+        return json_response(await prepare_spawn(svc, body, parent, child))
+
+    @app.post(
+        "/v1/subagents/rollback",
+        response_model=None,
+        tags=["subagents"],
+        responses={200: {"model": SubagentAnswer}, **ERROR_ANSWERS},
+    )
+    async def subagent_rollback(body: SubagentRef, request: Request) -> Response:
+        """A spawn that failed after it was prepared: forget it."""
+        child = caller_of(svc, request.scope, Identity(body.childSessionId, body.childSessionKey))
+        return json_response(await roll_back_spawn(svc, child))
+
+    @app.post(
+        "/v1/subagents/ended",
+        response_model=None,
+        tags=["subagents"],
+        responses={200: {"model": SubagentAnswer}, **ERROR_ANSWERS},
+    )
+    async def subagent_ended(body: SubagentEnded, request: Request) -> Response:
+        """``onSubagentEnded``: note how the child's run ended (its commit goes on the stream,
+        behind its turns, from the plugin)."""
+        child = caller_of(svc, request.scope, Identity(body.childSessionId, body.childSessionKey))
+        return json_response(await spawn_ended(svc, body, child))
 
     @app.get("/v1/tools", tags=["tools"])
     async def list_tools() -> dict[str, Any]:

@@ -48,6 +48,7 @@ from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest
 from workers.rpc.recall import recall_block
 from workers.rpc.responses import encode_body
+from workers.rpc.subagents import fork_snap
 from workers.store.connection import redis_failed
 from workers.store.snapshots import ZERO_ID
 
@@ -210,6 +211,8 @@ async def _full_path(svc: Services, req: AssembleRequest, caller: Caller) -> Pas
     if svc.direct:
         return await _direct_full_path(svc, req, caller)
     try:
+        if req.forked and (fork := await fork_snap(svc, req, caller)) is not None:
+            return await _answer(svc, req, caller, fork)
         snap, last_turn = await cached_snap(svc, caller)
     except Exception as exc:
         if not redis_failed(exc):

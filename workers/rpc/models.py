@@ -68,6 +68,9 @@ class AssembleRequest(msgspec.Struct, forbid_unknown_fields=False):
     With ``recentTurns`` present (even empty) the lag overlay goes by event identity."""
     recentTurns: list[TurnEvent] | None = None
     """Turn events the plugin published recently; those the snapshot lacks are appended."""
+    forked: bool = False
+    """The session is a subagent forked from its parent (``prepareSubagentSpawn``): its
+    context starts from the parent's at the spawn (core.fork). Sent with ``messages``."""
 
     def transcript_length(self) -> int:
         """How many messages the host passed, whether they were sent or only counted."""
@@ -119,6 +122,8 @@ def _check_counted_transcript(request: AssembleRequest) -> None:
     of a plugin that sends its turns (any other call answers from the messages)."""
     if request.messages:
         raise RpcError(422, "invalid_request", "messageCount: sent in place of messages, not with them", "messageCount")
+    if request.forked:
+        raise RpcError(422, "invalid_request", "messageCount: a forked session's assemble reads its messages", "forked")
     if not (request.overlay_by_identity() and request.is_main_call()):
         raise RpcError(
             422,
@@ -336,3 +341,48 @@ class HealthResponse(BaseModel):
     status: Literal["ok", "degraded", "down"]
     redis: str
     ov: str
+
+
+# --- subagents ---------------------------------------------------------------------------
+
+SubagentEndReason = Literal["deleted", "completed", "swept", "released"]
+
+
+class SubagentSpawn(BaseModel):
+    """``prepareSubagentSpawn``: a child session is about to start."""
+
+    model_config = _REQUEST
+
+    parentSessionKey: str = Field(..., min_length=1, max_length=SESSION_ID_MAX)
+    childSessionKey: str = Field(..., min_length=1, max_length=SESSION_ID_MAX)
+    contextMode: Literal["isolated", "fork"] = "isolated"
+    parentSessionId: str | None = Field(None, max_length=SESSION_ID_MAX)
+    childSessionId: str | None = Field(None, max_length=SESSION_ID_MAX)
+    ttlMs: int | None = Field(None, ge=0)
+
+
+class SubagentRef(BaseModel):
+    """A child session: a spawn to roll back."""
+
+    model_config = _REQUEST
+
+    childSessionKey: str = Field(..., min_length=1, max_length=SESSION_ID_MAX)
+    childSessionId: str | None = Field(None, max_length=SESSION_ID_MAX)
+
+
+class SubagentEnded(SubagentRef):
+    """``onSubagentEnded``: the child's run is over."""
+
+    reason: SubagentEndReason
+
+
+class SubagentAnswer(BaseModel):
+    model_config = _RESPONSE
+
+    ok: bool
+    childSession: str | None = None
+    """The child's OV session (None: the child is bypassed, or unknown)."""
+    parentSession: str | None = None
+    contextMode: str | None = None
+    forkBase: bool = False
+    """A fork found a parent snapshot to start from."""

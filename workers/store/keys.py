@@ -37,6 +37,7 @@ class SessionKeys:
     commit_inflight: str
     commits_unannounced: str
     parked: str
+    lineage: str
     recall_prefix: str
 
     def recall_turn(self, turn: str) -> str:
@@ -68,6 +69,7 @@ class Keys:
             commit_inflight=self.commit_inflight(shard, scope, sid),
             commits_unannounced=self.commits_unannounced(shard, scope, sid),
             parked=self.parked(shard, scope, sid),
+            lineage=self.lineage(shard, scope, sid),
             recall_prefix=self._session("recall", shard, scope, sid),
         )
 
@@ -141,6 +143,11 @@ class Keys:
         """Hash: while the session is parked behind a dead letter, its dead-lettered entries,
         stream entry id -> dead-letter id (workers.capture.parking)."""
         return self._session("parked", shard, scope, ov_session_id)
+
+    def lineage(self, shard: int, scope: str, ov_session_id: str) -> str:
+        """Hash: a subagent session's parent and how it was spawned, and for a fork the
+        parent's snapshot as it was then (workers.store.lineage)."""
+        return self._session("lineage", shard, scope, ov_session_id)
 
     def snapshot(self, shard: int, scope: str, ov_session_id: str) -> str:
         """Hash: ``data`` = the session's ContextSnapshot (msgspec JSON), ``id`` = its

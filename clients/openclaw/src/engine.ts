@@ -11,11 +11,14 @@
  *   token estimate, so the agent keeps going.
  * - bootstrap: imports a transcript older than ovstream, once per session.
  * - compact: POST /v1/compact; a failure reports ok:false.
+ * - prepareSubagentSpawn / onSubagentEnded: a child's lineage and its commit (subagents.ts);
+ *   a forked child's assemble sends its messages and `forked`.
  * Bypassed sessions never leave the process.
  */
 
 import { isBypassed, ovSessionId, resolveSessionKey } from "./ids.js";
 import { RpcError } from "./rpc.js";
+import { onSubagentEnded, prepareSubagentSpawn } from "./subagents.js";
 import { turnFingerprint, type PluginRuntime } from "./runtime.js";
 import { estimateMessageTokens, estimateTokens } from "./tokens.js";
 import type {
@@ -31,6 +34,9 @@ import type {
   CompactResult,
   ContextEngine,
   RuntimeContext,
+  SubagentEndedParams,
+  SubagentSpawnParams,
+  SubagentSpawnPreparation,
 } from "./types.js";
 
 export const ENGINE_ID = "ovstream";
@@ -230,7 +236,11 @@ export function createEngine(rt: PluginRuntime): ContextEngine {
         body.availableTools = tools instanceof Set ? [...tools] : Array.isArray(tools) ? tools : null;
       }
       if (has(params, "citationsMode")) body.citationsMode = params.citationsMode ?? null;
-      if (cfg.autoCapture) {
+      // A forked subagent's context starts from its parent's (the service's core.fork): the
+      // service reads its transcript, the parent's copy and its own turns, by count.
+      const forked = sessionKey !== undefined && rt.forkedChildren.has(sessionKey);
+      if (forked) body.forked = true;
+      if (cfg.autoCapture && !forked) {
         try {
           const turns = rt.turnsFor(ovSessionId(params.sessionId, sessionKey));
           body.heldTurns = turns.held;
@@ -307,6 +317,11 @@ export function createEngine(rt: PluginRuntime): ContextEngine {
         if (bypassed(params.sessionId, sessionKey)) return { bootstrapped: false, reason: "session_bypassed" };
         const ovSid = ovSessionId(params.sessionId, sessionKey);
         if (rt.importDone(ovSid)) return { bootstrapped: false, reason: "imported before" };
+        if (sessionKey !== undefined && rt.forkedChildren.has(sessionKey)) {
+          // its transcript is its parent's copy: the parent's OV session holds it already
+          rt.markImported(ovSid);
+          return { bootstrapped: false, reason: "a forked subagent: its transcript is its parent's" };
+        }
         if (rt.publishedSessions.has(ovSid)) {
           // The host bootstraps on a session's second turn: its transcript is the turn we sent.
           rt.markImported(ovSid);
@@ -333,6 +348,23 @@ export function createEngine(rt: PluginRuntime): ContextEngine {
       } catch (err) {
         rt.logger.warn(`ovstream: bootstrap: ${describeError(err)}`);
         return { bootstrapped: false, reason: describeError(err) };
+      }
+    },
+
+    async prepareSubagentSpawn(params: SubagentSpawnParams): Promise<SubagentSpawnPreparation | undefined> {
+      try {
+        return await prepareSubagentSpawn(rt, params);
+      } catch (err) {
+        rt.logger.warn(`ovstream: prepareSubagentSpawn: ${describeError(err)}`);
+        return undefined;
+      }
+    },
+
+    async onSubagentEnded(params: SubagentEndedParams): Promise<void> {
+      try {
+        await onSubagentEnded(rt, params);
+      } catch (err) {
+        rt.logger.warn(`ovstream: onSubagentEnded: ${describeError(err)}`);
       }
     },
 

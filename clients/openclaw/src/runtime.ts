@@ -27,11 +27,32 @@ export class RecentSet {
   has(key: string): boolean {
     return this.items.has(key);
   }
+  delete(key: string): void {
+    this.items.delete(key);
+  }
   add(key: string): void {
     this.items.delete(key);
     this.items.add(key);
     while (this.items.size > this.capacity) {
       const oldest = this.items.values().next().value;
+      if (oldest === undefined) break;
+      this.items.delete(oldest);
+    }
+  }
+}
+
+/** A map keeping its `capacity` most recently set keys. */
+export class RecentMap<V> {
+  private readonly items = new Map<string, V>();
+  constructor(private readonly capacity: number) {}
+  get(key: string): V | undefined {
+    return this.items.get(key);
+  }
+  set(key: string, value: V): void {
+    this.items.delete(key);
+    this.items.set(key, value);
+    while (this.items.size > this.capacity) {
+      const oldest = this.items.keys().next().value;
       if (oldest === undefined) break;
       this.items.delete(oldest);
     }
@@ -122,6 +143,10 @@ export class PluginRuntime {
   /** OV sessions this process published a turn of: capture knows them, so an import of their
    * transcript would only repeat turns (capture skips it; with Redis away assemble would not). */
   readonly publishedSessions = new RecentSet(4096);
+  /** sessionKey -> the session's id and agent, as its turns were published (a subagent's end names only its key). */
+  readonly sessionsByKey = new RecentMap<{ sessionId: string; agentId?: string }>(4096);
+  /** Session keys of subagents forked from their parent (prepareSubagentSpawn): their context starts from the parent's. */
+  readonly forkedChildren = new RecentSet(4096);
   /** OV sessions a commit marker went out for lately (before_reset and session_end both fire). */
   private readonly ended = new RecentSet(1024);
 
@@ -187,6 +212,10 @@ export class PluginRuntime {
       : undefined;
     this.publisher.enqueue(streamKey(this.config.keyPrefix, shard), payload, { session: ovSid, lastTurn });
     if (isTurn) this.remember(ovSid, payload);
+    if (isTurn && input.sessionKey) {
+      const agentId = typeof input.agentId === "string" ? input.agentId : undefined;
+      this.sessionsByKey.set(input.sessionKey, { sessionId: input.sessionId, agentId });
+    }
     if (isTurn && !event.import_transcript) this.publishedSessions.add(ovSid);
     return true;
   }

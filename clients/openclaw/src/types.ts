@@ -126,7 +126,33 @@ export interface ContextEngine {
   bootstrap(params: BootstrapParams): Promise<BootstrapResult>;
   assemble(params: AssembleParams): Promise<AssembleResult>;
   compact(params: CompactParams): Promise<CompactResult>;
+  prepareSubagentSpawn?(params: SubagentSpawnParams): Promise<SubagentSpawnPreparation | undefined>;
+  onSubagentEnded?(params: SubagentEndedParams): Promise<void>;
   dispose(): Promise<void>;
+}
+
+/** OpenClaw's prepareSubagentSpawn params (2026.9). */
+export interface SubagentSpawnParams {
+  parentSessionKey: string;
+  childSessionKey: string;
+  contextMode?: "isolated" | "fork";
+  parentSessionId?: string;
+  parentSessionFile?: string;
+  childSessionId?: string;
+  childSessionFile?: string;
+  ttlMs?: number;
+}
+
+export interface SubagentSpawnPreparation {
+  /** Undo the preparation when the spawn failed after it. */
+  rollback: () => void | Promise<void>;
+}
+
+export type SubagentEndReason = "deleted" | "completed" | "swept" | "released";
+
+export interface SubagentEndedParams {
+  childSessionKey: string;
+  reason: SubagentEndReason;
 }
 
 export interface ToolContent {

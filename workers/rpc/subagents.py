@@ -1,0 +1,116 @@
+"""Subagents: the host's spawn and end of a child run, and a fork's context.
+
+``prepareSubagentSpawn`` records the child's lineage (workers.store.lineage): its parent and
+context mode, and for a fork the parent's snapshot as stored at that moment, the start of
+the child's context. ``onSubagentEnded`` notes how the run ended (the plugin puts the
+child's commit marker behind its turns on the stream, so that commit sees every turn, and
+whatever the child found becomes memories of the agent it ran as). A spawn that failed
+after it was prepared is rolled back. A forked child's main assemble (``forked``) answers
+from core.fork's base instead of the child's own snapshot alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, cast
+
+from core.fork import copied_span, fork_base, fork_captured
+from core.messages.model import MessageFormatError, parse_messages
+from workers.rpc.assemble_snapshot import Snap
+from workers.rpc.context import Caller, Services
+from workers.rpc.models import AssembleRequest, SubagentEnded, SubagentSpawn
+from workers.store.lineage import FORK, drop_spawn, fork_point, read_lineage, record_end, record_spawn
+from workers.store.snapshots import ZERO_ID, read_snapshot, snapshot_key
+
+log = logging.getLogger("ovstream.rpc")
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """The identity fields of one session of a subagent call, as ``caller_of`` reads a body."""
+
+    sessionId: str | None
+    sessionKey: str | None
+    runtimeContext: dict[str, Any] | None = None
+
+
+async def prepare_spawn(svc: Services, body: SubagentSpawn, parent: Caller, child: Caller) -> dict[str, Any]:
+    if child.bypassed:
+        return {"ok": True}
+    settings = svc.settings
+    base: bytes | None = None
+    if body.contextMode == FORK:  # the clients here speak bytes
+        base = cast(bytes | None, await svc.redis.hget(snapshot_key(settings, parent.address()), "data"))
+    await record_spawn(
+        svc.redis,
+        settings,
+        child.address(),
+        parent=parent.require_session(),
+        parent_key=body.parentSessionKey,
+        child_key=body.childSessionKey,
+        mode=body.contextMode,
+        base=base,
+    )
+    log.info(
+        "subagent %s (%s) of %s prepared%s",
+        child.ov_session_id,
+        body.contextMode,
+        parent.ov_session_id,
+        "" if body.contextMode != FORK else " from the parent's snapshot" if base else " (the parent has no snapshot)",
+    )
+    return {
+        "ok": True,
+        "childSession": child.ov_session_id,
+        "parentSession": parent.ov_session_id,
+        "contextMode": body.contextMode,
+        "forkBase": base is not None,
+    }
+
+
+async def roll_back_spawn(svc: Services, child: Caller) -> dict[str, Any]:
+    known = not child.bypassed and await drop_spawn(svc.redis, svc.settings, child.address())
+    if known:
+        log.info("subagent %s: spawn rolled back", child.ov_session_id)
+    return {"ok": True, "childSession": child.ov_session_id if known else None}
+
+
+async def spawn_ended(svc: Services, body: SubagentEnded, child: Caller) -> dict[str, Any]:
+    known = not child.bypassed and await record_end(svc.redis, svc.settings, child.address(), body.reason)
+    log.info("subagent %s ended (%s)%s", child.ov_session_id, body.reason, "" if known else ": no spawn of it known")
+    return {"ok": True, "childSession": child.ov_session_id if known else None}
+
+
+class ForkSnap(Snap):
+    """A fork's base: what it reflects is known (the copy, and the child's own capture)."""
+
+    @property
+    def capture_known(self) -> bool:
+        return True
+
+
+async def fork_snap(svc: Services, req: AssembleRequest, caller: Caller) -> Snap | None:
+    """The forked child's base (core.fork), None when no fork of this session is known."""
+    settings, address = svc.settings, caller.address()
+    lineage = await read_lineage(svc.redis, settings, address)
+    if lineage is None or lineage.mode != FORK:
+        return None
+    fork_at = lineage.fork_at
+    if fork_at is None:  # the first assemble of the child: the host's transcript is the copy
+        fork_at = await fork_point(svc.redis, settings, address, len(req.messages))
+    child = await read_snapshot(svc.redis, settings, address)
+    start, end = copied_span(lineage.base, min(fork_at, len(req.messages)))
+    try:
+        copied = parse_messages(req.messages[start:end])
+    except MessageFormatError:  # the request model only admits objects; defensive
+        copied = []
+    base = fork_base(lineage.base, copied, child)
+    applied = child.applied_stream_id if child is not None else ZERO_ID
+    return ForkSnap(
+        None,
+        base,
+        fork_captured(child, fork_at),
+        applied,
+        list(child.event_ids) if child is not None else [],
+        list(child.advancements) if child is not None else [],
+    )

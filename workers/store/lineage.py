@@ -1,0 +1,138 @@
+"""Subagent lineage: which session spawned which, how, and what a fork started from.
+
+OpenClaw spawns subagents (``sessions_spawn``) and tells the context engine before a child
+starts (``prepareSubagentSpawn``) and when its run ended (``onSubagentEnded``). ovstream
+keeps, per child session, one hash (``Keys.lineage``): the parent's OV session and keys, the
+context mode (``isolated`` or ``fork``), when it was prepared and how it ended; for a fork
+also the parent's snapshot as it was at the spawn (``base``) and how many of the host's
+messages the fork copied into the child's transcript (``fork_at``, learned from the child's
+first assemble). Nothing of the parent is written to the child's OV session: assemble builds
+a fork's context from that base (core.fork). The hash lives ``sessionStateTtlS`` from its
+last change, as the rest of a session's state.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from core.config import Settings
+from core.events import ContextSnapshot, EventDecodeError, decode
+from core.session import SessionAddress
+from workers.store.connection import optional_text, text
+from workers.store.keys import Keys
+
+FORK = "fork"
+ISOLATED = "isolated"
+CONTEXT_MODES = (ISOLATED, FORK)
+
+
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """One child session's record."""
+
+    parent: str
+    """The parent's OV session id."""
+    parent_key: str
+    child_key: str
+    mode: str
+    prepared_at: float
+    fork_at: int | None = None
+    """Host messages the fork copied into the child's transcript (its first assemble's count)."""
+    ended_at: float | None = None
+    end_reason: str | None = None
+    base: ContextSnapshot | None = None
+    """A fork's parent snapshot at the spawn (None: isolated, or the parent had none)."""
+
+
+def _key(settings: Settings, child: SessionAddress) -> str:
+    return Keys(settings.key_prefix).session(child, settings.shards).lineage
+
+
+async def record_spawn(
+    redis: aioredis.Redis,
+    settings: Settings,
+    child: SessionAddress,
+    *,
+    parent: str,
+    parent_key: str,
+    child_key: str,
+    mode: str,
+    base: bytes | None,
+) -> None:
+    """The child's record as prepared (a new spawn of the same child replaces it)."""
+    fields: dict[str, str | bytes] = {
+        "parent": parent,
+        "parent_key": parent_key,
+        "child_key": child_key,
+        "mode": mode,
+        "prepared_at": repr(time.time()),
+    }
+    if base is not None:
+        fields["base"] = base
+    key = _key(settings, child)
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.delete(key)
+        pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
+        pipe.expire(key, settings.session_state_ttl_s)
+        await pipe.execute()
+
+
+async def drop_spawn(redis: aioredis.Redis, settings: Settings, child: SessionAddress) -> bool:
+    """Forget a spawn that failed after it was prepared (the host's rollback); True if known."""
+    return bool(await redis.delete(_key(settings, child)))
+
+
+async def record_end(redis: aioredis.Redis, settings: Settings, child: SessionAddress, reason: str) -> bool:
+    """Note how the child's run ended; False when no spawn of it is known."""
+    key = _key(settings, child)
+    if not await redis.exists(key):
+        return False
+    await redis.hset(key, mapping={"ended_at": repr(time.time()), "end_reason": reason})
+    await redis.expire(key, settings.session_state_ttl_s)
+    return True
+
+
+async def fork_point(redis: aioredis.Redis, settings: Settings, child: SessionAddress, count: int) -> int:
+    """The fork's copied message count: ``count`` if none is known yet (the first assemble's),
+    else the one known."""
+    key = _key(settings, child)
+    await redis.hsetnx(key, "fork_at", count)
+    return int(await redis.hget(key, "fork_at") or count)
+
+
+async def read_lineage(redis: aioredis.Redis, settings: Settings, child: SessionAddress) -> Lineage | None:
+    """The child's record, None when the session is no known subagent (or it expired)."""
+    raw = await redis.hgetall(_key(settings, child))
+    return lineage_of(raw) if raw else None
+
+
+def lineage_of(raw: Mapping[Any, Any]) -> Lineage | None:
+    """A record from its hash; None when it lacks what every record has."""
+    fields = {text(k): v for k, v in raw.items()}
+    if "parent" not in fields or "mode" not in fields:
+        return None
+    fork_at, ended_at = optional_text(fields.get("fork_at")), optional_text(fields.get("ended_at"))
+    base = fields.get("base")
+    return Lineage(
+        parent=text(fields["parent"]),
+        parent_key=text(fields.get("parent_key")),
+        child_key=text(fields.get("child_key")),
+        mode=text(fields["mode"]),
+        prepared_at=float(text(fields.get("prepared_at")) or 0),
+        fork_at=int(fork_at) if fork_at else None,
+        ended_at=float(ended_at) if ended_at else None,
+        end_reason=optional_text(fields.get("end_reason")),
+        base=_snapshot(base),
+    )
+
+
+def _snapshot(raw: bytes | None) -> ContextSnapshot | None:
+    try:
+        return decode(raw, ContextSnapshot) if raw else None
+    except EventDecodeError:  # written by this code; unreadable means damaged: no base
+        return None
