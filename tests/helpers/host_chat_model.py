@@ -5,7 +5,10 @@ Answers are a pure function of the request:
 
 - The latest user text holds ``[[tool:NAME {json args}]]`` directives: they
   are called one per request, in order (``NAME`` may be any tool, those behind
-  OpenClaw's Tool Search go through ``tool_call``).
+  OpenClaw's Tool Search go through ``tool_call``). The host's own follow-ups of a
+  subagent run (the announce telling the requester a background task completed, the
+  wake telling an orchestrator its descendants settled) quote the task: its directives
+  were followed once already, so they are not followed again.
 - Otherwise: ``ok <n>: <first 60 chars of the latest user text>`` where ``n``
   counts the request's messages, so a test can tell requests apart.
 
@@ -36,6 +39,7 @@ _TOOL_RE = re.compile(r"\[\[tool:([A-Za-z0-9_.-]+)\s*(\{.*?\})?\]\]", re.S)
 
 
 INTERNAL_CONTEXT_MARK = "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>"
+HOST_FOLLOW_UPS = ("A background task completed.", "Your prior run ended while waiting for descendant")
 
 
 def latest_user_index(messages: list[dict[str, Any]]) -> int:
@@ -60,7 +64,7 @@ def plan_answer(body: dict[str, Any]) -> tuple[str, list[tuple[str, dict[str, An
     text = content_text(messages[last_user].get("content")) if last_user >= 0 else ""
     done = sum(1 for m in messages[last_user + 1 :] if m.get("role") == "tool")
     offered = {t.get("function", {}).get("name") for t in body.get("tools") or []}
-    directives = _TOOL_RE.findall(text)
+    directives = [] if any(mark in text for mark in HOST_FOLLOW_UPS) else _TOOL_RE.findall(text)
     if done < len(directives):
         name, raw = directives[done]
         args = json.loads(raw) if raw else {}

@@ -26,7 +26,8 @@ from tests.helpers.e2e import unique, wait_for, workdir_for
 from tests.helpers.host import HostStack, conversation_text, host_available, system_text
 from tests.helpers.host_chat_model import content_text
 from workers.commits.records import CommitRecords
-from workers.store.keys import session_keys
+from workers.store.keys import Keys, session_keys
+from workers.store.lineage import Lineage, lineage_of
 
 pytestmark = pytest.mark.host
 
@@ -244,3 +245,87 @@ def _metric(host: HostStack, line_start: str) -> float:
         if line.startswith(line_start):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+def _child_request(host: HostStack, since: int, marker: str) -> dict[str, Any]:
+    """The first model request of the subagent run whose task starts with ``marker`` (a task
+    quoting another's, as one that spawns a grandchild does, is not that one)."""
+    task = re.compile(r"\[Subagent Task\]\W*" + re.escape(marker))
+
+    def found() -> dict[str, Any] | None:
+        for request in host.requests()[since:]:
+            if any(task.search(text) for text in user_texts(request)):
+                return request
+        return None
+
+    return wait_for(found, f"the subagent run of {marker} asking the model", timeout_s=120)
+
+
+def _session_of(request: dict[str, Any]) -> tuple[str, str]:
+    """The run's sessionId and sessionKey, from the runtime line the host puts in its first
+    user message (``session=<key> | sessionId=<id>``)."""
+    found = re.search(r"session=(\S+) \| sessionId=([0-9a-f-]{36})", conversation_text(request) + system_text(request))
+    assert found, conversation_text(request)[:2000]
+    return found.group(2), found.group(1)
+
+
+def _spawn_directive(task: str, context: str) -> str:
+    """A sessions_spawn directive whose task may hold directives of its own: their brackets
+    escaped in the JSON, so that the model asked by this turn sees only the outer one."""
+    args = json.dumps({"task": task, "context": context}).replace("[", "\\u005b").replace("]", "\\u005d")
+    return f"[[tool:sessions_spawn {args}]]"
+
+
+def test_subagents_start_from_their_parent_and_leave_what_they_learned(host: HostStack) -> None:
+    """sessions_spawn: a fork's model sees its parent's context as ovstream holds it (the archive
+    summary), an isolated one none of it, and the grandchild it spawns is recorded as its child;
+    each child's conversation is committed when its run ends, so the parent's next turn
+    recalls what only a child heard."""
+    key = f"agent:main:{unique('parent')}"
+    for n in range(3):
+        host.turn(key, f"leg {n} of our trip goes through Lisbon")
+    answer = host.openclaw("sessions", "compact", key, "--json").stdout
+    assert re.search(r'"compacted"\s*:\s*true', answer), answer[-2000:]
+    tag = os.getpid()
+
+    since = len(host.requests())
+    host.agent(key, "Delegate the museums. " + _spawn_directive(f"FORK{tag}: list the museums on the way", "fork"))
+    forked = _child_request(host, since, f"FORK{tag}")
+    assert "[Session History Summary]" in conversation_text(forked)  # the parent's, from its snapshot
+    assert system_text(forked).count(RECALL_MARK) <= 1
+
+    since = len(host.requests())
+    fact = f"I prefer azulejo tiles numbered {tag} above every other souvenir."
+    grandchild_task = _spawn_directive(f"GRAND{tag}: count the tiles", "isolated")
+    host.agent(key, "Ask a helper. " + _spawn_directive(f"ISO{tag}: {fact} {grandchild_task}", "isolated"))
+    isolated = _child_request(host, since, f"ISO{tag}")
+    assert "[Session History Summary]" not in conversation_text(isolated)
+    assert "Lisbon" not in conversation_text(isolated)  # nothing of the parent's transcript
+    assert system_text(isolated).count(RECALL_MARK) <= 1
+    child_session, child_key = _session_of(isolated)
+    grandchild, grandchild_key = _session_of(_child_request(host, since, f"GRAND{tag}"))
+    settings = host.service.settings
+    keys = Keys(settings.key_prefix)
+
+    def lineage(session_key: str) -> Lineage | None:  # kept under the child's session key
+        where = SessionAddress(ov_session_id("", session_key), "main", None)
+        return lineage_of(host.service.redis.hgetall(keys.session(where, settings.shards).lineage))
+
+    record = wait_for(lambda: lineage(grandchild_key), "the grandchild's lineage recorded")
+    assert record.parent_key == child_key and record.mode == "isolated"  # nested: the child's own child
+    assert wait_for(lambda: lineage(child_key), "the child's lineage").parent_key == key
+    records = CommitRecords(host.service.redis, settings)
+
+    def committed(session: str) -> bool:
+        # its end's commit, or a threshold commit in flight when the end came (the end joins it)
+        outcomes = records.list(SessionAddress(session, "main", None))
+        return any(o.status == "completed" for o in outcomes)
+
+    wait_for(lambda: committed(child_session), "the isolated child's conversation committed", timeout_s=180)
+    wait_for(lambda: committed(grandchild), "the grandchild's conversation committed", timeout_s=180)
+
+    def recalled() -> bool:
+        requests = host.turn(key, "which souvenirs do I prefer?")
+        return any(str(tag) in system_text(r) for r in requests)
+
+    wait_for(recalled, "the parent recalling what only the child heard", timeout_s=180, interval_s=10)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from core.ids import ov_session_id
 from core.session import SessionAddress
 from tests.rpc.test_assemble import oc_turns, ov_turns
 from workers.cli.commits import cli_commits
@@ -20,7 +21,9 @@ PARENT = "11111111-1111-4111-8111-111111111111"
 CHILD = "22222222-2222-4222-8222-222222222222"
 PARENT_KEY = "agent:main:main"
 CHILD_KEY = "agent:main:subagent:helper"
-CHILD_ADDRESS = SessionAddress(CHILD, "main", None)
+LINEAGE_AT = SessionAddress(ov_session_id("", CHILD_KEY), "main", None)
+"""A child's lineage is kept under its session key: the host prepares an isolated spawn before
+the child has a sessionId."""
 SPAWNING_TURN = oc_turns("please spawn a helper for the logs", "spawning one")
 
 
@@ -48,7 +51,7 @@ def texts(answer: dict[str, Any]) -> list[str]:
 
 
 async def lineage(rpc: Any) -> Any:
-    return await read_lineage(rpc.app.state.services.redis, rpc.settings, CHILD_ADDRESS)
+    return await read_lineage(rpc.app.state.services.redis, rpc.settings, LINEAGE_AT)
 
 
 FROM_OV = ["parent q0 (OV)", "parent a0 (OV)", "parent q1 (OV)", "parent a1 (OV)"]
@@ -124,15 +127,18 @@ async def test_a_rolled_back_spawn_is_forgotten_and_an_ended_one_is_recorded(rpc
     )
     assert unknown.json() == {"ok": True, "childSession": None}
 
-    await rpc.client.post("/v1/subagents/prepare", json=spawn("isolated"))
+    # prepared as the host prepares an isolated spawn: before the child has a sessionId
+    await rpc.client.post("/v1/subagents/prepare", json=spawn("isolated", childSessionId=None))
+    assert (await lineage(rpc)).child == ""
     ended = await rpc.client.post(
         "/v1/subagents/ended", json={"childSessionKey": CHILD_KEY, "childSessionId": CHILD, "reason": "swept"}
     )
     assert ended.json() == {"ok": True, "childSession": CHILD}
     record = await lineage(rpc)
     assert (record.parent, record.end_reason, record.parent_key) == (PARENT, "swept", PARENT_KEY)
+    assert record.child == CHILD  # named by the end
     assert record.ended_at is not None and record.ended_at >= record.prepared_at
-    ttl = rpc.redis.ttl(Keys(rpc.settings.key_prefix).session(CHILD_ADDRESS, rpc.settings.shards).lineage)
+    ttl = rpc.redis.ttl(Keys(rpc.settings.key_prefix).session(LINEAGE_AT, rpc.settings.shards).lineage)
     assert 0 < ttl <= rpc.settings.session_state_ttl_s
 
 

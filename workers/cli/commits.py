@@ -48,11 +48,11 @@ def cli_commits(settings: Settings, args: argparse.Namespace) -> int:
     agent = resolve_agent_id(args.session_key, args.agent, settings.agent_prefix)
     client = connect(settings)
     records = CommitRecords(client, settings)
-    lineage = lineage_of(
-        client.hgetall(
-            Keys(settings.key_prefix).session(SessionAddress(sid, agent, args.user), settings.shards).lineage
-        )
-    )
+    if args.session_key:  # a subagent's lineage is kept under its session key (workers.rpc.subagents)
+        where = SessionAddress(ov_session_id("", args.session_key), agent, args.user)
+        lineage = lineage_of(client.hgetall(Keys(settings.key_prefix).session(where, settings.shards).lineage))
+    else:
+        lineage = None
     if lineage is not None:
         print(format_lineage(lineage))
     address = SessionAddress(sid, agent, args.user)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from core.fork import copied_span, fork_base, fork_captured
+from core.ids import ov_session_id
+from core.session import SessionAddress
 from core.messages.model import MessageFormatError, parse_messages
 from workers.rpc.assemble_snapshot import Snap
 from workers.rpc.context import Caller, Services
@@ -24,6 +26,14 @@ from workers.store.lineage import FORK, drop_spawn, fork_point, read_lineage, re
 from workers.store.snapshots import ZERO_ID, read_snapshot, snapshot_key
 
 log = logging.getLogger("ovstream.rpc")
+
+
+def lineage_address(caller: Caller) -> SessionAddress:
+    """Where a child's lineage is kept: under its session key. The host may name a child's
+    sessionId only once it runs (an isolated spawn is prepared without it), and the key is
+    what every hook and the child's own calls share."""
+    key = caller.session_key
+    return caller.address(ov_session_id("", key) if key else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +55,8 @@ async def prepare_spawn(svc: Services, body: SubagentSpawn, parent: Caller, chil
     await record_spawn(
         svc.redis,
         settings,
-        child.address(),
+        lineage_address(child),
+        child=child.require_session() if body.childSessionId else "",
         parent=parent.require_session(),
         parent_key=body.parentSessionKey,
         child_key=body.childSessionKey,
@@ -69,14 +80,16 @@ async def prepare_spawn(svc: Services, body: SubagentSpawn, parent: Caller, chil
 
 
 async def roll_back_spawn(svc: Services, child: Caller) -> dict[str, Any]:
-    known = not child.bypassed and await drop_spawn(svc.redis, svc.settings, child.address())
+    known = not child.bypassed and await drop_spawn(svc.redis, svc.settings, lineage_address(child))
     if known:
         log.info("subagent %s: spawn rolled back", child.ov_session_id)
     return {"ok": True, "childSession": child.ov_session_id if known else None}
 
 
 async def spawn_ended(svc: Services, body: SubagentEnded, child: Caller) -> dict[str, Any]:
-    known = not child.bypassed and await record_end(svc.redis, svc.settings, child.address(), body.reason)
+    known = not child.bypassed and await record_end(
+        svc.redis, svc.settings, lineage_address(child), body.reason, child=child.ov_session_id or ""
+    )
     log.info("subagent %s ended (%s)%s", child.ov_session_id, body.reason, "" if known else ": no spawn of it known")
     return {"ok": True, "childSession": child.ov_session_id if known else None}
 
@@ -91,14 +104,22 @@ class ForkSnap(Snap):
 
 async def fork_snap(svc: Services, req: AssembleRequest, caller: Caller) -> Snap | None:
     """The forked child's base (core.fork), None when no fork of this session is known."""
-    settings, address = svc.settings, caller.address()
-    lineage = await read_lineage(svc.redis, settings, address)
+    settings, where = svc.settings, lineage_address(caller)
+    lineage = await read_lineage(svc.redis, settings, where)
     if lineage is None or lineage.mode != FORK:
         return None
     fork_at = lineage.fork_at
     if fork_at is None:  # the first assemble of the child: the host's transcript is the copy
-        fork_at = await fork_point(svc.redis, settings, address, len(req.messages))
-    child = await read_snapshot(svc.redis, settings, address)
+        fork_at = await fork_point(svc.redis, settings, where, len(req.messages))
+        reflected = lineage.base.captured_through if lineage.base is not None else 0
+        log.info(
+            "subagent %s: a fork of %d message(s); its context starts from %s's snapshot (%d of them)",
+            caller.ov_session_id,
+            fork_at,
+            lineage.parent,
+            min(reflected, fork_at),
+        )
+    child = await read_snapshot(svc.redis, settings, caller.address())
     start, end = copied_span(lineage.base, min(fork_at, len(req.messages)))
     try:
         copied = parse_messages(req.messages[start:end])

@@ -37,6 +37,8 @@ class Lineage:
 
     parent: str
     """The parent's OV session id."""
+    child: str
+    """The child's own OV session id ("" until the host named its sessionId)."""
     parent_key: str
     child_key: str
     mode: str
@@ -49,15 +51,16 @@ class Lineage:
     """A fork's parent snapshot at the spawn (None: isolated, or the parent had none)."""
 
 
-def _key(settings: Settings, child: SessionAddress) -> str:
-    return Keys(settings.key_prefix).session(child, settings.shards).lineage
+def _key(settings: Settings, where: SessionAddress) -> str:
+    return Keys(settings.key_prefix).session(where, settings.shards).lineage
 
 
 async def record_spawn(
     redis: aioredis.Redis,
     settings: Settings,
-    child: SessionAddress,
+    where: SessionAddress,
     *,
+    child: str,
     parent: str,
     parent_key: str,
     child_key: str,
@@ -66,6 +69,7 @@ async def record_spawn(
 ) -> None:
     """The child's record as prepared (a new spawn of the same child replaces it)."""
     fields: dict[str, str | bytes] = {
+        "child": child,
         "parent": parent,
         "parent_key": parent_key,
         "child_key": child_key,
@@ -74,7 +78,7 @@ async def record_spawn(
     }
     if base is not None:
         fields["base"] = base
-    key = _key(settings, child)
+    key = _key(settings, where)
     async with redis.pipeline(transaction=True) as pipe:
         pipe.delete(key)
         pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
@@ -82,32 +86,38 @@ async def record_spawn(
         await pipe.execute()
 
 
-async def drop_spawn(redis: aioredis.Redis, settings: Settings, child: SessionAddress) -> bool:
+async def drop_spawn(redis: aioredis.Redis, settings: Settings, where: SessionAddress) -> bool:
     """Forget a spawn that failed after it was prepared (the host's rollback); True if known."""
-    return bool(await redis.delete(_key(settings, child)))
+    return bool(await redis.delete(_key(settings, where)))
 
 
-async def record_end(redis: aioredis.Redis, settings: Settings, child: SessionAddress, reason: str) -> bool:
-    """Note how the child's run ended; False when no spawn of it is known."""
-    key = _key(settings, child)
+async def record_end(
+    redis: aioredis.Redis, settings: Settings, where: SessionAddress, reason: str, *, child: str = ""
+) -> bool:
+    """Note how the child's run ended (and its OV session, when known by now); False when no
+    spawn of it is known."""
+    key = _key(settings, where)
     if not await redis.exists(key):
         return False
-    await redis.hset(key, mapping={"ended_at": repr(time.time()), "end_reason": reason})
+    fields: dict[str, str | bytes] = {"ended_at": repr(time.time()), "end_reason": reason}
+    if child:
+        fields["child"] = child
+    await redis.hset(key, mapping=fields)  # type: ignore[arg-type]
     await redis.expire(key, settings.session_state_ttl_s)
     return True
 
 
-async def fork_point(redis: aioredis.Redis, settings: Settings, child: SessionAddress, count: int) -> int:
+async def fork_point(redis: aioredis.Redis, settings: Settings, where: SessionAddress, count: int) -> int:
     """The fork's copied message count: ``count`` if none is known yet (the first assemble's),
     else the one known."""
-    key = _key(settings, child)
+    key = _key(settings, where)
     await redis.hsetnx(key, "fork_at", count)
     return int(await redis.hget(key, "fork_at") or count)
 
 
-async def read_lineage(redis: aioredis.Redis, settings: Settings, child: SessionAddress) -> Lineage | None:
+async def read_lineage(redis: aioredis.Redis, settings: Settings, where: SessionAddress) -> Lineage | None:
     """The child's record, None when the session is no known subagent (or it expired)."""
-    raw = await redis.hgetall(_key(settings, child))
+    raw = await redis.hgetall(_key(settings, where))
     return lineage_of(raw) if raw else None
 
 
@@ -120,6 +130,7 @@ def lineage_of(raw: Mapping[Any, Any]) -> Lineage | None:
     base = fields.get("base")
     return Lineage(
         parent=text(fields["parent"]),
+        child=text(fields.get("child")),
         parent_key=text(fields.get("parent_key")),
         child_key=text(fields.get("child_key")),
         mode=text(fields["mode"]),

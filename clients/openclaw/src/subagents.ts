@@ -32,6 +32,9 @@ export async function prepareSubagentSpawn(
   if (params.childSessionId) rt.sessionsByKey.set(params.childSessionKey, { sessionId: params.childSessionId });
   if (mode === "fork") rt.forkedChildren.add(params.childSessionKey);
   const child = { childSessionKey: params.childSessionKey, childSessionId: params.childSessionId };
+  // The host may leave the parent's id out (a nested spawn, say): the one its turns went
+  // under names its OV session, whose snapshot a fork starts from.
+  const parentSessionId = params.parentSessionId ?? rt.sessionsByKey.get(params.parentSessionKey)?.sessionId;
   try {
     await rt.rpc.post(
       "/v1/subagents/prepare",
@@ -39,7 +42,7 @@ export async function prepareSubagentSpawn(
         parentSessionKey: params.parentSessionKey,
         childSessionKey: params.childSessionKey,
         contextMode: mode,
-        parentSessionId: params.parentSessionId,
+        parentSessionId,
         childSessionId: params.childSessionId,
       },
       { timeoutMs: cfg.rpcTimeoutMs },
