@@ -17,8 +17,8 @@ from typing import Any, cast
 
 from core.fork import copied_span, fork_base, fork_captured
 from core.ids import ov_session_id
-from core.session import SessionAddress
 from core.messages.model import MessageFormatError, parse_messages
+from core.session import SessionAddress
 from workers.rpc.assemble_snapshot import Snap
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest, SubagentEnded, SubagentSpawn
