@@ -178,75 +178,6 @@ def test_a_sessions_second_turn_imports_nothing(host: HostStack) -> None:
 
 # Last: a Redis restart kills the RQ worker's scheduler thread, so scheduled commit
 # retries stall afterwards (issue 11); nothing after this test needs a commit.
-def test_every_turn_exactly_once_while_redis_is_down(host: HostStack) -> None:
-    key = f"agent:main:{unique('redis')}"
-    host.turn(key, "a conversation that will outlive a Redis outage")
-    host.redis.stop()
-    try:
-        token = f"outage{os.getpid()}"
-        host.turn(key, f"said while Redis is down: {token}")
-        requests = host.turn(key, "what did I say while Redis was down?")
-        assert all(count_in_user_messages(r, token) == 1 for r in requests), [user_texts(r) for r in requests]
-    finally:
-        host.redis.start()
-        for name in ("capture", "worker"):
-            if host.procs[name].poll() is not None:  # a worker that gave up on Redis is restarted
-                host.start_service(name)
-    requests = host.turn(key, "and once Redis is back?")
-    assert all(count_in_user_messages(r, token) == 1 for r in requests)
-
-
-def test_a_one_shot_run_with_redis_down_keeps_its_turn(host: HostStack) -> None:
-    host.stop_gateway()  # one-shot runs own the state while they run
-    key = f"agent:main:{unique('oneshot')}"
-    token = f"oneshot{os.getpid()}"
-    host.redis.stop()
-    try:
-        first = host.openclaw("agent", "--local", "--session-key", key, "--message", f"one-shot {token}", "--json")
-        assert "next run delivers them" in first.stderr, first.stderr[-3000:]  # it says what it did
-        assert list(host.spool.glob("*.json"))
-    finally:
-        host.redis.start()
-    before = len(host.requests())
-    second = host.openclaw("agent", "--local", "--session-key", key, "--message", "what did I say last run?", "--json")
-    assert "delivering 1 turn event(s) an earlier run left" in second.stderr, second.stderr[-3000:]
-    requests = host.requests()[before:]
-    assert requests and all(count_in_user_messages(r, token) == 1 for r in requests)
-    assert not list(host.spool.glob("*.json"))
-
-
-def test_a_one_shot_run_with_redis_down_gets_the_last_run_once(host: HostStack) -> None:
-    """A run captured with Redis up, then one with Redis down: OV holds the first run's turn,
-    and the second run's import of it (the host bootstraps on the second turn) adds nothing."""
-    host.stop_gateway()  # one-shot runs own the state while they run
-    key = f"agent:main:{unique('upfirst')}"
-    token = f"upfirst{os.getpid()}"
-    message = f"Local run, Redis up: {token}"
-    out = host.openclaw("agent", "--local", "--session-key", key, "--message", message, "--json")
-    answer = json.loads(out.stdout[out.stdout.index("{") :])
-    address = SessionAddress(ov_session_id(session_id_of(answer), key), "main", None)
-    applied = session_keys(host.service.settings, address).applied
-    wait_for(lambda: host.service.redis.hget(applied, "last_id"), "capture applying the first run", timeout_s=120)
-    host.redis.stop()
-    try:
-        before = len(host.requests())
-        host.openclaw("agent", "--local", "--session-key", key, "--message", "what did I say last run?", "--json")
-        requests = host.requests()[before:]
-        assert requests and all(count_in_user_messages(r, token) == 1 for r in requests), [
-            user_texts(r) for r in requests
-        ]
-    finally:
-        host.redis.start()
-
-
-def _metric(host: HostStack, line_start: str) -> float:
-    text = host.service.http.get("/metrics").text
-    for line in text.splitlines():
-        if line.startswith(line_start):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 def _child_request(host: HostStack, since: int, marker: str) -> dict[str, Any]:
     """The first model request of the subagent run whose task starts with ``marker`` (a task
     quoting another's, as one that spawns a grandchild does, is not that one)."""
@@ -329,3 +260,72 @@ def test_subagents_start_from_their_parent_and_leave_what_they_learned(host: Hos
         return any(str(tag) in system_text(r) for r in requests)
 
     wait_for(recalled, "the parent recalling what only the child heard", timeout_s=180, interval_s=10)
+
+
+def test_every_turn_exactly_once_while_redis_is_down(host: HostStack) -> None:
+    key = f"agent:main:{unique('redis')}"
+    host.turn(key, "a conversation that will outlive a Redis outage")
+    host.redis.stop()
+    try:
+        token = f"outage{os.getpid()}"
+        host.turn(key, f"said while Redis is down: {token}")
+        requests = host.turn(key, "what did I say while Redis was down?")
+        assert all(count_in_user_messages(r, token) == 1 for r in requests), [user_texts(r) for r in requests]
+    finally:
+        host.redis.start()
+        for name in ("capture", "worker"):
+            if host.procs[name].poll() is not None:  # a worker that gave up on Redis is restarted
+                host.start_service(name)
+    requests = host.turn(key, "and once Redis is back?")
+    assert all(count_in_user_messages(r, token) == 1 for r in requests)
+
+
+def test_a_one_shot_run_with_redis_down_keeps_its_turn(host: HostStack) -> None:
+    host.stop_gateway()  # one-shot runs own the state while they run
+    key = f"agent:main:{unique('oneshot')}"
+    token = f"oneshot{os.getpid()}"
+    host.redis.stop()
+    try:
+        first = host.openclaw("agent", "--local", "--session-key", key, "--message", f"one-shot {token}", "--json")
+        assert "next run delivers them" in first.stderr, first.stderr[-3000:]  # it says what it did
+        assert list(host.spool.glob("*.json"))
+    finally:
+        host.redis.start()
+    before = len(host.requests())
+    second = host.openclaw("agent", "--local", "--session-key", key, "--message", "what did I say last run?", "--json")
+    assert "delivering 1 turn event(s) an earlier run left" in second.stderr, second.stderr[-3000:]
+    requests = host.requests()[before:]
+    assert requests and all(count_in_user_messages(r, token) == 1 for r in requests)
+    assert not list(host.spool.glob("*.json"))
+
+
+def test_a_one_shot_run_with_redis_down_gets_the_last_run_once(host: HostStack) -> None:
+    """A run captured with Redis up, then one with Redis down: OV holds the first run's turn,
+    and the second run's import of it (the host bootstraps on the second turn) adds nothing."""
+    host.stop_gateway()  # one-shot runs own the state while they run
+    key = f"agent:main:{unique('upfirst')}"
+    token = f"upfirst{os.getpid()}"
+    message = f"Local run, Redis up: {token}"
+    out = host.openclaw("agent", "--local", "--session-key", key, "--message", message, "--json")
+    answer = json.loads(out.stdout[out.stdout.index("{") :])
+    address = SessionAddress(ov_session_id(session_id_of(answer), key), "main", None)
+    applied = session_keys(host.service.settings, address).applied
+    wait_for(lambda: host.service.redis.hget(applied, "last_id"), "capture applying the first run", timeout_s=120)
+    host.redis.stop()
+    try:
+        before = len(host.requests())
+        host.openclaw("agent", "--local", "--session-key", key, "--message", "what did I say last run?", "--json")
+        requests = host.requests()[before:]
+        assert requests and all(count_in_user_messages(r, token) == 1 for r in requests), [
+            user_texts(r) for r in requests
+        ]
+    finally:
+        host.redis.start()
+
+
+def _metric(host: HostStack, line_start: str) -> float:
+    text = host.service.http.get("/metrics").text
+    for line in text.splitlines():
+        if line.startswith(line_start):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
