@@ -81,16 +81,16 @@ class RecordedStates:
         return state.last_id is None or parse_id(state.last_id) < last_id or (state.total or 0) < total
 
 
-async def lost_writes_intent(ov: OVClient, plan: SessionRound) -> bool:
+async def lost_writes_intent(ov: OVClient, plan: SessionRound) -> None:
     """When OV holds more of the session than its record says (Redis lost writes), give the
     record the intent of a write of this round's entries made from it, so that they settle as
-    an interrupted write does; True when it did. Needs a record with a total and no intent."""
+    an interrupted write does. Needs a record with a total and no intent."""
     state = plan.state
     if state.intent is not None or state.total is None or not plan.messages:
-        return False
+        return
     total = await ov_total(ov, plan.session.ov_session_id)
     if total <= state.total:
-        return False
+        return
     log.warning(
         "session %s: OV holds %d messages, capture's record in Redis %d (a failover lost its newest "
         "writes?); settling what OV has of the entries read again",
@@ -99,4 +99,3 @@ async def lost_writes_intent(ov: OVClient, plan: SessionRound) -> bool:
         state.total,
     )
     state.intent = Intent(state.total, [(u.entry.id, u.ov_count) for u in plan.units if not u.skip])
-    return True

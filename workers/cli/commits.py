@@ -12,7 +12,7 @@ from workers.cli.tables import table, when
 from workers.commits.records import CommitRecords
 from workers.store.connection import connect
 from workers.store.keys import Keys
-from workers.store.lineage import Lineage, lineage_of
+from workers.store.lineage import Lineage, lineage_address, lineage_of
 
 
 def add_commits_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,14 +48,11 @@ def cli_commits(settings: Settings, args: argparse.Namespace) -> int:
     agent = resolve_agent_id(args.session_key, args.agent, settings.agent_prefix)
     client = connect(settings)
     records = CommitRecords(client, settings)
-    if args.session_key:  # a subagent's lineage is kept under its session key (workers.rpc.subagents)
-        where = SessionAddress(ov_session_id("", args.session_key), agent, args.user)
-        lineage = lineage_of(client.hgetall(Keys(settings.key_prefix).session(where, settings.shards).lineage))
-    else:
-        lineage = None
+    address = SessionAddress(sid, agent, args.user)
+    where = lineage_address(args.session_key, address)
+    lineage = lineage_of(client.hgetall(Keys(settings.key_prefix).session(where, settings.shards).lineage))
     if lineage is not None:
         print(format_lineage(lineage))
-    address = SessionAddress(sid, agent, args.user)
     outcomes = records.list(address)
     if not outcomes and args.session_key is None and args.agent is None:
         # the agent is named by the session key, which the operator may not have at hand

@@ -16,24 +16,27 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from core.fork import copied_span, fork_base, fork_captured
-from core.ids import ov_session_id
 from core.messages.model import MessageFormatError, parse_messages
 from core.session import SessionAddress
 from workers.rpc.assemble_snapshot import Snap
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest, SubagentEnded, SubagentSpawn
-from workers.store.lineage import FORK, drop_spawn, fork_point, read_lineage, record_end, record_spawn
+from workers.store.lineage import (
+    FORK,
+    drop_spawn,
+    fork_point,
+    lineage_address,
+    read_lineage,
+    record_end,
+    record_spawn,
+)
 from workers.store.snapshots import ZERO_ID, read_snapshot, snapshot_key
 
 log = logging.getLogger("ovstream.rpc")
 
 
-def lineage_address(caller: Caller) -> SessionAddress:
-    """Where a child's lineage is kept: under its session key. The host may name a child's
-    sessionId only once it runs (an isolated spawn is prepared without it), and the key is
-    what every hook and the child's own calls share."""
-    key = caller.session_key
-    return caller.address(ov_session_id("", key) if key else None)
+def _lineage_of(caller: Caller) -> SessionAddress:
+    return lineage_address(caller.session_key, caller.address())
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +58,7 @@ async def prepare_spawn(svc: Services, body: SubagentSpawn, parent: Caller, chil
     await record_spawn(
         svc.redis,
         settings,
-        lineage_address(child),
+        _lineage_of(child),
         child=child.require_session() if body.childSessionId else "",
         parent=parent.require_session(),
         parent_key=body.parentSessionKey,
@@ -80,7 +83,7 @@ async def prepare_spawn(svc: Services, body: SubagentSpawn, parent: Caller, chil
 
 
 async def roll_back_spawn(svc: Services, child: Caller) -> dict[str, Any]:
-    known = not child.bypassed and await drop_spawn(svc.redis, svc.settings, lineage_address(child))
+    known = not child.bypassed and await drop_spawn(svc.redis, svc.settings, _lineage_of(child))
     if known:
         log.info("subagent %s: spawn rolled back", child.ov_session_id)
     return {"ok": True, "childSession": child.ov_session_id if known else None}
@@ -88,7 +91,7 @@ async def roll_back_spawn(svc: Services, child: Caller) -> dict[str, Any]:
 
 async def spawn_ended(svc: Services, body: SubagentEnded, child: Caller) -> dict[str, Any]:
     known = not child.bypassed and await record_end(
-        svc.redis, svc.settings, lineage_address(child), body.reason, child=child.ov_session_id or ""
+        svc.redis, svc.settings, _lineage_of(child), body.reason, child=child.ov_session_id or ""
     )
     log.info("subagent %s ended (%s)%s", child.ov_session_id, body.reason, "" if known else ": no spawn of it known")
     return {"ok": True, "childSession": child.ov_session_id if known else None}
@@ -104,7 +107,7 @@ class ForkSnap(Snap):
 
 async def fork_snap(svc: Services, req: AssembleRequest, caller: Caller) -> Snap | None:
     """The forked child's base (core.fork), None when no fork of this session is known."""
-    settings, where = svc.settings, lineage_address(caller)
+    settings, where = svc.settings, _lineage_of(caller)
     lineage = await read_lineage(svc.redis, settings, where)
     if lineage is None or lineage.mode != FORK:
         return None

@@ -22,6 +22,7 @@ import redis.asyncio as aioredis
 
 from core.config import Settings
 from core.events import ContextSnapshot, EventDecodeError, decode
+from core.ids import ov_session_id
 from core.session import SessionAddress
 from workers.store.connection import optional_text, text
 from workers.store.keys import Keys
@@ -49,6 +50,16 @@ class Lineage:
     end_reason: str | None = None
     base: ContextSnapshot | None = None
     """A fork's parent snapshot at the spawn (None: isolated, or the parent had none)."""
+
+
+def lineage_address(session_key: str | None, session: SessionAddress) -> SessionAddress:
+    """Where the lineage of ``session`` is kept: under its session key (the OV session id the
+    key alone names, core.ids), else its own address. The host may name a child's sessionId
+    only once it runs (an isolated spawn is prepared without one); the key is what every hook
+    and the child's own calls share."""
+    if not session_key:
+        return session
+    return SessionAddress(ov_session_id("", session_key), session.agent_id, session.tenant)
 
 
 def _key(settings: Settings, where: SessionAddress) -> str:

@@ -4,18 +4,15 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 
-import { createClient } from "redis";
-
 import { parseConfig, type PluginConfig } from "../src/config.js";
 import { createEngine } from "../src/engine.js";
-import { decodeTurnEvent } from "../src/events.js";
 import { ovSessionId } from "../src/ids.js";
 import { shardOf, streamKey } from "../src/keys.js";
 import { PluginRuntime } from "../src/runtime.js";
 import { estimateMessageTokens } from "../src/tokens.js";
 import type { AgentMessage } from "../src/types.js";
 import { FakeRpc, json, MemoryLogger } from "./helpers/fakes.js";
-import { freePort, startRedis, waitFor, type RedisServer } from "./helpers/proc.js";
+import { freePort, startRedis, streamEvents, waitFor, type RedisServer } from "./helpers/proc.js";
 
 const SID = "0f8fad5b-d9cb-469f-a165-70867728950e";
 const msgs: AgentMessage[] = [
@@ -30,17 +27,6 @@ function runtime(overrides: Partial<PluginConfig>, log = new MemoryLogger()) {
   const cfg = parseConfig({ stateDir: mkdtempSync(join(tmpdir(), "ovstream-engine-")), ...overrides });
   const rt = new PluginRuntime(cfg, log, { publisher: { initialBackoffMs: 20, maxBackoffMs: 200 } });
   return { rt, log, engine: createEngine(rt) };
-}
-
-async function streamEvents(url: string, key: string) {
-  const client = createClient({ url });
-  client.on("error", () => {});
-  await client.connect();
-  try {
-    return (await client.xRange(key, "-", "+")).map((e) => decodeTurnEvent(String(e.message.e)));
-  } finally {
-    await client.close();
-  }
 }
 
 describe("assemble", () => {

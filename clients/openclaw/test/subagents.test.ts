@@ -4,16 +4,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 
-import { createClient } from "redis";
-
 import { parseConfig } from "../src/config.js";
 import { createEngine } from "../src/engine.js";
-import { decodeTurnEvent } from "../src/events.js";
 import { streamKey } from "../src/keys.js";
 import { PluginRuntime } from "../src/runtime.js";
 import type { AgentMessage } from "../src/types.js";
 import { FakeRpc, json, MemoryLogger } from "./helpers/fakes.js";
-import { startRedis, type RedisServer } from "./helpers/proc.js";
+import { startRedis, streamEvents, type RedisServer } from "./helpers/proc.js";
 
 const PARENT = "11111111-1111-4111-8111-111111111111";
 const CHILD = "22222222-2222-4222-8222-222222222222";
@@ -23,17 +20,6 @@ const copy: AgentMessage[] = [
   { role: "user", content: "parent question" },
   { role: "assistant", content: [{ type: "text", text: "parent answer" }] },
 ];
-
-async function streamEvents(url: string, key: string) {
-  const client = createClient({ url });
-  client.on("error", () => {});
-  await client.connect();
-  try {
-    return (await client.xRange(key, "-", "+")).map((e) => decodeTurnEvent(String(e.message.e)));
-  } finally {
-    await client.close();
-  }
-}
 
 describe("subagents", () => {
   let redis: RedisServer;

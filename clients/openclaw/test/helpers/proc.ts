@@ -11,6 +11,10 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
+import { createClient } from "redis";
+
+import { decodeTurnEvent } from "../../src/events.js";
+
 /** clients/openclaw (the package root), from dist/test/helpers/. */
 export const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 /** The ovstream repository root. */
@@ -226,6 +230,18 @@ export async function startSentinel(masterPort: number, name: string): Promise<R
   );
   const server = await launchRedis("a Sentinel", port, `redis://127.0.0.1:${port}`, [conf, "--sentinel", "--port", String(port)], () => redisPing(port));
   return { ...server, stop: async () => { await server.stop(); rmSync(dirname(conf), { recursive: true, force: true }); } };
+}
+
+/** The turn events on a stream, oldest first (decoded as capture reads them). */
+export async function streamEvents(url: string, key: string) {
+  const client = createClient({ url });
+  client.on("error", () => {});
+  await client.connect();
+  try {
+    return (await client.xRange(key, "-", "+")).map((e) => decodeTurnEvent(String(e.message.e)));
+  } finally {
+    await client.close();
+  }
 }
 
 /** The venv python, from OVSTREAM_PYTHON or <repo>/.venv/bin/python. */
