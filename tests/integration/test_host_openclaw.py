@@ -248,9 +248,9 @@ def test_subagents_start_from_their_parent_and_leave_what_they_learned(host: Hos
     records = CommitRecords(host.service.redis, settings)
 
     def committed(session: str) -> bool:
-        # its end's commit, or a threshold commit in flight when the end came (the end joins it)
+        # its end's own commit (one in flight when the end came is followed by it)
         outcomes = records.list(SessionAddress(session, "main", None))
-        return any(o.status == "completed" for o in outcomes)
+        return any(o.reason == "session_end" and o.status == "completed" for o in outcomes)
 
     wait_for(lambda: committed(child_session), "the isolated child's conversation committed", timeout_s=180)
     wait_for(lambda: committed(grandchild), "the grandchild's conversation committed", timeout_s=180)

@@ -42,6 +42,11 @@ ANNOUNCE_BATCH = 200
 """Most sessions one sweep announces for (the rest on the next)."""
 OUTCOME_FIELD = "o"
 """Field of a ``Keys.commit_outcomes()`` entry holding the outcome JSON."""
+FOLLOW_REASON = "follow_reason"
+FOLLOW_KEEP = "follow_keep"
+"""In-flight hash fields: a commit owed after this one (``workers.commits.request.request_commit``
+joined a commit whose phase 1 had already begun, for a reason that must take every message
+written so far). A final outcome then leaves the slot in place for the sweep to start it."""
 
 
 def outcome_of(request: CommitRequest, status: CommitStatus, **fields: Any) -> CommitOutcome:
@@ -107,7 +112,8 @@ class CommitRecords:
         return _parsed(await aredis.hget(self.session_keys(request.address).commits, request.commit_id))
 
     def record(self, request: CommitRequest, outcome: CommitOutcome) -> bool:
-        """Store ``outcome`` unless a final one is stored; a final one also ends the in-flight slot."""
+        """Store ``outcome`` unless a final one is stored; a final one also ends the in-flight
+        slot, unless a commit is owed after it (``FOLLOW_REASON``)."""
         ks = self.session_keys(request.address)
         final = outcome.status in FINAL_STATUSES
         if final:
@@ -120,7 +126,7 @@ class CommitRecords:
                     if current is not None and current.status in FINAL_STATUSES:
                         pipe.reset()
                         return False
-                    inflight = pipe.hget(ks.commit_inflight, "req")
+                    inflight, follow = pipe.hmget(ks.commit_inflight, "req", FOLLOW_REASON)
                     pipe.multi()
                     pipe.hset(ks.commits, request.commit_id, encode(outcome))
                     pipe.expire(ks.commits, self.settings.session_state_ttl_s)  # and the counter with it
@@ -130,6 +136,7 @@ class CommitRecords:
                     if (
                         final
                         and inflight is not None
+                        and follow is None  # else kept: the sweep starts the commit it owes
                         and decode(inflight, CommitRequest).commit_id == request.commit_id
                     ):
                         pipe.delete(ks.commit_inflight)

@@ -3,7 +3,8 @@
 A commit is asked for with ``request_commit`` (capture at the threshold, compact,
 memory_store). Each session has at most one commit in flight: its request sits in
 ``Keys.commit_inflight`` until an outcome is final, and asking again returns it (or
-resumes it, when its job was lost; or records it failed, when its job raised). The
+resumes it, when its job was lost; or records it failed, when its job raised; or, when the
+reason needs the newest messages and that commit already asked OV, owes one more after it). The
 first job of the chain is ``workers.commits.run.commit_session``, enqueued by reference
 once the commit holds its tenant's lock: until then it waits in the tenant's line, jobless.
 """
@@ -27,7 +28,15 @@ from workers.commits.queue import (
     job_state,
     now,
 )
-from workers.commits.records import FINAL_STATUSES, CommitRecords, final_or_timeout, load_outcome, outcome_of
+from workers.commits.records import (
+    FINAL_STATUSES,
+    FOLLOW_KEEP,
+    FOLLOW_REASON,
+    CommitRecords,
+    final_or_timeout,
+    load_outcome,
+    outcome_of,
+)
 from workers.commits.run import enqueue_commit, enqueue_turn, finish_commit, schedule_poll
 from workers.store.connection import optional_text
 from workers.store.keys import Keys, session_keys
@@ -80,10 +89,30 @@ def resume(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, o
         enqueue_commit(redis, settings, request, job_id=job_id)
 
 
+FOLLOWED_UP_REASONS = frozenset({"session_end", "compact", "memory_store", "manual"})
+"""Reasons that must take every message written before they were asked: joining a commit whose
+phase 1 already began would leave the newest out, so one more commit follows it. A threshold
+commit needs none (the next threshold takes what it left)."""
+
+
+def owes_follow_up(reason: str, keep_recent_count: int, joined: CommitRequest, recorded: CommitOutcome | None) -> bool:
+    """Whether a request for ``reason`` (keeping ``keep_recent_count``) that joins the commit
+    ``joined`` (recorded as ``recorded``) needs a commit after it: the joined one's phase 1
+    began (recorded "running") and may have taken OV's messages before the newest were
+    written, or it keeps more of the newest than asked (a threshold commit's keep window,
+    which an end would archive). A pending one keeping as few has not asked OV yet: it takes
+    them all."""
+    if reason not in FOLLOWED_UP_REASONS:
+        return False
+    began = recorded is not None and recorded.status != "pending"
+    return began or joined.keep_recent_count > keep_recent_count
+
+
 def request_commit(
     redis: redis_lib.Redis, settings: Settings, address: SessionAddress, *, reason: str, keep_recent_count: int
 ) -> CommitRequest:
-    """Enqueue a commit of the session, or return the one already in flight."""
+    """Enqueue a commit of the session, or return the one already in flight (marking that one
+    to be followed by another when it cannot take what ``reason`` needs: ``owes_follow_up``)."""
     ks = session_keys(settings, address)
     with redis.pipeline(transaction=True) as pipe:  # WATCH: the cluster client asks for it by name
         while True:
@@ -94,15 +123,22 @@ def request_commit(
                     current = decode(raw_req, CommitRequest)
                     outcome = load_outcome(pipe, ks.commits, current.commit_id)
                     if outcome is None or outcome.status not in FINAL_STATUSES:
-                        pipe.reset()
                         state, job = commit_state(redis, settings, current, optional_text(job_id))
-                        if state in ("live", "stranded"):  # a stranded one is the sweep's
-                            return current
+                        if state == "crashed":
+                            pipe.reset()
+                            fail_crashed(redis, settings, current, outcome, job)
+                            continue
+                        if owes_follow_up(reason, keep_recent_count, current, outcome):
+                            pipe.multi()  # the slot unchanged since read, or WatchError: look again
+                            pipe.hset(ks.commit_inflight, FOLLOW_REASON, reason)
+                            pipe.hset(ks.commit_inflight, FOLLOW_KEEP, keep_recent_count)
+                            pipe.execute()
+                            log.info("commit %s: its phase 1 began; a %s commit follows it", current.commit_id, reason)
+                        else:
+                            pipe.reset()
                         if state == "lost":
                             resume(redis, settings, current, outcome)
-                            return current
-                        fail_crashed(redis, settings, current, outcome, job)
-                        continue
+                        return current  # a live one, or a stranded one (the sweep's)
                 generation = next_generation(pipe.get(ks.commit_generation))
                 request = CommitRequest(
                     commit_id=commit_job_id(settings.key_prefix, ks.scope, address.ov_session_id, generation),
@@ -118,6 +154,7 @@ def request_commit(
                 redis.zadd(Keys(settings.key_prefix).commits_in_flight(), {ks.commit_inflight: now()})
                 pipe.multi()
                 pipe.set(ks.commit_generation, generation, ex=settings.session_state_ttl_s)
+                pipe.hdel(ks.commit_inflight, FOLLOW_REASON, FOLLOW_KEEP)  # any new commit is the one owed
                 pipe.hset(ks.commit_inflight, mapping={"req": encode(request), "job": request.commit_id})
                 pipe.hset(ks.commits, request.commit_id, encode(outcome_of(request, "pending")))
                 pipe.expire(ks.commits, settings.session_state_ttl_s)

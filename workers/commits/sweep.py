@@ -11,7 +11,8 @@ So every commit in flight is indexed (``Keys.commits_in_flight``) and every work
 due-job thread sweeps the index every ``SWEEP_INTERVAL_S``: a commit whose job is gone, or
 started by a worker whose heartbeat (``Keys.commit_worker``) lapsed, is resumed at the step
 it had reached (``workers.commits.request.resume``); one whose job is stranded on its way (queued on
-no queue, scheduled in no schedule) is resumed when it is still stranded at the next look.
+no queue, scheduled in no schedule) is resumed when it is still stranded at the next look;
+one that ended owing another commit (``records.FOLLOW_REASON``) has that commit requested.
 A script hands each entry to one sweeping worker at a time (``CLAIM_STALE``).
 """
 
@@ -24,8 +25,8 @@ import redis as redis_lib
 
 from core.config import Settings
 from core.events import CommitRequest, decode
-from workers.commits.records import FINAL_STATUSES, load_outcome
-from workers.commits.request import commit_state, fail_crashed, resume
+from workers.commits.records import FINAL_STATUSES, FOLLOW_KEEP, FOLLOW_REASON, load_outcome
+from workers.commits.request import commit_state, fail_crashed, request_commit, resume
 from workers.store.connection import optional_text, text
 from workers.store.keys import Keys, session_keys
 from workers.store.scripts import CLAIM_STALE
@@ -48,7 +49,7 @@ def beat(redis: redis_lib.Redis, settings: Settings, worker_name: str) -> None:
 
 
 def sweep(redis: redis_lib.Redis, settings: Settings) -> int:
-    """Look at the in-flight commits due for a look; returns how many were resumed."""
+    """Look at the in-flight commits due for a look; returns how many were resumed or followed."""
     index = Keys(settings.key_prefix).commits_in_flight()
     now = time.time()
     due = CLAIM_STALE(redis, [index], [now - SWEEP_INTERVAL_S, now, SWEEP_BATCH])
@@ -56,15 +57,24 @@ def sweep(redis: redis_lib.Redis, settings: Settings) -> int:
 
 
 def _look(redis: redis_lib.Redis, settings: Settings, index: str, inflight_key: str) -> bool:
-    raw_request, job_id, stranded = redis.hmget(inflight_key, "req", "job", STRANDED)
+    raw_request, job_id, stranded, follow_reason, follow_keep = redis.hmget(
+        inflight_key, "req", "job", STRANDED, FOLLOW_REASON, FOLLOW_KEEP
+    )
     if raw_request is None:  # finished (the record cleared it), or never written
         redis.zrem(index, inflight_key)
         return False
     request = decode(raw_request, CommitRequest)
     outcome = load_outcome(redis, session_keys(settings, request.address).commits, request.commit_id)
     if outcome is not None and outcome.status in FINAL_STATUSES:
-        redis.zrem(index, inflight_key)
-        return False
+        if follow_reason is None:
+            redis.zrem(index, inflight_key)
+            return False
+        # it ended owing a commit (records.FOLLOW_REASON): start it; its request re-indexes the slot
+        followed = request_commit(
+            redis, settings, request.address, reason=text(follow_reason), keep_recent_count=int(follow_keep or 0)
+        )
+        log.info("commit %s ended; %s follows it (%s)", request.commit_id, followed.commit_id, text(follow_reason))
+        return True
     job = optional_text(job_id)
     state, found = commit_state(redis, settings, request, job)
     if state == "stranded" and optional_text(stranded) != job:
