@@ -248,6 +248,10 @@ class Settings(BaseSettings):
     snapshot_token_budget: int = Field(128_000, ge=1)
     """token_budget asked of OV /context when a snapshot is refreshed."""
     snapshot_ttl_s: int = Field(7 * 24 * 3600, ge=1)
+    """Snapshots of idle sessions expire after this."""
+    console_trace_ttl_s: int = Field(24 * 3600, ge=0)
+    """How long the console's session inspector keeps what assemble last answered for a
+    session and what its last recall found (message previews: a few KB a session); 0: none."""
     session_state_ttl_s: int = Field(14 * 24 * 3600, ge=60)
     """How long a session's capture and commit state (applied offset, commit records and
     counter) outlives its last turn or commit. Two weeks: twice the snapshot's week, so a
@@ -256,7 +260,6 @@ class Settings(BaseSettings):
     the same: its turns carry what is new in them, an import into a session OV already holds
     writes nothing, and its next commit takes a generation no earlier job id used. A parked
     session's state lives until an operator releases it (``ovstream dlq``)."""
-    """Snapshots of idle sessions expire after this."""
 
     # rpc
     rpc_host: str = Field("127.0.0.1")

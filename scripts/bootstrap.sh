@@ -25,6 +25,21 @@ ensure_redis() {
   # Debian starts a system redis on 6379; ovstream's tests start their own on free ports.
 }
 
+# The console's browser tier (Debian's Chromium and its driver) and promtool (Debian's
+# prometheus package) for the alert rules' tests.
+ensure_browser() {
+  local missing=()
+  command -v chromium >/dev/null || missing+=(chromium)
+  command -v chromedriver >/dev/null || missing+=(chromium-driver)
+  command -v promtool >/dev/null || missing+=(prometheus)
+  [ "${#missing[@]}" = 0 ] && return 0
+  log "installing Debian ${missing[*]} (the console's browser tests, promtool)"
+  if ! { as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }; then
+    log "could not install ${missing[*]} (not root?); the console and alert tests need them"
+    return 1
+  fi
+}
+
 # quietly LOG COMMAND...: the command's output (pip's and its build backends' warnings) goes
 # to LOG, shown only when it fails: a first ./run should read as what ovstream does.
 quietly() {

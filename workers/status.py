@@ -9,6 +9,7 @@ formatting is workers.cli.status's).
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -195,3 +196,43 @@ def _where(settings: Settings) -> str:
     if settings.rq_redis_url == settings.redis_url:
         return store
     return f"{store}, commit queue on {settings.redacted_redis_url(settings.rq_redis_url)}"
+
+
+# --- lag over time: the console's chart -----------------------------------------------------
+
+LAG_SAMPLE_INTERVAL_S = 30
+"""How often a shard's backlog is sampled (by any RPC process: one sample per interval)."""
+LAG_HISTORY_S = 3600
+"""How far back the samples go."""
+
+
+@dataclass(frozen=True, slots=True)
+class LagSample:
+    at_ms: int
+    lag: dict[str, int]
+    """Shard name -> entries not yet applied (unread + pending)."""
+
+
+def sample_lag(client: redis.Redis, settings: Settings, *, now_ms: int | None = None) -> bool:
+    """Record every shard's backlog for this interval, unless another process did; drop
+    samples older than ``LAG_HISTORY_S``. True when this call recorded it."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    interval_ms = LAG_SAMPLE_INTERVAL_S * 1000
+    at = str(now_ms - now_ms % interval_ms)
+    key = Keys(settings.key_prefix).lag_history()
+    if client.hexists(key, at):
+        return False
+    lag = {s.name or str(s.shard): (s.unread or 0) + s.pending for s in read_backlog(client, settings)}
+    added = bool(client.hsetnx(key, at, json.dumps(lag)))
+    old = [f for f in client.hkeys(key) if int(text(f)) < now_ms - LAG_HISTORY_S * 1000]
+    if old:
+        client.hdel(key, *old)
+    client.expire(key, 2 * LAG_HISTORY_S)  # gone when no RPC runs to sample it
+    return added
+
+
+def read_lag_history(client: redis.Redis, settings: Settings) -> list[LagSample]:
+    """The samples of the last ``LAG_HISTORY_S``, oldest first."""
+    raw = client.hgetall(Keys(settings.key_prefix).lag_history())
+    samples = [LagSample(int(text(at)), {str(k): int(n) for k, n in json.loads(v).items()}) for at, v in raw.items()]
+    return sorted(samples, key=lambda s: s.at_ms)

@@ -104,7 +104,8 @@ def _block_texts(content: list[Any]) -> list[str]:
     ]
 
 
-def _tool_output(content: Any) -> str:
+def content_text(content: Any) -> str:
+    """A message's content as text: a string as is, the text blocks of a list, other JSON compact."""
     if isinstance(content, str):
         return content.strip()
     if isinstance(content, list):
@@ -123,7 +124,7 @@ def _message_text(content: Any) -> str:
 
 
 def _tool_part(msg: Mapping[str, Any], inputs: Mapping[str, dict[str, Any]]) -> ToolPart | None:
-    output = _tool_output(msg.get("content"))
+    output = content_text(msg.get("content"))
     if not output:
         return None
     name = msg.get("toolName")

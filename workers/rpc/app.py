@@ -37,6 +37,7 @@ from workers import logs
 from workers.rpc.assemble_http import AssembleCall, RpcApp, caller_of
 from workers.rpc.auth import RequireToken, exposure_problem
 from workers.rpc.compact import compact
+from workers.rpc.console.routes import install_console
 from workers.rpc.context import Services
 from workers.rpc.metrics import CONTENT_TYPE, RpcMetrics
 from workers.rpc.models import (
@@ -56,7 +57,7 @@ from workers.rpc.models import (
 from workers.rpc.responses import ERROR_ANSWERS, BodyLimit, install_error_handlers, json_response
 from workers.rpc.subagents import Identity, prepare_spawn, roll_back_spawn, spawn_ended
 from workers.rpc.tools.registry import run_tool, tools
-from workers.status import read_status
+from workers.status import LAG_SAMPLE_INTERVAL_S, read_status, sample_lag
 from workers.store.connection import REDIS_ERRORS, connect, connect_async
 from workers.store.deployment import DeploymentMismatch, check_deployment
 
@@ -106,7 +107,9 @@ def create_app(
             svc.ov = OVClient.from_settings(settings, transport=ov_transport)
             ov_closed = False
         svc.versions.start()
+        sampler = asyncio.get_running_loop().create_task(_sample_lag(svc))
         yield
+        sampler.cancel()
         await svc.versions.stop()
         await svc.ov.aclose()
         ov_closed = True
@@ -236,12 +239,25 @@ def create_app(
         status = await asyncio.to_thread(read_status, svc.commit_redis, settings)
         return status.as_json()
 
+    install_console(app, svc)
+
     @app.get("/metrics", response_model=None, response_class=PlainTextResponse, tags=["ops"])
     async def metrics() -> Response:
         """Prometheus text format."""
         return Response(await asyncio.to_thread(svc.metrics.render), media_type=CONTENT_TYPE)
 
     return app
+
+
+async def _sample_lag(svc: Services) -> None:
+    """Every shard's backlog, once per ``LAG_SAMPLE_INTERVAL_S`` across the RPC processes:
+    the console's lag chart (workers.status.sample_lag)."""
+    while True:
+        try:
+            await asyncio.to_thread(sample_lag, svc.commit_redis, svc.settings)
+        except REDIS_ERRORS as exc:
+            log.debug("lag not sampled: %s", exc)
+        await asyncio.sleep(LAG_SAMPLE_INTERVAL_S)
 
 
 async def _redis_health(svc: Services) -> str:

@@ -66,13 +66,17 @@ class Answered:
 
     context: FullContext
     body: msgspec.Raw
+    snapshot_id: str | None = None
+    """The stream entry the snapshot it came from reflected (None: no snapshot)."""
+    overlay_turns: tuple[str, ...] = ()
+    """Event ids of the turns the overlay appended to the snapshot."""
 
     @classmethod
-    def of(cls, context: FullContext) -> Answered:
+    def of(cls, context: FullContext, snapshot_id: str | None = None, overlay_turns: tuple[str, ...] = ()) -> Answered:
         body: dict[str, Any] = {"messages": context.messages, "estimatedTokens": context.estimated_tokens}
         if context.system_prompt_addition:
             body["systemPromptAddition"] = context.system_prompt_addition
-        return cls(context, msgspec.Raw(encode_body(body)))
+        return cls(context, msgspec.Raw(encode_body(body)), snapshot_id, overlay_turns)
 
 
 async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[str, Any] | msgspec.Raw:
@@ -104,6 +108,8 @@ async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[
     else:
         body, reason = outcome, "recalled"
     svc.metrics.assembled(path, reason, time.perf_counter() - started)
+    if caller.ov_session_id is not None and svc.traces.enabled:
+        _keep_trace(svc, req, caller, path, reason, outcome)
     if isinstance(outcome, Passthrough):
         level = logging.DEBUG if reason in _QUIET_PASSTHROUGHS else logging.INFO
         log.log(
@@ -115,6 +121,38 @@ async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[
             reason,
         )
     return body
+
+
+def _keep_trace(svc: Services, req: AssembleRequest, caller: Caller, path: str, reason: str, outcome: object) -> None:
+    """What the console's session inspector shows of this answer (workers.rpc.traces)."""
+    if isinstance(outcome, Answered):
+        c = outcome.context
+        svc.traces.assembled(
+            caller.address(),
+            outcome,
+            session_key=caller.session_key,
+            path=path,
+            reason=reason,
+            budget=_budget(req),
+            messages=c.messages,
+            estimated_tokens=c.estimated_tokens,
+            session_kept=c.session_kept,
+            overlay_messages=c.tail_count,
+            overlay_turns=outcome.overlay_turns,
+            snapshot_id=outcome.snapshot_id,
+            system_prompt_addition=c.system_prompt_addition,
+        )
+    elif path == "full":  # the caller's own messages came back: say why
+        svc.traces.assembled(
+            caller.address(),
+            (reason, len(req.messages)),
+            session_key=caller.session_key,
+            path=path,
+            reason=reason,
+            budget=_budget(req),
+            messages=req.messages,
+            estimated_tokens=estimate_message_tokens(req.messages),
+        )
 
 
 # Passthroughs that are normal traffic, not news: logged at debug level only.
@@ -152,7 +190,7 @@ async def _search(svc: Services, caller: Caller, query: str) -> str | Passthroug
     if not svc.ov_breaker.allows():
         return ov_unavailable(svc, "recall", caller, None)
     try:
-        block = await asyncio.wait_for(
+        found = await asyncio.wait_for(
             recall_block(svc.ov_for(caller), settings, query, caller.agent_id),
             timeout=settings.recall_timeout_s,
         )
@@ -166,7 +204,11 @@ async def _search(svc: Services, caller: Caller, query: str) -> str | Passthroug
         log.warning("auto-recall failed: %s", exc)
         return Passthrough("recall_failed")
     svc.ov_breaker.reset()
-    return Passthrough("no_recall_hits") if block is None else block
+    if found is None:
+        return Passthrough("no_recall_hits")
+    if caller.ov_session_id is not None:
+        svc.traces.recalled(caller.address(), query, found.hits)
+    return found.block
 
 
 async def _turn_recall(
@@ -328,7 +370,11 @@ async def _answer(
     result = build_full_context(snap.base, tail, budget, recall_block=recall)
     if isinstance(result, Passthrough):
         return result
-    answered = Answered.of(result)
+    answered = Answered.of(
+        result,
+        snapshot_id=snap.applied_id if snap.capture_known else None,
+        overlay_turns=tuple(turn.event_id for turn in pending),
+    )
     if cache_key is not None:
         svc.results[cache_key] = answered
     return answered

@@ -16,8 +16,10 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from collections.abc import Mapping
+from http.cookies import CookieError, SimpleCookie
 
 from starlette.datastructures import Headers
+from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core.config import RpcCredential, Settings
@@ -26,8 +28,14 @@ from workers.rpc.metrics import RpcMetrics
 from workers.rpc.responses import error_response
 
 TOKEN_HEADER = "x-ovstream-token"
-OPEN_PATHS = frozenset({"/healthz"})
-"""Answered without a token: what a load balancer or orchestrator probes."""
+CONSOLE_PATH = "/console"
+CONSOLE_LOGIN_PATH = "/console/login"
+CONSOLE_COOKIE = "ovstream_console"
+"""The console's pages take the token from this cookie too (set by its login form: a browser
+sends no Authorization header of its own)."""
+OPEN_PATHS = frozenset({"/healthz", CONSOLE_LOGIN_PATH})
+"""Answered without a token: what a load balancer or orchestrator probes, and the console's
+login form."""
 CREDENTIAL_STATE = "ovstream_credential"
 """Where the request's credential is kept (``scope["state"]``, i.e. ``request.state``)."""
 
@@ -74,10 +82,15 @@ class RequireToken:
         if scope["type"] != "http" or not self.credentials or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        token = token_of(Headers(scope=scope))
+        headers = Headers(scope=scope)
+        console = is_console(scope["path"])
+        token = token_of(headers) or (console_cookie(headers) if console else None)
         found = match(self.credentials, token)
         if found is None:
             self.metrics.unauthorized.labels("missing" if token is None else "wrong").inc()
+            if console:  # a person at a browser: the login form, not a JSON error
+                await RedirectResponse(CONSOLE_LOGIN_PATH, status_code=303)(scope, receive, send)
+                return
             why = "a token is required" if token is None else "the token is not valid"
             answer = error_response(401, "unauthorized", f"{why}: send Authorization: Bearer <rpcToken>")
             answer.headers["www-authenticate"] = 'Bearer realm="ovstream"'
@@ -85,6 +98,28 @@ class RequireToken:
             return
         scope.setdefault("state", {})[CREDENTIAL_STATE] = found[1]
         await self.app(scope, receive, send)
+
+
+def is_console(path: str) -> bool:
+    return path == CONSOLE_PATH or path.startswith(CONSOLE_PATH + "/")
+
+
+def console_cookie(headers: Headers) -> str | None:
+    """The token the console's login form left in the browser's cookie, if any."""
+    cookies = SimpleCookie()
+    try:
+        cookies.load(headers.get("cookie", ""))
+    except CookieError:
+        return None
+    morsel = cookies.get(CONSOLE_COOKIE)
+    return morsel.value.strip() or None if morsel is not None else None
+
+
+def may_act(credential: RpcCredential | None) -> bool:
+    """Whether the console lets this caller act (replay dead letters), not only look: a
+    credential acting as the service itself (``may_use_service_identity``), or any caller
+    of an RPC without credentials (loopback, trusted)."""
+    return credential is None or credential.may_use_service_identity
 
 
 def is_loopback(host: str) -> bool:

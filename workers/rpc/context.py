@@ -27,6 +27,7 @@ from core.ids import is_bypassed, ov_session_id, resolve_agent_id
 from core.ov.client import OVClient, OVError, OVUnavailable
 from core.session import SessionAddress
 from workers.rpc.metrics import RpcMetrics
+from workers.rpc.traces import TraceRecorder
 from workers.store.keys import Keys, SessionKeys
 from workers.store.versions import SnapshotVersions
 
@@ -268,12 +269,15 @@ class Services:
 
     keys: Keys = field(init=False)
     callers: Callers = field(init=False)
+    traces: TraceRecorder = field(init=False)
+    """What the console's session inspector shows: each session's last answer and recall."""
 
     def __post_init__(self) -> None:
         self.callers = Callers(self.settings)
         self.missing = MissingSessions(self.settings.missing_session_ttl_s)
         self.versions = SnapshotVersions(self.redis, self.settings)
         self.keys = Keys(self.settings.key_prefix)
+        self.traces = TraceRecorder(self.redis, self.settings)
 
     def ov_for(self, caller: Caller) -> OVClient:
         """OV client acting as the caller: their key (if any) and their agent as peer."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from core.config import Settings
 from core.ov.client import OVClient, OVError
@@ -49,7 +49,14 @@ def hits_of(results: Sequence[FindResult]) -> list[Any]:
     return [h for r in results for h in (*r.memories, *r.resources)]
 
 
-async def recall_block(ov: OVClient, settings: Settings, query: str, agent_id: str) -> str | None:
+class RecallFound(NamedTuple):
+    block: str
+    """The ``<relevant-memories>`` block."""
+    hits: list[Any]
+    """The memories chosen for it, best first (each with its URI and score)."""
+
+
+async def recall_block(ov: OVClient, settings: Settings, query: str, agent_id: str) -> RecallFound | None:
     """Search the user's and the agent's memories in parallel, keep the best,
     read their full text (unless abstracts are preferred) and build the block."""
     results = await search_targets(
@@ -61,7 +68,8 @@ async def recall_block(ov: OVClient, settings: Settings, query: str, agent_id: s
     if not selected:
         return None
     contents = await read_contents(ov, selected, prefer_abstract=settings.recall_prefer_abstract)
-    return build_recall_block(list(zip(selected, contents)), settings.recall_max_injected_chars)
+    block = build_recall_block(list(zip(selected, contents)), settings.recall_max_injected_chars)
+    return None if block is None else RecallFound(block, list(selected))
 
 
 async def read_contents(ov: OVClient, hits: Sequence[Any], *, prefer_abstract: bool) -> list[str]:

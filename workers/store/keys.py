@@ -38,6 +38,10 @@ class SessionKeys:
     commits_unannounced: str
     parked: str
     lineage: str
+    assembled: str
+    """String: what assemble last answered for the session (workers.store.traces)."""
+    recalled: str
+    """String: the session's last recall search and its memories (workers.store.traces)."""
     recall_prefix: str
 
     def recall_turn(self, turn: str) -> str:
@@ -70,6 +74,8 @@ class Keys:
             commits_unannounced=self.commits_unannounced(shard, scope, sid),
             parked=self.parked(shard, scope, sid),
             lineage=self.lineage(shard, scope, sid),
+            assembled=self._session("assembled", shard, scope, sid),
+            recalled=self._session("recalled", shard, scope, sid),
             recall_prefix=self._session("recall", shard, scope, sid),
         )
 
@@ -250,6 +256,11 @@ class Keys:
     def processes(self) -> str:
         """Sorted set: process name -> last beat (ms), the index of the health records."""
         return f"{self.prefix}:processes"
+
+    def lag_history(self) -> str:
+        """Hash: sample time (ms, a multiple of the interval) -> every shard's backlog then, the
+        console's lag chart (workers.store.lag_history)."""
+        return f"{self.prefix}:lag-history"
 
     def capture_workers(self) -> str:
         """Sorted set: live capture consumer -> lease expiry (ms), to split shards fairly."""

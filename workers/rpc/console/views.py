@@ -1,0 +1,160 @@
+"""What each console page shows, read from Redis: the deployment (``read_status``, the lag
+samples, the dead letters) and one session (its last answer and recall, its snapshot, its
+commits and its lineage). ``GET /v1/sessions/inspect`` answers the same view as JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import redis as redis_lib
+
+from core.config import Settings
+from core.events import CommitOutcome, ContextSnapshot
+from core.ids import ov_session_id, resolve_agent_id
+from core.session import SessionAddress
+from workers.commits.api import CommitRecords
+from workers.rpc.context import RpcError, Services
+from workers.status import DeploymentStatus, LagSample, read_lag_history, read_status
+from workers.store.dead_letters import DeadLetter, list_dead_letters
+from workers.store.lineage import Lineage, lineage_address, read_lineage
+from workers.store.snapshots import read_snapshot
+from workers.store.traces import AssembleTrace, RecallTrace, read_assemble_trace, read_recall_trace
+
+DEAD_LETTERS_SHOWN = 50
+
+REASONS = {
+    "assembled": "the session's snapshot (archive overview and recent turns), trimmed to the budget",
+    "lag_overlay": "the snapshot plus turns published after it, which capture had not applied yet",
+    "recalled": "the caller's messages with the recall block prepended (transform-context call)",
+    "session_not_found": "OV has no such session yet: the caller's messages as they came",
+    "no_ov_data": "OV holds nothing of the session yet and no turn waits: the caller's messages",
+    "ov_unavailable": "OV unreachable: the caller's messages as they came",
+    "assemble_timeout": "no answer within assembleTimeoutS: the caller's messages as they came",
+    "session_bypassed": "the session matches bypassSessionPatterns: ovstream stays out of it",
+}
+"""Why an answer is what it is, in words (other passthrough reasons are shown by name)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentView:
+    status: DeploymentStatus
+    lag: list[LagSample]
+    dead_letters: list[DeadLetter]
+
+
+def read_deployment(client: redis_lib.Redis, settings: Settings) -> DeploymentView:
+    """The deployment page's figures (sync: run in a thread)."""
+    return DeploymentView(
+        status=read_status(client, settings),
+        lag=read_lag_history(client, settings),
+        dead_letters=list_dead_letters(client, settings, limit=DEAD_LETTERS_SHOWN),
+    )
+
+
+class SessionView(msgspec.Struct, kw_only=True):
+    """One session as the inspector shows it."""
+
+    ov_session_id: str
+    agent_id: str
+    tenant: str | None
+    session_key: str | None
+    assembled: AssembleTrace | None
+    recalled: RecallTrace | None
+    snapshot: SnapshotFacts | None
+    commits: list[CommitOutcome]
+    lineage: LineageFacts | None
+    now: float
+
+
+class SnapshotFacts(msgspec.Struct, kw_only=True):
+    applied_stream_id: str
+    refreshed_at: float
+    messages: int
+    estimated_tokens: int
+    total_archives: int
+    archive_overview: str
+
+
+class LineageFacts(msgspec.Struct, kw_only=True):
+    parent: str
+    parent_key: str
+    mode: str
+    prepared_at: float
+    fork_at: int | None
+    ended_at: float | None
+    end_reason: str | None
+
+
+def session_address(
+    settings: Settings, *, session_key: str | None, session_id: str | None, agent: str | None, user: str | None
+) -> SessionAddress:
+    """The session a console query names (by key, by id, or both), with the agent the key
+    names unless ``agent`` says otherwise; a 422 when it names none."""
+    if not session_key and not session_id:
+        raise RpcError(422, "session_required", "name a session: its key or its id", "sessionKey")
+    sid = ov_session_id(session_id or "", session_key)
+    return SessionAddress(sid, resolve_agent_id(session_key, agent or None, settings.agent_prefix), user or None)
+
+
+async def read_session(
+    svc: Services, address: SessionAddress, session_key: str | None, *, by_key: bool = False
+) -> SessionView:
+    """Everything the inspector shows of one session, read at once. ``by_key``: named by its
+    key alone, which names the session the host's latest answer under that key was for."""
+    if by_key and session_key:
+        latest = await read_assemble_trace(svc.redis, svc.keys.session(address, svc.settings.shards).assembled)
+        if latest is not None and latest.ov_session_id != address.ov_session_id:
+            address = SessionAddress(latest.ov_session_id, address.agent_id, address.tenant)
+    keys = svc.keys.session(address, svc.settings.shards)
+    records = CommitRecords(svc.commit_redis, svc.settings)
+    assembled, recalled, snapshot, lineage, commits = await asyncio.gather(
+        read_assemble_trace(svc.redis, keys.assembled),
+        read_recall_trace(svc.redis, keys.recalled),
+        read_snapshot(svc.redis, svc.settings, address),
+        read_lineage(svc.redis, svc.settings, lineage_address(session_key, address)),
+        asyncio.to_thread(records.list, address),
+    )
+    return SessionView(
+        ov_session_id=address.ov_session_id,
+        agent_id=address.agent_id,
+        tenant=address.tenant,
+        session_key=session_key,
+        assembled=assembled,
+        recalled=recalled,
+        snapshot=None if snapshot is None else _snapshot_facts(snapshot),
+        commits=list(reversed(commits)),  # newest first
+        lineage=None if lineage is None else _lineage_facts(lineage),
+        now=time.time(),
+    )
+
+
+def _snapshot_facts(s: ContextSnapshot) -> SnapshotFacts:
+    return SnapshotFacts(
+        applied_stream_id=s.applied_stream_id,
+        refreshed_at=s.refreshed_at,
+        messages=len(s.messages),
+        estimated_tokens=s.estimated_tokens,
+        total_archives=s.total_archives,
+        archive_overview=s.latest_archive_overview,
+    )
+
+
+def _lineage_facts(lineage: Lineage) -> LineageFacts:
+    return LineageFacts(
+        parent=lineage.parent,
+        parent_key=lineage.parent_key,
+        mode=lineage.mode,
+        prepared_at=lineage.prepared_at,
+        fork_at=lineage.fork_at,
+        ended_at=lineage.ended_at,
+        end_reason=lineage.end_reason,
+    )
+
+
+def as_json(view: SessionView) -> dict[str, Any]:
+    out: dict[str, Any] = msgspec.to_builtins(view)
+    return out

@@ -1,0 +1,128 @@
+"""Keeping what assemble answered and what recall found, for the console's session inspector
+(workers.store.traces). Off the answer's path: the trace is built and written by a task after
+the answer is on its way, and an answer already kept (a cached one, by identity) is not
+kept again, so a hit costs one dictionary lookup. A failed write is logged at debug level:
+the inspector is a view, never a reason to fail a call."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from cachetools import LRUCache
+
+from core.config import Settings
+from core.messages.convert import content_text
+from core.messages.tokens import estimate_message_tokens
+from core.recall.hits import recall_category, to_hit
+from core.session import SessionAddress
+from workers.store.keys import Keys
+from workers.store.lineage import lineage_address
+from workers.store.traces import AssembleTrace, MessageLine, RecalledMemory, RecallTrace, write_trace
+
+log = logging.getLogger(__name__)
+
+PREVIEW_CHARS = 240
+"""How much of each message's text a trace keeps."""
+NOTED_SESSIONS = 8192
+"""Sessions whose last kept answer each process remembers (to skip keeping it again)."""
+
+
+def message_lines(messages: Sequence[Any]) -> list[MessageLine]:
+    """Each message's role, estimated tokens and the start of its text."""
+    lines = []
+    for m in messages:
+        role = str(m.get("role", "?")) if isinstance(m, dict) else "?"
+        text = content_text(m.get("content")) if isinstance(m, dict) else ""
+        if not text and isinstance(m, dict) and m.get("role") == "assistant":
+            text = " ".join(f"[{b.get('name', 'tool')}]" for b in m.get("content") or [] if isinstance(b, dict))
+        lines.append(MessageLine(role=role, tokens=estimate_message_tokens([m]), preview=text[:PREVIEW_CHARS]))
+    return lines
+
+
+class TraceRecorder:
+    """Keeps each session's last assemble answer and last recall (``consoleTraceTtlS``)."""
+
+    def __init__(self, redis: aioredis.Redis, settings: Settings) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+        self._noted: LRUCache[SessionAddress, object] = LRUCache(NOTED_SESSIONS)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.console_trace_ttl_s > 0
+
+    def assembled(
+        self,
+        address: SessionAddress,
+        answer: object,
+        *,
+        session_key: str | None,
+        path: str,
+        reason: str,
+        budget: int,
+        messages: list[dict[str, Any]],
+        estimated_tokens: int,
+        session_kept: int = 0,
+        overlay_messages: int = 0,
+        overlay_turns: Sequence[str] = (),
+        snapshot_id: str | None = None,
+        system_prompt_addition: str | None = None,
+    ) -> None:
+        """Keep one answer of the session. ``answer`` names it: the same object (a cached
+        answer), or an equal tuple (a passthrough's reason and size), is kept once."""
+        prior = self._noted.get(address)
+        if not self.enabled or prior is answer or (isinstance(answer, tuple) and prior == answer):
+            return
+        self._noted[address] = answer
+        at = time.time()
+
+        async def keep() -> None:
+            trace = AssembleTrace(
+                at=at,
+                ov_session_id=address.ov_session_id,
+                session_key=session_key,
+                path=path,
+                reason=reason,
+                budget=budget,
+                estimated_tokens=estimated_tokens,
+                messages=message_lines(messages),
+                session_kept=session_kept,
+                overlay_messages=overlay_messages,
+                overlay_turns=list(overlay_turns),
+                snapshot_id=snapshot_id,
+                system_prompt_addition=system_prompt_addition,
+            )
+            ttl_s = self.settings.console_trace_ttl_s
+            by_key = lineage_address(session_key, address)  # the address the key alone names
+            for where in dict.fromkeys((address, by_key)):
+                await write_trace(self.redis, self.keys.session(where, self.settings.shards).assembled, trace, ttl_s)
+
+        self._spawn(keep())
+
+    def recalled(self, address: SessionAddress, query: str, hits: Sequence[Any]) -> None:
+        """Keep the session's latest recall: its query and each memory's URI and score."""
+        if not self.enabled:
+            return
+        memories = [RecalledMemory(uri=h.uri, score=h.score, category=recall_category(h)) for h in map(to_hit, hits)]
+        trace = RecallTrace(at=time.time(), query=query, memories=memories)
+        key = self.keys.session(address, self.settings.shards).recalled
+        self._spawn(write_trace(self.redis, key, trace, self.settings.console_trace_ttl_s))
+
+    def _spawn(self, write: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(self._quietly(write))
+        self._tasks.add(task)  # held until done: the loop keeps only weak references
+        task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    async def _quietly(write: Coroutine[Any, Any, None]) -> None:
+        try:
+            await write
+        except Exception as exc:  # a view: never worth more than a debug line
+            log.debug("console trace not kept: %s", exc)
