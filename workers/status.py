@@ -47,6 +47,9 @@ class ShardBacklog:
     """The shard map generation of the stream (core.shard_map); 0 until a reshard."""
     name: str = ""
     """``shard`` as logs name it: the number, or ``g<generation>.<number>`` after a reshard."""
+    entries_read: int | None = None
+    """Entries the capture group ever read from the stream (Redis' ``entries-read``): its
+    rate is capture's. None before the group exists."""
 
     def oldest_age_s(self, now_ms: int) -> float:
         """How long the oldest unapplied entry has waited (0 when none waits)."""
@@ -97,9 +100,14 @@ def read_backlog(client: redis.Redis, settings: Settings, shard_map: ShardMap | 
                 pending=held,
                 oldest_unapplied=min(candidates, key=parse_id) if candidates else None,
                 owner=optional_text(owner) if not isinstance(owner, Exception) else None,
+                entries_read=_int_or_none(group.get("entries-read")) if group else None,
             )
         )
     return out
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _unread(group: dict[str, Any] | None, length: int, first_unread: Any) -> int | None:

@@ -248,34 +248,50 @@ class CommitRecords:
         return sorted(found, key=lambda a: (a.tenant or "", a.agent_id))
 
 
-class _StatusOnly(msgspec.Struct):
+class _OutcomeSummary(msgspec.Struct):
+    """What the outcome stream's readers need of an outcome: the rest is not decoded."""
+
     status: str = "unknown"
+    requested_at: float = 0.0
+    finished_at: float | None = None
+
+    @property
+    def took_s(self) -> float | None:
+        """Seconds from the request to the final outcome (None: not final, or not said)."""
+        if self.finished_at is None or not self.requested_at:
+            return None
+        return max(0.0, self.finished_at - self.requested_at)
 
 
-_status_decoder = msgspec.json.Decoder(_StatusOnly)
+_status_decoder = msgspec.json.Decoder(_OutcomeSummary)
 _OUTCOME_FIELDS = frozenset({OUTCOME_FIELD, "e"})
 """Outcome-stream fields holding an encoded CommitOutcome (``e``: what older versions wrote)."""
 
 
 def outcome_status(fields: dict[Any, Any]) -> str:
     """The status of one commit-outcomes stream entry, reading only that field."""
+    return _outcome_of(fields).status
+
+
+def _outcome_of(fields: dict[Any, Any]) -> _OutcomeSummary:
     for name, value in fields.items():
         key = text(name)
         if key == "status":
-            return text(value)
+            return _OutcomeSummary(text(value))
         if key in _OUTCOME_FIELDS:
             try:
-                return _status_decoder.decode(value).status
+                return _status_decoder.decode(value)
             except (msgspec.DecodeError, msgspec.ValidationError):
-                return "unreadable"
-    return "unknown"
+                return _OutcomeSummary("unreadable")
+    return _OutcomeSummary()
 
 
 def outcome_statuses_after(
     redis: redis_lib.Redis, settings: Settings, after_id: str | None, count: int
-) -> list[tuple[str, str]]:
+) -> list[tuple[str, str, float | None]]:
     """Up to ``count`` entries of ``Keys.commit_outcomes()`` after ``after_id`` (None: from the
-    oldest), as (entry id, outcome status), oldest first."""
+    oldest), as (entry id, outcome status, seconds from request to final outcome or None),
+    oldest first."""
     start = f"({after_id}" if after_id else "-"
     entries = stream_entries(redis.xrange(Keys(settings.key_prefix).commit_outcomes(), min=start, count=count))
-    return [(text(entry_id), outcome_status(fields)) for entry_id, fields in entries]
+    return [(text(entry_id), o.status, o.took_s) for entry_id, o in ((i, _outcome_of(f)) for i, f in entries)]

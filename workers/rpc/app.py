@@ -125,6 +125,7 @@ def create_app(
         description="OpenViking context engine for OpenClaw: assemble, compact and tools.",
     )
     app.state.services = svc
+    svc.metrics.watch_breaker(lambda: not svc.ov_breaker.allows())
     assemble_call = AssembleCall(svc)
     app.serve_assemble(settings, svc.metrics, assemble_call)  # ahead of FastAPI, same checks as below
     app.add_middleware(BodyLimit, settings=settings)

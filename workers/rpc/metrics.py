@@ -12,7 +12,7 @@ import logging
 import time
 from bisect import bisect_left
 from collections import Counter as Tally
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import accumulate
 
 import redis
@@ -26,6 +26,7 @@ from workers.commits.api import outcome_statuses_after
 from workers.status import read_backlog
 from workers.store.connection import REDIS_ERRORS
 from workers.store.dead_letters import dead_letter_summary
+from workers.store.health import read_health
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,10 @@ _LATENCY_BUCKETS = (
     5.0,
     10.0,
 )
+
+_COMMIT_BUCKETS = (1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+"""A commit takes seconds (phase 1) to minutes (phase 2's memory extraction)."""
+_COMMIT_BUCKET_LABELS = [floatToGoString(b) for b in _COMMIT_BUCKETS] + ["+Inf"]  # type: ignore[no-untyped-call]
 
 _BUCKET_LABELS = [floatToGoString(b) for b in _LATENCY_BUCKETS] + ["+Inf"]  # type: ignore[no-untyped-call]
 """Each bucket's ``le`` as Prometheus writes it."""
@@ -139,6 +144,8 @@ class CommitOutcomeCollector(Collector):
         self._settings = settings
         self._last_id: str | None = None
         self._tally: Tally[str] = Tally()
+        self._took = [0.0] * (len(_COMMIT_BUCKETS) + 2)
+        """Final outcomes per bucket of ``_COMMIT_BUCKETS`` (the last +Inf), then their seconds."""
 
     def _catch_up(self) -> None:
         read = 0
@@ -146,9 +153,12 @@ class CommitOutcomeCollector(Collector):
             entries = outcome_statuses_after(self._redis, self._settings, self._last_id, _OUTCOME_SCAN_BATCH)
             if not entries:
                 return
-            for entry_id, status in entries:
+            for entry_id, status, took_s in entries:
                 self._tally[status] += 1
                 self._last_id = entry_id
+                if took_s is not None:
+                    self._took[bisect_left(_COMMIT_BUCKETS, took_s)] += 1
+                    self._took[-1] += took_s
             read += len(entries)
             if len(entries) < _OUTCOME_SCAN_BATCH:
                 return
@@ -164,6 +174,65 @@ class CommitOutcomeCollector(Collector):
         for status, count in sorted(self._tally.items()):
             family.add_metric([status], float(count))
         yield family
+        *per_bucket, total = self._took
+        took = HistogramMetricFamily(
+            "ovstream_commit_seconds", "Seconds from a commit's request to its final outcome (phase 2 included)"
+        )
+        took.add_metric([], list(zip(_COMMIT_BUCKET_LABELS, accumulate(per_bucket), strict=True)), total)
+        yield took
+
+
+class DeploymentCollector(Collector):
+    """Whether this RPC reaches Redis, the deployment's processes by role and state
+    (workers.store.health: ``stale`` ones stopped beating), and capture's reads per shard
+    (a counter: its rate is the capture rate)."""
+
+    def __init__(self, redis_client: redis.Redis, settings: Settings) -> None:
+        self._redis = redis_client
+        self._settings = settings
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("ovstream_redis_up", "1 when this RPC reached Redis at the scrape, else 0")
+        try:
+            processes = read_health(self._redis, self._settings)
+            shards = read_backlog(self._redis, self._settings)
+        except REDIS_ERRORS as exc:
+            log.warning("metrics: Redis unreachable: %s", exc)
+            up.add_metric([], 0.0)
+            yield up
+            return
+        up.add_metric([], 1.0)
+        yield up
+        counts = Tally((p.role, p.state) for p in processes)
+        family = GaugeMetricFamily(
+            "ovstream_processes", "ovstream processes heard of, by role and state", labels=["role", "state"]
+        )
+        for role in ("capture", "worker"):
+            for state in ("ok", "degraded", "stale"):
+                family.add_metric([role, state], float(counts.get((role, state), 0)))
+        yield family
+        read = CounterMetricFamily(
+            "ovstream_capture_entries_read", "Turn events the capture group read, per shard", labels=["shard"]
+        )
+        for s in shards:
+            if s.entries_read is not None:
+                read.add_metric([s.name or str(s.shard)], float(s.entries_read))
+        yield read
+
+
+class BreakerCollector(Collector):
+    """Whether this RPC's OV breaker is open (OV found unreachable a moment ago: assemble
+    passes through without trying it)."""
+
+    def __init__(self, is_open: Callable[[], bool]) -> None:
+        self._is_open = is_open
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "ovstream_ov_breaker_open",
+            "1 while assemble skips OV after finding it unreachable",
+            value=float(self._is_open()),
+        )
 
 
 class AssembleTally(Collector):
@@ -253,6 +322,11 @@ class RpcMetrics:
             r.register(StreamLagCollector(redis_client, settings))
             r.register(CommitOutcomeCollector(redis_client, settings))
             r.register(DeadLetterCollector(redis_client, settings))
+            r.register(DeploymentCollector(redis_client, settings))
+
+    def watch_breaker(self, is_open: Callable[[], bool]) -> None:
+        """Report the OV breaker (``ovstream_ov_breaker_open``) as ``is_open`` says."""
+        self.registry.register(BreakerCollector(is_open))
 
     def assembled(self, path: str, reason: str, seconds: float) -> None:
         """One assemble answer: its latency and its reason (paths and reasons are a small fixed set)."""
