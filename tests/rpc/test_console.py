@@ -96,14 +96,14 @@ async def test_an_answer_is_kept_once_however_often_it_is_served(rpc: Any) -> No
         assert (await rpc.assemble(body)).status_code == 200
     writes = 0
     recorder = rpc.app.state.services.traces
-    original = recorder._spawn
+    original = recorder.assembled
 
-    def counted(write: Any) -> None:
+    def counted(*args: Any, **kwargs: Any) -> None:
         nonlocal writes
         writes += 1
-        original(write)
+        original(*args, **kwargs)
 
-    recorder._spawn = counted
+    recorder.assembled = counted
     for _ in range(5):
         assert (await rpc.assemble(body)).status_code == 200
     assert writes == 0  # the cached answer, the same object: already kept

@@ -108,8 +108,8 @@ async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[
     else:
         body, reason = outcome, "recalled"
     svc.metrics.assembled(path, reason, time.perf_counter() - started)
-    if caller.ov_session_id is not None and svc.traces.enabled:
-        _keep_trace(svc, req, caller, path, reason, outcome)
+    if (sid := caller.ov_session_id) is not None and svc.traces.enabled:
+        _keep_trace(svc, req, caller, sid, path, reason, outcome)
     if isinstance(outcome, Passthrough):
         level = logging.DEBUG if reason in _QUIET_PASSTHROUGHS else logging.INFO
         log.log(
@@ -123,13 +123,18 @@ async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[
     return body
 
 
-def _keep_trace(svc: Services, req: AssembleRequest, caller: Caller, path: str, reason: str, outcome: object) -> None:
-    """What the console's session inspector shows of this answer (workers.rpc.traces)."""
+def _keep_trace(
+    svc: Services, req: AssembleRequest, caller: Caller, sid: str, path: str, reason: str, outcome: object
+) -> None:
+    """What the console's session inspector shows of this answer (workers.rpc.traces); a
+    cached answer already kept costs one dictionary lookup."""
+    traces = svc.traces
     if isinstance(outcome, Answered):
+        if not traces.first_time(sid, outcome):
+            return
         c = outcome.context
-        svc.traces.assembled(
+        traces.assembled(
             caller.address(),
-            outcome,
             session_key=caller.session_key,
             path=path,
             reason=reason,
@@ -142,10 +147,10 @@ def _keep_trace(svc: Services, req: AssembleRequest, caller: Caller, path: str, 
             snapshot_id=outcome.snapshot_id,
             system_prompt_addition=c.system_prompt_addition,
         )
-    elif path == "full":  # the caller's own messages came back: say why
-        svc.traces.assembled(
+    elif path == "full" and traces.first_time(sid, (reason, len(req.messages))):
+        # the caller's own messages came back: say why
+        traces.assembled(
             caller.address(),
-            (reason, len(req.messages)),
             session_key=caller.session_key,
             path=path,
             reason=reason,

@@ -13,7 +13,6 @@ from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
-from cachetools import LRUCache
 
 from core.config import Settings
 from core.messages.convert import content_text
@@ -51,17 +50,26 @@ class TraceRecorder:
         self.redis = redis
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
-        self._noted: LRUCache[SessionAddress, object] = LRUCache(NOTED_SESSIONS)
+        self._noted: dict[str, object] = {}
+        """OV session id -> the answer last kept (a plain dict: checked on every assemble)."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self.enabled = settings.console_trace_ttl_s > 0
 
-    @property
-    def enabled(self) -> bool:
-        return self.settings.console_trace_ttl_s > 0
+    def first_time(self, ov_session_id: str, answer: object) -> bool:
+        """Whether ``answer`` is not the one last kept for the session: the same object (a
+        cached answer), or an equal tuple (a passthrough's reason and size), is kept once.
+        Bounded: past ``NOTED_SESSIONS`` the memory starts afresh (a few answers kept twice)."""
+        prior = self._noted.get(ov_session_id)
+        if prior is answer or (type(answer) is tuple and prior == answer):
+            return False
+        if len(self._noted) >= NOTED_SESSIONS:
+            self._noted.clear()
+        self._noted[ov_session_id] = answer
+        return True
 
     def assembled(
         self,
         address: SessionAddress,
-        answer: object,
         *,
         session_key: str | None,
         path: str,
@@ -75,12 +83,7 @@ class TraceRecorder:
         snapshot_id: str | None = None,
         system_prompt_addition: str | None = None,
     ) -> None:
-        """Keep one answer of the session. ``answer`` names it: the same object (a cached
-        answer), or an equal tuple (a passthrough's reason and size), is kept once."""
-        prior = self._noted.get(address)
-        if not self.enabled or prior is answer or (isinstance(answer, tuple) and prior == answer):
-            return
-        self._noted[address] = answer
+        """Keep one answer of the session (the caller asked ``first_time`` first)."""
         at = time.time()
 
         async def keep() -> None:
