@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from core.config import Settings
@@ -79,11 +79,16 @@ def _shot(driver: webdriver.Chrome, name: str) -> None:
 
 
 def _submit(driver: webdriver.Chrome, button: Any) -> None:
-    """Click a form's button and wait for the page it leads to (a click returns before it)."""
-    old = driver.find_element(By.TAG_NAME, "html")
+    """Click a form's button and wait for the page it leads to (a click returns before it).
+
+    The old page is marked on its window object, which a navigation replaces; waiting for an
+    old element to go stale instead raced Chromium mid-navigation on a busy machine ("Node
+    with given id does not belong to the document", which is not a stale-element error)."""
+    driver.execute_script("window.ovstreamOldPage = true")
     button.click()
-    WebDriverWait(driver, PAGE_WAIT_S).until(expected_conditions.staleness_of(old))
-    WebDriverWait(driver, PAGE_WAIT_S).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    WebDriverWait(driver, PAGE_WAIT_S, ignored_exceptions=(WebDriverException,)).until(
+        lambda d: d.execute_script("return !window.ovstreamOldPage && document.readyState === 'complete'")
+    )
 
 
 def _sign_in(driver: webdriver.Chrome, url: str, token: str) -> None:
