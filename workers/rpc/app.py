@@ -258,6 +258,8 @@ async def _sample_lag(svc: Services) -> None:
             await asyncio.to_thread(sample_lag, svc.commit_redis, svc.settings)
         except REDIS_ERRORS as exc:
             log.debug("lag not sampled: %s", exc)
+        except Exception:  # a chart's sample is never worth the sampler: say why, go on
+            log.exception("lag not sampled")
         await asyncio.sleep(LAG_SAMPLE_INTERVAL_S)
 
 
