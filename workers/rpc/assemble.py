@@ -129,28 +129,35 @@ def _keep_trace(
     """What the console's session inspector shows of this answer (workers.rpc.traces); a
     cached answer already kept costs one dictionary lookup."""
     traces = svc.traces
-    shown: dict[str, Any]
     if isinstance(outcome, Answered):
         if not traces.first_time(sid, outcome):
             return
         c = outcome.context
-        shown = {
-            "messages": c.messages,
-            "estimated_tokens": c.estimated_tokens,
-            "session_kept": c.session_kept,
-            "overlay_messages": c.tail_count,
-            "overlay_turns": outcome.overlay_turns,
-            "snapshot_id": outcome.snapshot_id,
-            "system_prompt_addition": c.system_prompt_addition,
-        }
+        traces.assembled(
+            caller.address(),
+            session_key=caller.session_key,
+            path=path,
+            reason=reason,
+            budget=_budget(req),
+            messages=c.messages,
+            estimated_tokens=c.estimated_tokens,
+            session_kept=c.session_kept,
+            overlay_messages=c.tail_count,
+            overlay_turns=outcome.overlay_turns,
+            snapshot_id=outcome.snapshot_id,
+            system_prompt_addition=c.system_prompt_addition,
+        )
     elif path == "full" and traces.first_time(sid, (reason, len(req.messages))):
         # the caller's own messages came back: say why
-        shown = {"messages": req.messages, "estimated_tokens": estimate_message_tokens(req.messages)}
-    else:
-        return
-    traces.assembled(
-        caller.address(), session_key=caller.session_key, path=path, reason=reason, budget=_budget(req), **shown
-    )
+        traces.assembled(
+            caller.address(),
+            session_key=caller.session_key,
+            path=path,
+            reason=reason,
+            budget=_budget(req),
+            messages=req.messages,
+            estimated_tokens=estimate_message_tokens(req.messages),
+        )
 
 
 # Passthroughs that are normal traffic, not news: logged at debug level only.
