@@ -38,7 +38,7 @@ DEFAULT_CONFIG_PATH = Path("config/ovstream.toml")
 RETIRED_KEYS = {
     "claim_idle_ms": "a shard's new owner claims its pending entries as soon as it wins the lease",
     "stream_maxlen": "the streams are no longer capped at publish; capture trims only what it applied",
-    "commit_tenant_wait_s": "a commit whose tenant has a phase 2 running waits in the tenant's line, not retrying",
+    "commit_tenant_wait_s": "commits of one OV user run side by side (OV merges their phase 2s)",
 }
 """Keys earlier versions read, accepted (with a warning) so old config files still load."""
 CONFIG_PATH_ENV = "OVSTREAM_CONFIG"

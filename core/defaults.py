@@ -99,10 +99,6 @@ COMMIT_RETRY_INTERVALS_S: tuple[int, ...] = (1, 5, 15)
 """RQ's retries of a commit job whose OV call found OV down (the commit never got through):
 one retry per entry, waiting that many seconds."""
 
-COMMIT_TENANT_LOCK_MARGIN_S = 60.0
-"""The tenant's phase-2 lock lives ``phase2_deadline_s`` plus this, so a dead poller
-cannot hold it for ever."""
-
 PHASE2_READ_BACKOFF_MAX_S = 15.0
 """Longest wait between two phase-2 reads while reads fail."""
 

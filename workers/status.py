@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import redis
 
 from core.config import Settings
 from core.shard_map import ShardMap, StreamShard
-from workers.commits.api import commit_queue, outcome_status
+from workers.commits.api import commit_queue, outcome_status, read_lost_extractions
 from workers.store.applied import parse_id
 from workers.store.connection import consumer_group, optional_text, stream_entries, text
 from workers.store.deployment import SHARDS_FIELD
@@ -145,6 +145,11 @@ class DeploymentStatus:
     """This process's ``shards`` (a MISMATCH when it is not the recorded one)."""
     shard_map: str = ""
     """The streams' generation and count, and the one draining (core.shard_map)."""
+    extractions_lost: int = 0
+    """Phase 2s found to have completed with no memories from substantive user text
+    (workers.commits.repair), since the deployment began."""
+    repairs: dict[str, int] = field(default_factory=dict)
+    """The listed repairs of lost extractions by their commit's state."""
 
     def as_json(self) -> dict[str, Any]:
         shards = [{**asdict(s), "oldest_age_s": round(s.oldest_age_s(self.now_ms), 3)} for s in self.shards]
@@ -159,6 +164,8 @@ class DeploymentStatus:
             "redis": self.redis,
             "shards_recorded": self.shards_recorded,
             "shard_map": self.shard_map,
+            "extractions_lost": self.extractions_lost,
+            "repairs": self.repairs,
         }
 
 
@@ -183,6 +190,7 @@ def read_status(client: redis.Redis, settings: Settings) -> DeploymentStatus:
         "failed": queue.failed_job_registry.count,
     }
     outcomes = Counter(outcome_status(fields) for _, fields in stream_entries(recent))
+    lost = read_lost_extractions(client, settings)
     return DeploymentStatus(
         shards=shards,
         processes=read_health(client, settings),
@@ -196,6 +204,8 @@ def read_status(client: redis.Redis, settings: Settings) -> DeploymentStatus:
         shards_recorded=None if recorded is None else int(recorded),
         shards_configured=settings.shards,
         shard_map=str(shard_map),
+        extractions_lost=lost.lost_total,
+        repairs=lost.repairs,
     )
 
 

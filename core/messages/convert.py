@@ -30,7 +30,7 @@ from core.messages.model import (
     dump_messages,
 )
 from core.messages.tokens import compact_json, estimate_message_tokens
-from core.ov.messages import ContextPart, OVMessage, TextPart, ToolPart, text_message
+from core.ov.messages import ContextPart, OtherPart, OVMessage, TextPart, ToolPart, text_message
 from core.recall.text import sanitize_capture_text
 
 ARCHIVE_SUMMARY_HEADER = "[Session History Summary]"
@@ -245,6 +245,8 @@ def _record_to_messages(record: OVMessage) -> list[AgentMessage]:
         elif isinstance(part, ContextPart):
             if part.abstract:
                 texts.append(TextBlock(text=part.abstract))
+        elif isinstance(part, OtherPart):  # a kind OV 0.5.2 does not write: kept as text
+            texts.append(TextBlock(text=part.rendered))
         elif isinstance(part, ToolPart):
             name = part.tool_name or UNKNOWN_TOOL_NAME
             status = part.tool_status or "unknown"

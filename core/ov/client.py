@@ -29,7 +29,7 @@ from core.backoff import Backoff
 from core.config import Settings
 from core.ov.envelope import OVError, OVUnavailable, decode_result, object_result, unwrap
 from core.ov.layout import BATCH_LIMIT
-from core.ov.messages import OVMessage, to_json
+from core.ov.messages import OVMessage, known_parts, to_json
 from core.ov.models import (
     AddMessagesResult,
     Archive,
@@ -273,11 +273,11 @@ class OVClient:
         result = await self._get(
             f"/api/v1/sessions/{_seg(session_id)}/context", params={"token_budget": str(token_budget)}
         )
-        return decode_result(result, SessionContext)
+        return decode_result(_known_parts(result), SessionContext)
 
     async def get_archive(self, session_id: str, archive_id: str) -> Archive:
         result = await self._get(f"/api/v1/sessions/{_seg(session_id)}/archives/{_seg(archive_id)}")
-        return decode_result(result, Archive)
+        return decode_result(_known_parts(result), Archive)
 
     async def delete_session(self, session_id: str) -> dict[str, Any]:
         return object_result(await self._call("DELETE", f"/api/v1/sessions/{_seg(session_id)}", idempotent=True))
@@ -381,3 +381,11 @@ def _ms(started: float) -> float:
 
 def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if v is not None}
+
+
+def _known_parts(result: Any) -> Any:
+    """An answer holding ``messages`` with each part of a kind ovstream does not know kept
+    as an ``OtherPart`` (core.ov.messages.known_parts), not failing the whole answer."""
+    if isinstance(result, dict) and "messages" in result:
+        return {**result, "messages": known_parts(result["messages"])}
+    return result

@@ -6,8 +6,10 @@ OV's ``/context`` and archives answer with them, the snapshot in Redis stores th
 and assemble converts them back to OpenClaw messages. Encoded, a record is the JSON
 OV takes and gives (``{id, role, parts, created_at}`` and maybe ``peer_id, turn_id``):
 fields left at their default are not written, and fields OV adds are ignored when
-read. A part is one of OV's four kinds, told apart by ``type``; a kind OV 0.5 does not
-have fails the decode (``core.ov.version`` refuses another OV release at start).
+read. A part is one of OV's four kinds, told apart by ``type``; a part of any other kind
+(a later OV may add one) is kept as an ``OtherPart`` carrying its kind and its JSON, so one
+unknown part never takes a whole archive or session with it (``known_parts``, applied where
+OV's JSON comes in).
 """
 
 from __future__ import annotations
@@ -51,7 +53,22 @@ class ToolPart(msgspec.Struct, tag="tool", **_PART):
     tool_output_original_chars: int | None = None
 
 
-Part = TextPart | ContextPart | ImagePart | ToolPart
+class OtherPart(msgspec.Struct, tag="other", **_PART):
+    """A part of a kind OV 0.5.2 does not write: its ``type`` as OV gave it and the whole
+    part as JSON text, shown as the reference plugin shows it (``[kind]: {json}``)."""
+
+    kind: str = ""
+    json: str = ""
+
+    @property
+    def rendered(self) -> str:
+        return f"[{self.kind}]: {self.json}"
+
+
+Part = TextPart | ContextPart | ImagePart | ToolPart | OtherPart
+
+KNOWN_KINDS = frozenset({"text", "context", "image_url", "tool"})
+"""The part kinds OV 0.5.2 writes (``OtherPart``'s own tag is not one: OV never sends it)."""
 
 
 class OVMessage(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=False):
@@ -78,10 +95,37 @@ def text_message(role: str, text: str) -> OVMessage:
     return OVMessage(role=role, parts=[TextPart(text=text)])
 
 
+def known_parts(messages: Any) -> Any:
+    """OV's decoded message JSON with every part of a kind not in ``KNOWN_KINDS`` replaced by
+    an ``OtherPart``'s JSON (the rest as it was; anything not shaped as a list of messages is
+    left for the decode to refuse)."""
+    if not isinstance(messages, list):
+        return messages
+    return [_known_parts_of(m) for m in messages]
+
+
+def _known_parts_of(message: Any) -> Any:
+    parts = message.get("parts") if isinstance(message, dict) else None
+    if not isinstance(parts, list) or all(_known(p) for p in parts):
+        return message
+    return {**message, "parts": [p if _known(p) else _other(p) for p in parts]}
+
+
+def _known(part: Any) -> bool:
+    """Not to be replaced: a known kind, or no part at all (not an object, a ``type`` that is
+    no string): the decode refuses those."""
+    kind = part.get("type") if isinstance(part, dict) else None
+    return not isinstance(kind, str) or kind in KNOWN_KINDS
+
+
+def _other(part: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "other", "kind": part["type"], "json": msgspec.json.encode(part).decode()}
+
+
 def to_records(messages: Any) -> list[OVMessage]:
     """OV message records from decoded JSON (a list of objects): at the edges where JSON
     comes in untyped; ``msgspec.ValidationError`` on a bad shape."""
-    return msgspec.convert(messages if messages is not None else [], list[OVMessage], strict=False)
+    return msgspec.convert(known_parts(messages if messages is not None else []), list[OVMessage], strict=False)
 
 
 def to_json(messages: list[OVMessage]) -> list[dict[str, Any]]:

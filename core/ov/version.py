@@ -2,9 +2,9 @@
 
 Every OV rule ovstream relies on is written against one OpenViking release (the client's
 routes and envelope, ``core.ov.tasks``' task states, ``core.ov.layout`` (where OV keeps
-memories and archives), the token estimate of ``core.messages.tokens``, the one-phase-2-per-
-tenant rule of ``workers.commits.tenant_lock``): ``SPOKEN``, documented in
-``../shared/design/openviking-0.5.2-contract.md`` and pinned by the contract tests
+memories and archives), the token estimate of ``core.messages.tokens``, OV's merge of one
+user's overlapping phase 2s (docs/OV-NOTES.md)): ``SPOKEN``, documented in docs/OV-NOTES.md
+and pinned by the contract tests
 (``tests/integration``). A server of another minor release may have moved any of them, so a
 process refuses to start against one (``ovVersionCheck = "refuse"``, the default) or says
 so once and goes on (``"warn"``). Patch releases keep the API: they pass.

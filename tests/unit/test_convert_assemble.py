@@ -27,8 +27,9 @@ from core.messages.model import (
     UserMessage,
     dump_messages,
 )
-from core.ov.messages import to_records
+from core.ov.messages import OtherPart, OVMessage, to_records
 from tests.helpers.transcripts import text_msg, tool_part
+from workers.rpc.tools.archive import format_ov_message
 
 # --- assemble -------------------------------------------------------------------------------
 
@@ -254,13 +255,36 @@ def test_ov_to_agent_messages(records: list[Any], expected: list[dict[str, Any]]
 
 @pytest.mark.parametrize(
     "records",
-    [["not a record"], [{"role": "user", "parts": ["junk"]}], [{"role": "user", "parts": [{"type": "weird"}]}]],
-    ids=["not-an-object", "part-not-an-object", "unknown-part-kind"],
+    [["not a record"], [{"role": "user", "parts": ["junk"]}], [{"role": "user", "parts": [{"type": 7, "text": 1}]}]],
+    ids=["not-an-object", "part-not-an-object", "part-kind-not-a-string"],
 )
 def test_records_of_another_shape_fail_where_they_come_in(records: list[Any]) -> None:
     # Strict at the edge (OV's answer, a stored snapshot), so nothing past it checks shapes.
     with pytest.raises(msgspec.ValidationError):
         to_records(records)
+
+
+def test_a_part_of_an_unknown_kind_is_kept_typed_and_shown_as_the_reference_shows_it() -> None:
+    # A later OV may add a part kind: one such part must not fail the whole archive or session.
+    records = to_records(
+        [
+            {"role": "assistant", "parts": [{"type": "text", "text": "before"}, {"type": "custom", "data": "value"}]},
+            {"role": "user", "parts": [{"type": "text", "text": "next"}]},
+        ]
+    )
+    other = records[0].parts[1]
+    assert isinstance(other, OtherPart) and other.kind == "custom"
+    assert other.rendered == '[custom]: {"type":"custom","data":"value"}'
+    # it survives the snapshot's round trip (encoded as an "other" part, decoded back)
+    assert msgspec.json.decode(msgspec.json.encode(records), type=list[OVMessage]) == records
+    assert dump_messages(ov_to_agent_messages(records)) == [
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "before"}, {"type": "text", "text": other.rendered}],
+        },
+        {"role": "user", "content": "next"},
+    ]
+    assert format_ov_message(records[0]) == '[assistant]:\nbefore\n\n[custom]: {"type":"custom","data":"value"}'
 
 
 def test_capture_then_assemble_round_trip_keeps_the_tool_pair() -> None:

@@ -71,8 +71,8 @@ def test_the_commits_glob_finds_the_sessions_commits_under_every_scope_and_no_ot
         ("ovstream:{s1}:turns:g2.5", "turns"),
         ("ovstream:{s1}:lease:capture", "lease:capture"),
         ("ovstream:{s1}:lease:capture:epoch:g1.3", "lease:capture"),
-        ("ovstream:lease:commit-tenant:{dev.default.default}", "lease:commit-tenant"),
-        ("ovstream:commit-tenant-line:{k0123}", "commit-tenant-line"),
+        ("ovstream:extraction-repair:commit_abc_1", "extraction-repair"),
+        ("ovstream:extraction-repair-turn:alice", "extraction-repair-turn"),
         ("ovstream:dlq", "dlq"),
         ("ovstream:health:capture-1", "health"),
         ("ovstream-demo:dlq", None),  # another deployment's

@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from core.ov.client import OVClient
+from core.ov.messages import OtherPart
 from core.ov.models import (
     AddMessagesResult,
     Archive,
@@ -278,7 +279,7 @@ async def test_decoded_fields():
             {
                 "latest_archive_overview": "sum",
                 "pre_archive_abstracts": [],
-                "messages": [{"id": "m1", "role": "user", "parts": []}],
+                "messages": [{"id": "m1", "role": "user", "parts": [{"type": "custom", "data": 1}]}],
                 "estimatedTokens": 42,
                 "stats": {"totalArchives": 3, "failedArchives": 1, "activeTokens": 40},
             }
@@ -288,6 +289,7 @@ async def test_decoded_fields():
     assert ctx.estimated_tokens == 42 and ctx.latest_archive_overview == "sum"
     assert (ctx.stats.total_archives, ctx.stats.failed_archives, ctx.stats.active_tokens) == (3, 1, 40)
     assert ctx.messages[0].id == "m1"
+    assert ctx.messages[0].parts == [OtherPart(kind="custom", json='{"type":"custom","data":1}')]  # not a failure
     rec.answers = [ok({"task_id": "t", "status": "completed", "result": {"memories_extracted": {"total": 2}}})]
     task = await client(rec).get_task("t")
     assert task.done and task.result == {"memories_extracted": {"total": 2}}

@@ -30,6 +30,12 @@ def format_status(status: DeploymentStatus) -> str:
     outcomes = ", ".join(f"{state} {count}" for state, count in status.outcomes_last_hour.items()) or "none"
     lines.append(f"commit jobs: {jobs}; outcomes in the last hour: {outcomes}")
     lines.append(f"commits in flight: {status.commits_in_flight}; dead letters: {status.dead_letters}")
+    if status.extractions_lost:
+        repairs = ", ".join(f"{state} {count}" for state, count in status.repairs.items()) or "none listed"
+        lines.append(
+            f"extractions lost (phase 2 wrote no memory from what the user said): {status.extractions_lost}; "
+            f"their repair commits: {repairs}"
+        )
     recorded = "none yet" if status.shards_recorded is None else str(status.shards_recorded)
     mismatch = (
         ""

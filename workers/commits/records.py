@@ -3,9 +3,7 @@
 ``Keys.commits`` maps commit_id -> CommitOutcome JSON; the first final outcome
 (completed / failed / timeout / skipped) wins and ends the session's in-flight
 slot (``Keys.commit_inflight``); every final outcome is also appended to
-``Keys.commit_outcomes()`` for whoever follows commits as a stream. Handing on
-the tenant's lock on a final outcome is the caller's job
-(``workers.commits.run.record_outcome``), so the records stay below the lock.
+``Keys.commit_outcomes()`` for whoever follows commits as a stream.
 
 The stream lives in another slot than the session's keys, so the append cannot share the
 record's MULTI. The MULTI also files the outcome under ``Keys.commits_unannounced``, and the

@@ -5,8 +5,8 @@ memory_store). Each session has at most one commit in flight: its request sits i
 ``Keys.commit_inflight`` until an outcome is final, and asking again returns it (or
 resumes it, when its job was lost; or records it failed, when its job raised; or, when the
 reason needs the newest messages and that commit already asked OV, owes one more after it). The
-first job of the chain is ``workers.commits.run.commit_session``, enqueued by reference
-once the commit holds its tenant's lock: until then it waits in the tenant's line, jobless.
+first job of the chain is ``workers.commits.run.commit_session``, enqueued by reference at
+once: commits of one OV user run side by side (OV merges their phase 2s).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from rq.job import Job
 from core.config import Settings
 from core.events import CommitOutcome, CommitRequest, decode, encode
 from core.session import SessionAddress
-from workers.commits import tenant_lock
 from workers.commits.queue import (
     commit_job_id,
     inflight_key,
@@ -37,7 +36,7 @@ from workers.commits.records import (
     load_outcome,
     outcome_of,
 )
-from workers.commits.run import enqueue_commit, enqueue_turn, finish_commit, schedule_poll
+from workers.commits.run import enqueue_commit, finish_commit, schedule_poll
 from workers.store.connection import optional_text
 from workers.store.keys import Keys, session_keys
 
@@ -52,13 +51,19 @@ def next_generation(stored: bytes | str | None) -> int:
     return int(stored) + 1 if stored is not None else int(now() * 1000)
 
 
+LEGACY_IN_LINE = "in-tenant-line"
+"""What an in-flight slot named instead of a job while its commit waited in its tenant's line
+(releases before commits of one user ran side by side). Such a commit has no job: it is
+enqueued as any commit whose job is gone, and said so quietly (it was not lost)."""
+
+
 def commit_state(
     redis: redis_lib.Redis, settings: Settings, request: CommitRequest, job_id: str | None
 ) -> tuple[str, Job | None]:
-    """``queue.job_state`` of the commit's job; a commit waiting in its tenant's line
-    (``tenant_lock.IN_LINE``) is live while a holder lives, and lost once none does."""
-    if job_id == tenant_lock.IN_LINE:
-        return ("live" if tenant_lock.in_line(redis, settings, request) else "lost"), None
+    """``queue.job_state`` of the commit's job; "waiting" for a commit an earlier release left
+    waiting in its tenant's line (``LEGACY_IN_LINE``): it is resumed as a lost one is."""
+    if job_id == LEGACY_IN_LINE:
+        return "waiting", None
     return job_state(redis, settings, job_id)
 
 
@@ -69,9 +74,23 @@ def fail_crashed(
     return finish_commit(redis, settings, request, "failed", outcome, error=f"job crashed: {job_error(job)}")
 
 
-def resume(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, outcome: CommitOutcome | None) -> None:
+def resume(
+    redis: redis_lib.Redis,
+    settings: Settings,
+    request: CommitRequest,
+    outcome: CommitOutcome | None,
+    *,
+    state: str = "lost",
+) -> None:
     """Put a lost in-flight commit back on the queue at the step it had reached (under a new
-    job id: the lost job's may still exist)."""
+    job id: the lost job's may still exist). ``state`` "waiting": one an earlier release left
+    in its tenant's line, enqueued now (logged at INFO: nothing was lost)."""
+    if state == "waiting":
+        log.info("commit %s waited in its tenant's line (an earlier release); enqueueing it", request.commit_id)
+        job_id = f"{request.commit_id}_again{int(now() * 1000)}"
+        redis.hset(inflight_key(settings, request), "job", job_id)
+        enqueue_commit(redis, settings, request, job_id=job_id)
+        return
     if outcome is not None and outcome.task_id:
         log.warning("commit %s lost its poll job; scheduling a new poll", request.commit_id)
         schedule_poll(
@@ -136,8 +155,8 @@ def request_commit(
                             log.info("commit %s: its phase 1 began; a %s commit follows it", current.commit_id, reason)
                         else:
                             pipe.reset()
-                        if state == "lost":
-                            resume(redis, settings, current, outcome)
+                        if state in ("lost", "waiting"):
+                            resume(redis, settings, current, outcome, state=state)
                         return current  # a live one, or a stranded one (the sweep's)
                 generation = next_generation(pipe.get(ks.commit_generation))
                 request = CommitRequest(
@@ -162,20 +181,13 @@ def request_commit(
                 break
             except redis_lib.WatchError:
                 continue
-    # Its tenant's turn first: a commit whose tenant has a phase 2 running waits in line with
-    # no job, and the holder's final outcome enqueues it (workers.commits.tenant_lock).
-    held, handed = tenant_lock.hold_or_wait(redis, settings, request)
-    if handed is not None:
-        enqueue_turn(redis, settings, handed)
-    if held:
-        enqueue_commit(redis, settings, request)
+    enqueue_commit(redis, settings, request)
     log.info(
-        "commit %s of session %s requested (%s, keep %d)%s",
+        "commit %s of session %s requested (%s, keep %d)",
         request.commit_id,
         address.ov_session_id,
         reason,
         keep_recent_count,
-        "" if held else "; waits in its tenant's line",
     )
     return request
 

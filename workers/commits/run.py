@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import redis as redis_lib
 from rq import get_current_job
@@ -28,9 +28,9 @@ from core.events import CommitOutcome, CommitRequest, CommitStatus, decode, enco
 from core.ov.client import OVError, OVUnavailable
 from core.ov.models import CommitAccepted
 from core.ov.tasks import judge_phase2_read, next_read_delay, task_verdict
+from core.repair import is_repair_session
 from workers import logs
 from workers.commits import ov_steps
-from workers.commits import tenant_lock as jobs_tenant
 from workers.commits.context import JobContext, context_for
 from workers.commits.queue import COMMIT_RETRY, commit_queue, inflight_key, now
 from workers.commits.records import FINAL_STATUSES, CommitRecords, outcome_of, reached
@@ -47,8 +47,7 @@ REDIS_PATIENCE_BACKOFF = Backoff(0.2, 5.0)
 def commit_session(request_json: str, key_prefix: str, attempt: int = 0) -> str:
     """RQ job: commit the session in OV and schedule the phase-2 poll. Returns the status.
 
-    ``attempt`` is unused: jobs enqueued by earlier versions carry it (they retried while
-    their tenant's lock was held; a commit now waits in its tenant's line).
+    ``attempt`` is unused: jobs enqueued by earlier versions carry it.
     """
     job = get_current_job()
     request = decode(request_json, CommitRequest)
@@ -91,35 +90,21 @@ def run_commit(
 ) -> CommitOutcome:
     """Phase 1 of a commit (OV archives the messages); then the first poll is scheduled.
 
-    Only one commit per OV tenant runs at a time (workers.commits.tenant_lock): with the
-    tenant's lock held by another, the commit joins the tenant's line and this returns the
-    pending outcome (its job ends; the holder's final outcome enqueues the next).
+    Commits of one OV user run side by side: OV 0.5.2 itself merges the phase 2s of one user
+    that overlap (docs/OV-NOTES.md), and an extraction lost anyway is found and repaired
+    (workers.commits.repair).
     ``may_retry``: OV being unavailable re-raises so RQ retries the job (the commit never
     reached OV); otherwise it is recorded as failed.
     """
     settings = ctx.settings
     outcome = CommitRecords(redis, settings).outcome(request)
     if outcome is not None and outcome.status in FINAL_STATUSES:
-        if jobs_tenant.holder(redis, settings, request) == request.commit_id:
-            _hand_on(redis, settings, request)  # handed the lock after it ended some other way
         return outcome
     if outcome is not None and outcome.task_id:  # run again after OV took the commit: poll only
-        jobs_tenant.renew(redis, settings, request)  # when still ours (its phase 2 runs)
         schedule_poll(
             redis, settings, request, deadline_at=now() + settings.phase2_deadline_s, failed_reads=0, attempt=1
         )
         return outcome
-    held, handed = jobs_tenant.hold_or_wait(redis, settings, request)
-    if handed is not None:  # a finished holder had not handed on: done for it
-        enqueue_turn(redis, settings, handed)
-    if not held:
-        log.info(
-            "commit %s waits in line: tenant %s has a phase 2 running (%s)",
-            request.commit_id,
-            jobs_tenant.tenant_of(settings, request.user),
-            jobs_tenant.holder(redis, settings, request),
-        )
-        return outcome or outcome_of(request, "pending")
     ov = ctx.ov(request.address)
     try:
         before = ctx.run(lambda: ov_steps.commit_count(ov, request))
@@ -133,14 +118,10 @@ def run_commit(
     except OVUnavailable as exc:
         if may_retry:
             log.warning("commit %s: OV unavailable (%s); RQ retries it", request.commit_id, exc)
-            _hand_on(redis, settings, request)  # OV never took it: the next may go meanwhile
             raise
         return finish_commit(redis, settings, request, "failed", error=f"OV unavailable: {exc}")
     except OVError as exc:
         return finish_commit(redis, settings, request, "failed", error=str(exc))
-    except Exception:
-        _hand_on(redis, settings, request)  # the job fails; its tenant must not wait on it
-        raise
     # OV took the commit. Nothing may make RQ run this job again now: a second OV commit would
     # archive the next messages too. So Redis trouble is waited out here, not raised.
     outcome = _patiently(request, lambda: _accepted(redis, settings, request, accepted))
@@ -166,7 +147,6 @@ def _accepted(
         return finish_commit(redis, settings, request, "completed", **fields)
     running = outcome_of(request, "running", **fields)
     record_outcome(redis, settings, request, running)
-    jobs_tenant.renew(redis, settings, request)  # phase 2's deadline starts now
     schedule_poll(redis, settings, request, deadline_at=now() + settings.phase2_deadline_s, failed_reads=0, attempt=1)
     return running
 
@@ -221,6 +201,8 @@ def run_poll(
         final = finish_commit(redis, settings, request, read.status, outcome, **read.fields)
         if final.status == "timeout":  # OV may still finish it: look again later
             schedule_recheck(redis, settings, request, round_=0)
+        if final.status == "completed" and final.memories_extracted == 0 and final.archive_uri:
+            schedule_extraction_check(redis, settings, request)  # lost, or nothing to extract?
         return final
     failed_reads = read.failed_reads
     schedule_poll(redis, settings, request, deadline_at=deadline_at, failed_reads=failed_reads, attempt=attempt + 1)
@@ -254,11 +236,8 @@ def run_recheck(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest,
 
 
 def record_outcome(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, outcome: CommitOutcome) -> bool:
-    """Record ``outcome`` (``CommitRecords.record``); a final one hands the tenant's lock on."""
-    stored = CommitRecords(redis, settings).record(request, outcome)
-    if stored and outcome.status in FINAL_STATUSES:
-        _hand_on(redis, settings, request)  # the tenant's next phase 2 may start
-    return stored
+    """Record ``outcome`` (``CommitRecords.record``)."""
+    return CommitRecords(redis, settings).record(request, outcome)
 
 
 def finish_commit(
@@ -285,7 +264,7 @@ def _schedule(
     request: CommitRequest,
     job_id: str,
     delay_s: float,
-    func: Callable[..., str],
+    func: Callable[..., str] | str,
     *args: Any,
     in_flight: bool = True,
     **options: Any,
@@ -302,7 +281,7 @@ def _schedule(
     try:
         commit_queue(redis, settings).enqueue_in(
             timedelta(seconds=delay_s),
-            func,
+            cast(Any, func),  # RQ takes a function or its dotted path
             encode(request).decode(),
             settings.key_prefix,
             *args,
@@ -359,6 +338,26 @@ def schedule_recheck(redis: redis_lib.Redis, settings: Settings, request: Commit
     return True
 
 
+def schedule_extraction_check(
+    redis: redis_lib.Redis, settings: Settings, request: CommitRequest, delay_s: float = 0.0
+) -> None:
+    """Have ``workers.commits.repair.check_extraction`` look at a commit that completed with no
+    memory after ``delay_s`` (named by path: that module builds on this one)."""
+    if is_repair_session(request.ov_session_id):
+        return  # a repair's own commit is not repaired in turn
+    _schedule(
+        redis,
+        settings,
+        request,
+        # a look again (delay_s > 0) is a job of its own: the one scheduling it still runs
+        f"{request.commit_id}_extraction" + (f"{int(now() * 1000)}" if delay_s else ""),
+        delay_s,
+        "workers.commits.repair.check_extraction",
+        in_flight=False,
+        description=f"check the extraction of {request.commit_id}",
+    )
+
+
 def enqueue_commit(
     redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, job_id: str | None = None
 ) -> None:
@@ -375,19 +374,3 @@ def enqueue_commit(
         )
     except DuplicateJobError:
         log.debug("commit job %s already exists", request.commit_id)
-
-
-def enqueue_turn(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) -> None:
-    """``request`` was handed its tenant's lock (workers.commits.tenant_lock): its in-flight
-    slot names its new job before the job exists, then the job is enqueued."""
-    job_id = f"{request.commit_id}_turn{int(now() * 1000)}"
-    redis.hset(inflight_key(settings, request), "job", job_id)
-    log.info("commit %s: its tenant's turn (job %s)", request.commit_id, job_id)
-    enqueue_commit(redis, settings, request, job_id=job_id)
-
-
-def _hand_on(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) -> None:
-    """``request`` is done with its tenant's lock: the next in line gets it, and its job."""
-    handed = jobs_tenant.hand_on(redis, settings, request)
-    if handed is not None:
-        enqueue_turn(redis, settings, handed)

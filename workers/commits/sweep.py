@@ -85,6 +85,7 @@ def _look(redis: redis_lib.Redis, settings: Settings, index: str, inflight_key: 
         return False
     if state == "live":
         return False
-    log.warning("commit %s: its job %s is %s; resuming it", request.commit_id, job, state)
-    resume(redis, settings, request, outcome)
+    if state != "waiting":  # one an earlier release left in its tenant's line: resume says so
+        log.warning("commit %s: its job %s is %s; resuming it", request.commit_id, job, state)
+    resume(redis, settings, request, outcome, state=state)
     return True

@@ -15,6 +15,9 @@ Prompts recognised (read in openviking's source, confirmed by logging real reque
   ``create_working_memory`` tool offered (checkpoints) the same document goes in a tool call.
 - Working memory update (``compression.ov_wm_v2_update``, tool ``update_working_memory``):
   per-section ops (UPDATE Current State, APPEND Key Facts, KEEP the rest).
+- Memory patch merge (``session/memory/patch_merge_context_provider.py``: OV merging
+  overlapping extractions of one user): every patch carried through
+  (``workers.dev.merge_answers``).
 - Anything else (directory overviews, abstracts, ...): ``Summary: <first sentence>``.
 """
 
@@ -23,6 +26,8 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+
+from workers.dev.merge_answers import is_merge_prompt, merge_program
 
 AnswerT = tuple[str, str, list[tuple[str, dict[str, Any]]]]
 
@@ -143,6 +148,8 @@ def answer(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Answe
     texts = [content_text(m.get("content")) for m in messages]
     joined = "\n".join(texts)
     tool_names = {t.get("function", {}).get("name") for t in tools if isinstance(t, dict)}
+    if is_merge_prompt(joined):
+        return "merge", merge_program(texts, _existing(texts), _lit), []
     if EXTRACTION_MARKER in joined:
         return "extraction", extraction_program(texts), []
     if "update_working_memory" in tool_names or ("<current_wm>" in joined and "<new_content>" in joined):

@@ -11,8 +11,10 @@ the same memories and summaries:
 - ``POST /v1/chat/completions`` recognises OV's prompts (see ``workers.dev.model_answers``):
   phase-2 memory extraction gets a restricted-Python SDK program, working-memory
   (archive summary) prompts get a 7-section summary, anything else a short answer.
-- ``POST /admin/mode {"mode": "normal"|"garbage"|"error"}`` switches how chat is
-  answered: ``garbage`` answers nonsense (phase 2 fails), ``error`` answers HTTP 500.
+- ``POST /admin/mode {"mode": "normal"|"garbage"|"error"|"drop-merge"}`` switches how chat
+  is answered: ``garbage`` answers nonsense (phase 2 fails), ``error`` answers HTTP 500,
+  ``drop-merge`` answers OV's merge prompt with ``sdk.commit()`` alone (a model that loses
+  the overlapping extractions of one user: their tasks complete with no memories).
   ``GET /admin/stats`` counts requests per kind.
 
 ``start_model_server(host, port)`` runs it on a thread (tests, the demo);
@@ -44,7 +46,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DIMENSION = 64
 DEFAULT_MODEL = "ovstream-deterministic"
-MODES = ("normal", "garbage", "error")
+MODES = ("normal", "garbage", "error", "drop-merge")
 GARBAGE_ANSWER = "~~ garbage: this is not a program, not JSON, and not a summary ~~"
 
 _TOKEN_RE = re.compile(r"[a-z0-9]+|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
@@ -194,6 +196,8 @@ class _Handler(BaseHTTPRequestHandler):
             return 500, {"error": {"message": "model server in error mode", "type": "server_error"}}
         if self.state.mode == "garbage":
             kind, content, tool_calls = "garbage", GARBAGE_ANSWER, []
+        if self.state.mode == "drop-merge" and kind == "merge":  # a model that loses a merge
+            kind, content, tool_calls = "merge-dropped", "sdk.commit()", []
         self.state.record(kind, body, {"content": content, "tool_calls": tool_calls})
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if tool_calls:

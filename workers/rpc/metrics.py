@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from core.config import Settings
-from workers.commits.api import outcome_statuses_after
+from workers.commits.api import outcome_statuses_after, read_lost_extractions
 from workers.status import read_backlog
 from workers.store.connection import REDIS_ERRORS
 from workers.store.dead_letters import dead_letter_summary
@@ -130,6 +130,34 @@ class DeadLetterCollector(Collector):
             "Dead letters dropped unhandled past deadLetterMaxAgeS",
             value=summary.expired,
         )
+
+
+class LostExtractionCollector(Collector):
+    """Phase 2s that completed with no memory from substantive user text (an extraction lost,
+    workers.commits.repair) and their repairs by state: a growing count is a model losing
+    OV's merges of one user's overlapping extractions."""
+
+    def __init__(self, redis_client: redis.Redis, settings: Settings) -> None:
+        self._redis = redis_client
+        self._settings = settings
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            lost = read_lost_extractions(self._redis, self._settings, newest=0)
+        except REDIS_ERRORS as exc:
+            log.warning("metrics: cannot read the lost extractions: %s", exc)
+            return
+        yield CounterMetricFamily(
+            "ovstream_extractions_lost", "Phase 2s that wrote no memory from what the user said", value=lost.lost_total
+        )
+        repairs = GaugeMetricFamily(
+            "ovstream_extraction_repairs",
+            "Listed repairs of lost extractions, by their commit's state",
+            labels=["state"],
+        )
+        for state, count in lost.repairs.items():
+            repairs.add_metric([state], float(count))
+        yield repairs
 
 
 class CommitOutcomeCollector(Collector):
@@ -322,6 +350,7 @@ class RpcMetrics:
             r.register(StreamLagCollector(redis_client, settings))
             r.register(CommitOutcomeCollector(redis_client, settings))
             r.register(DeadLetterCollector(redis_client, settings))
+            r.register(LostExtractionCollector(redis_client, settings))
             r.register(DeploymentCollector(redis_client, settings))
 
     def watch_breaker(self, is_open: Callable[[], bool]) -> None:

@@ -191,19 +191,23 @@ class Keys:
         """Sorted set: every session's ``commits_unannounced`` key -> when a sweep may next look."""
         return f"{self.prefix}:commits-unannounced"
 
-    def commit_tenant_lock(self, tenant: str) -> str:
-        """Lease (workers.store.scripts): the commit whose phase 2 runs for an OV tenant now,
-        one at a time (workers.commits.tenant_lock); its data is the holder's request. Its
-        waiting line shares its slot (the ``{tenant}`` tag)."""
-        return f"{self.prefix}:lease:commit-tenant:{{{tenant}}}"
+    def extraction_repair(self, commit_id: str) -> str:
+        """String with the session state's lifetime: the commit repairing ``commit_id``'s lost
+        extraction (workers.commits.repair): once per archive."""
+        return f"{self.prefix}:extraction-repair:{commit_id}"
 
-    def commit_tenant_line(self, tenant: str) -> str:
-        """Sorted set: the commits waiting for the tenant's lock, in arrival order."""
-        return f"{self.prefix}:commit-tenant-line:{{{tenant}}}"
+    def extraction_repair_turn(self, tenant: str) -> str:
+        """String with a TTL: the request of the tenant's repair commit running now (its
+        repairs go one at a time)."""
+        return f"{self.prefix}:extraction-repair-turn:{tenant}"
 
-    def commit_tenant_line_requests(self, tenant: str) -> str:
-        """Hash: commit id -> request of each commit in the tenant's line."""
-        return f"{self.prefix}:commit-tenant-line-requests:{{{tenant}}}"
+    def extractions_lost(self) -> str:
+        """Counter: extractions found lost (``ovstream_extractions_lost_total``)."""
+        return f"{self.prefix}:extractions-lost"
+
+    def extraction_repairs(self) -> str:
+        """Stream (capped): each lost extraction and the commit repairing it."""
+        return f"{self.prefix}:extraction-repairs"
 
     def commits_in_flight(self) -> str:
         """Sorted set: every session's in-flight key (``commit_inflight``) -> when it is next

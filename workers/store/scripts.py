@@ -87,52 +87,6 @@ return redis.call('DEL', KEYS[1])
 """KEYS[1] lease, KEYS[2] (optional) its epoch counter. ARGV: owner. Deletes the lease only when
 ``owner`` holds it, moving its epoch on: a lease given back is never taken back (``_HOLDS``)."""
 
-# --- a tenant's commits, one at a time, in order (workers.commits.tenant_lock) ----------------
-
-TENANT_HOLD_OR_WAIT = Lua("""
-local cur = redis.call('HGET', KEYS[1], 'id')
-if (not cur) or cur == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'id', ARGV[1], 'data', ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('HDEL', KEYS[3], ARGV[1])
-  return {1, ''}
-end
-if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
-  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-  redis.call('ZADD', KEYS[2], last[2] and (tonumber(last[2]) + 1) or 0, ARGV[1])
-end
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
-return {0, redis.call('HGET', KEYS[1], 'data') or ''}
-""")
-"""KEYS: the tenant's lock (a lease), its waiting line (sorted set of commit ids, scored one past
-the last in line: arrival order, whatever the clocks) and their requests (hash). ARGV: commit
-id, ms, request. Free or already ours: take (renew) it, leaving the line, {1, ''}; held by
-another: join the end of the line (once), {0, the holder's request}."""
-
-TENANT_HAND_ON = Lua("""
-local cur = redis.call('HGET', KEYS[1], 'id')
-if cur and cur ~= ARGV[1] then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('HDEL', KEYS[3], ARGV[1])
-  return false
-end
-local nxt = redis.call('ZPOPMIN', KEYS[2])
-if #nxt == 0 then
-  redis.call('DEL', KEYS[1])
-  return false
-end
-local req = redis.call('HGET', KEYS[3], nxt[1]) or ''
-redis.call('HDEL', KEYS[3], nxt[1])
-redis.call('HSET', KEYS[1], 'id', nxt[1], 'data', req)
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {nxt[1], req}
-""")
-"""KEYS as TENANT_HOLD_OR_WAIT. ARGV: the commit done with the lock, ms. Held by another: the
-commit leaves the line (if in it), nil. Else the first in line now holds it, and {its commit
-id, its request} is returned (its job is the caller's to enqueue); nobody in line: the lock
-is deleted, nil."""
-
 # --- capture ----------------------------------------------------------------------------------
 
 _HOLDS = """

@@ -9,7 +9,7 @@ import msgspec
 
 from core.ov.client import OVError
 from core.ov.layout import ARCHIVE_ID, history_uri
-from core.ov.messages import ContextPart, OVMessage, TextPart, ToolPart
+from core.ov.messages import ContextPart, OtherPart, OVMessage, TextPart, ToolPart
 from workers.rpc.context import Caller, RpcError, Services
 from workers.rpc.models import ArchiveExpandParams, ArchiveSearchParams
 from workers.rpc.tools.base import Tool, ToolResult, text_result
@@ -69,6 +69,8 @@ def format_ov_message(message: OVMessage) -> str:
         elif isinstance(part, ContextPart):
             abstract = f" {part.abstract}" if part.abstract else ""
             sections.append(f"[Context: {part.uri or '?'}]{abstract}")
+        elif isinstance(part, OtherPart):  # a kind OV 0.5.2 does not write: as the reference shows it
+            sections.append(part.rendered)
         else:  # an image: said as OV stores it
             sections.append(f"[image_url]: {msgspec.json.encode(part).decode()}")
     return f"[{message.role or 'unknown'}]:\n" + ("\n\n".join(sections) if sections else "(empty)")
