@@ -1,11 +1,12 @@
-"""End to end on the real openviking-server 0.5.2: two sessions of one user commit at once.
+"""End to end on the real openviking-server 0.5.2: sessions of one user commit at once.
 
-OV 0.5.2 runs phase 2 of different sessions concurrently, and when two of one
-user's memory extractions overlap, neither writes its memories: both tasks
-complete with ``memories_extracted: {}`` (probed directly on OV: three sessions
-committed together extracted nothing; the same commits one after the other
-extracted one memory each). So a user with two busy sessions silently loses what
-they said unless ovstream keeps one user's phase 2s from overlapping.
+OV 0.5.2 batches the phase 2s of one user (its ``StreamingMemoryUpdater``: 8 operations or
+10 s) and asks the model to merge the extractions of a batch that spans sessions
+(docs/OV-NOTES.md). ovstream commits them side by side; the dev model carries every patch
+through the merge, so every session's memories are written. A model that drops the merge
+loses them all (each task completes with ``{}``): ovstream finds that and repairs each
+archive once, in a repair session of the same user committed alone
+(workers.commits.repair).
 """
 
 from __future__ import annotations
@@ -14,7 +15,13 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.e2e import Conversation, OVSession, Service, check_crosses_at_last_turn
+from core.repair import repair_session_id
+from core.session import SessionAddress
+from tests.helpers.e2e import Conversation, OVSession, Service, check_crosses_at_last_turn, unique
+from tests.helpers.waiting import wait_until
+from workers.commits.records import FINAL_STATUSES, CommitRecords
+from workers.commits.repair import read_lost_extractions
+from workers.commits.request import request_commit
 
 pytest_plugins = ("tests.helpers.e2e_fixtures",)
 
@@ -74,3 +81,88 @@ def test_two_sessions_of_one_user_committing_together_keep_both_memories(
     [b_outcome] = e2e_service.wait_commits(b, 1)
     assert (a_outcome.status, b_outcome.status) == ("completed", "completed")
     assert (a_outcome.memories_extracted or 0) >= 1 and (b_outcome.memories_extracted or 0) >= 1, (a_outcome, b_outcome)
+
+
+AS_USER = {"X-OpenViking-Account": "default", "X-OpenViking-User": "concurrency"}
+"""The module's OV user (``e2e_settings``), in OV's dev-mode headers."""
+
+
+def _seeded_sessions(dev_ov: OVSession, count: int) -> list[tuple[str, str]]:
+    """``count`` OV sessions of the module's user, each holding one preference of its own
+    (a topic no other test writes): [(session id, the memory file its preference makes)]."""
+    made = []
+    for i in range(count):
+        sid, word = unique(f"together{i}"), unique("w").replace("-", "")
+        said = f"I prefer {word} tea in the morning."
+        messages = [
+            {"role": "user", "parts": [{"type": "text", "text": said}]},
+            {"role": "assistant", "parts": [{"type": "text", "text": "Noted."}]},
+        ]
+        r = dev_ov.http.post(f"/api/v1/sessions/{sid}/messages/batch", json={"messages": messages}, headers=AS_USER)
+        assert r.status_code == 200, r.text
+        made.append((sid, f"viking://user/concurrency/memories/preferences/default/{word}_tea_morning.md"))
+    return made
+
+
+def _commit_together(service: Service, sids: list[str]) -> list:
+    requests = [
+        request_commit(
+            service.redis, service.settings, SessionAddress(sid, "main", None), reason="manual", keep_recent_count=0
+        )
+        for sid in sids
+    ]
+    records = CommitRecords(service.redis, service.settings)
+
+    def final():
+        outcomes = [records.outcome(r) for r in requests]
+        return outcomes if all(o is not None and o.status in FINAL_STATUSES for o in outcomes) else None
+
+    return wait_until(final, f"{len(sids)} commits of one user final", timeout_s=180, interval_s=0.25)
+
+
+def _memory(dev_ov: OVSession, uri: str) -> str | None:
+    r = dev_ov.http.get("/api/v1/content/read", params={"uri": uri}, headers=AS_USER)
+    return r.json().get("result") if r.status_code == 200 else None
+
+
+def test_three_sessions_of_one_user_committed_together_write_every_memory(
+    e2e_service: Service, dev_ov: OVSession
+) -> None:
+    seeded = _seeded_sessions(dev_ov, 3)
+    lost_before = read_lost_extractions(e2e_service.redis, e2e_service.settings).lost_total
+    outcomes = _commit_together(e2e_service, [sid for sid, _ in seeded])
+    assert [o.status for o in outcomes] == ["completed"] * 3
+    assert all((o.memories_extracted or 0) >= 1 for o in outcomes), outcomes
+    for _, uri in seeded:
+        assert "tea in the morning" in (_memory(dev_ov, uri) or ""), uri
+    assert read_lost_extractions(e2e_service.redis, e2e_service.settings).lost_total == lost_before
+
+
+def test_a_model_that_drops_the_merge_loses_the_extractions_and_ovstream_repairs_each_once(
+    e2e_service: Service, dev_ov: OVSession, model_mode
+) -> None:
+    seeded = _seeded_sessions(dev_ov, 2)
+    lost_before = read_lost_extractions(e2e_service.redis, e2e_service.settings).lost_total
+    model_mode("drop-merge")  # for the whole test: the repairs must do without a merge
+    outcomes = _commit_together(e2e_service, [sid for sid, _ in seeded])
+    assert [(o.status, o.memories_extracted) for o in outcomes] == [("completed", 0)] * 2, outcomes
+    records = CommitRecords(e2e_service.redis, e2e_service.settings)
+
+    def repaired():
+        found = []
+        for o in outcomes:
+            listed = records.list(SessionAddress(repair_session_id(o.commit_id), "main", None))
+            if not listed or listed[-1].status not in FINAL_STATUSES:
+                return None
+            found.append(listed[-1])
+        return found
+
+    repairs = wait_until(repaired, "both lost extractions repaired", timeout_s=180, interval_s=0.5)
+    assert [r.status for r in repairs] == ["completed"] * 2 and all((r.memories_extracted or 0) >= 1 for r in repairs)
+    for _, uri in seeded:
+        assert "tea in the morning" in (_memory(dev_ov, uri) or ""), uri
+    lost = read_lost_extractions(e2e_service.redis, e2e_service.settings)
+    assert lost.lost_total == lost_before + 2
+    # repaired one at a time: the second repair's commit was asked for once the first was final
+    first, second = sorted(repairs, key=lambda r: r.requested_at)
+    assert first.finished_at is not None and second.requested_at >= first.finished_at

@@ -178,16 +178,18 @@ def test_a_sessions_second_turn_imports_nothing(host: HostStack) -> None:
 
 # Last: a Redis restart kills the RQ worker's scheduler thread, so scheduled commit
 # retries stall afterwards (issue 11); nothing after this test needs a commit.
-def _child_request(host: HostStack, since: int, marker: str) -> dict[str, Any]:
-    """The first model request of the subagent run whose task starts with ``marker`` (a task
+def _child_requests(host: HostStack, since: int, marker: str) -> list[dict[str, Any]]:
+    """The model requests of the subagent run whose task starts with ``marker`` (a task
     quoting another's, as one that spawns a grandchild does, is not that one)."""
     task = re.compile(r"\[Subagent Task\]\W*" + re.escape(marker))
+    return [r for r in host.requests()[since:] if any(task.search(text) for text in user_texts(r))]
+
+
+def _child_request(host: HostStack, since: int, marker: str) -> dict[str, Any]:
+    """The first model request of that run."""
 
     def found() -> dict[str, Any] | None:
-        for request in host.requests()[since:]:
-            if any(task.search(text) for text in user_texts(request)):
-                return request
-        return None
+        return next(iter(_child_requests(host, since, marker)), None)
 
     return wait_for(found, f"the subagent run of {marker} asking the model", timeout_s=120)
 
@@ -224,6 +226,12 @@ def test_subagents_start_from_their_parent_and_leave_what_they_learned(host: Hos
     forked = _child_request(host, since, f"FORK{tag}")
     assert "[Session History Summary]" in conversation_text(forked)  # the parent's, from its snapshot
     assert system_text(forked).count(RECALL_MARK) <= 1
+    # the host assembles the child again with what assemble answered: every model request of the
+    # fork still carries the turn that spawned it (its parent's snapshot did not reflect it)
+    fork_requests = _child_requests(host, since, f"FORK{tag}")
+    assert all("Delegate the museums" in conversation_text(r) for r in fork_requests), [
+        conversation_text(r)[-1500:] for r in fork_requests
+    ]
 
     since = len(host.requests())
     fact = f"I prefer azulejo tiles numbered {tag} above every other souvenir."

@@ -106,6 +106,25 @@ async def test_a_fork_starts_from_the_parents_context_and_grows_with_its_own_tur
     assert "child q0" not in " ".join(m["parts"][0]["text"] for m in rpc.fake.sessions[PARENT].messages)
 
 
+async def test_a_forks_copied_turns_survive_the_host_passing_back_what_assemble_answered(rpc: Any) -> None:
+    # The real host calls assemble again with the messages the first assemble answered (fewer
+    # than its transcript): the spawning turn must still reach the model, every time.
+    parent_transcript = await parent_with_a_snapshot(rpc)
+    await rpc.client.post("/v1/subagents/prepare", json=spawn())
+    copy = [*parent_transcript, *SPAWNING_TURN]
+    first = await rpc.assemble(child_call(copy, forked=True))
+    expected = [*FROM_OV, *texts({"messages": SPAWNING_TURN})]
+    assert texts(first.json()) == expected
+    answered = first.json()["messages"]
+    # passed back whole, or only its end (the host trims what it keeps): by position, the copy
+    # would be gone (the snapshot reflects 4 of them, and 3 were passed)
+    for passed_back in (answered, answered[-3:], answered[-3:]):
+        again = await rpc.assemble(child_call(passed_back, forked=True))
+        assert again.status_code == 200, again.text
+        assert texts(again.json()) == expected
+    assert (await lineage(rpc)).fork_at == len(copy)
+
+
 async def test_an_isolated_child_gets_nothing_of_its_parent(rpc: Any) -> None:
     await parent_with_a_snapshot(rpc)
     prepared = await rpc.client.post("/v1/subagents/prepare", json=spawn("isolated"))
@@ -148,11 +167,12 @@ async def test_ovstream_commits_shows_whose_subagent_a_session_is(rpc: Any, caps
     await rpc.client.post(
         "/v1/subagents/ended", json={"childSessionKey": CHILD_KEY, "childSessionId": CHILD, "reason": "completed"}
     )
-    args = argparse.Namespace(session_id=CHILD, session_key=CHILD_KEY, agent=None, user=None)
-    assert cli_commits(rpc.settings, args) == 0
-    said = capsys.readouterr().out
-    assert f"subagent of {PARENT} ({PARENT_KEY}): fork, 2 message(s) copied" in said, said
-    assert ", ended completed at " in said, said
+    for key in (CHILD_KEY, None):  # as the README says to run it: by the child's session id alone too
+        args = argparse.Namespace(session_id=CHILD, session_key=key, agent=None, user=None)
+        assert cli_commits(rpc.settings, args) == 0
+        said = capsys.readouterr().out
+        assert f"subagent of {PARENT} ({PARENT_KEY}): fork, 2 message(s) copied" in said, (key, said)
+        assert ", ended completed at " in said, said
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from workers.cli.tables import table, when
 from workers.commits.records import CommitRecords
 from workers.store.connection import connect
 from workers.store.keys import Keys
-from workers.store.lineage import Lineage, lineage_address, lineage_of
+from workers.store.lineage import Lineage, lineage_address, lineage_of, read_lineage_by_id
 
 
 def add_commits_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +51,8 @@ def cli_commits(settings: Settings, args: argparse.Namespace) -> int:
     address = SessionAddress(sid, agent, args.user)
     where = lineage_address(args.session_key, address)
     lineage = lineage_of(client.hgetall(Keys(settings.key_prefix).session(where, settings.shards).lineage))
+    if lineage is None and args.session_key is None:  # a subagent's lineage lives under its key
+        lineage = read_lineage_by_id(client, settings, sid)
     if lineage is not None:
         print(format_lineage(lineage))
     outcomes = records.list(address)

@@ -15,6 +15,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, cast
 
+import msgspec
+
 from core.fork import copied_span, fork_base, fork_captured
 from core.messages.model import MessageFormatError, parse_messages
 from core.session import SessionAddress
@@ -67,10 +69,12 @@ async def prepare_spawn(svc: Services, body: SubagentSpawn, parent: Caller, chil
         base=base,
     )
     log.info(
-        "subagent %s (%s) of %s prepared%s",
-        child.ov_session_id,
+        "subagent key=%s id=%s (%s) of session %s (key %s) prepared%s",
+        body.childSessionKey or "-",
+        body.childSessionId or "(not named yet)",
         body.contextMode,
-        parent.ov_session_id,
+        parent.session_id or parent.ov_session_id,
+        body.parentSessionKey or "-",
         "" if body.contextMode != FORK else " from the parent's snapshot" if base else " (the parent has no snapshot)",
     )
     return {
@@ -85,7 +89,7 @@ async def prepare_spawn(svc: Services, body: SubagentSpawn, parent: Caller, chil
 async def roll_back_spawn(svc: Services, child: Caller) -> dict[str, Any]:
     known = not child.bypassed and await drop_spawn(svc.redis, svc.settings, _lineage_of(child))
     if known:
-        log.info("subagent %s: spawn rolled back", child.ov_session_id)
+        log.info("subagent key=%s id=%s: spawn rolled back", child.session_key or "-", child.session_id or "-")
     return {"ok": True, "childSession": child.ov_session_id if known else None}
 
 
@@ -93,7 +97,13 @@ async def spawn_ended(svc: Services, body: SubagentEnded, child: Caller) -> dict
     known = not child.bypassed and await record_end(
         svc.redis, svc.settings, _lineage_of(child), body.reason, child=child.ov_session_id or ""
     )
-    log.info("subagent %s ended (%s)%s", child.ov_session_id, body.reason, "" if known else ": no spawn of it known")
+    log.info(
+        "subagent key=%s id=%s ended (%s)%s",
+        child.session_key or "-",
+        child.session_id or "-",
+        body.reason,
+        "" if known else ": no spawn of it known",
+    )
     return {"ok": True, "childSession": child.ov_session_id if known else None}
 
 
@@ -111,22 +121,28 @@ async def fork_snap(svc: Services, req: AssembleRequest, caller: Caller) -> Snap
     lineage = await read_lineage(svc.redis, settings, where)
     if lineage is None or lineage.mode != FORK:
         return None
-    fork_at = lineage.fork_at
+    fork_at, copied_raw = lineage.fork_at, lineage.copied
     if fork_at is None:  # the first assemble of the child: the host's transcript is the copy
-        fork_at = await fork_point(svc.redis, settings, where, len(req.messages))
-        reflected = lineage.base.captured_through if lineage.base is not None else 0
+        start, end = copied_span(lineage.base, len(req.messages))
+        fork_at, copied_raw = await fork_point(
+            svc.redis, settings, where, len(req.messages), [msgspec.json.encode(m) for m in req.messages[start:end]]
+        )
         log.info(
-            "subagent %s: a fork of %d message(s); its context starts from %s's snapshot (%d of them)",
-            caller.ov_session_id,
+            "subagent %s (key %s): a fork of %d message(s); its context starts from %s's snapshot "
+            "and the %d it did not reflect",
+            caller.session_id or "-",
+            caller.session_key or "-",
             fork_at,
             lineage.parent,
-            min(reflected, fork_at),
+            end - start,
         )
+    if copied_raw is None:  # recorded by a release that kept no copy: by position, as it did
+        start, end = copied_span(lineage.base, min(fork_at, len(req.messages)))
+        copied_raw = msgspec.json.encode(req.messages[start:end])
     child = await read_snapshot(svc.redis, settings, caller.address())
-    start, end = copied_span(lineage.base, min(fork_at, len(req.messages)))
     try:
-        copied = parse_messages(req.messages[start:end])
-    except MessageFormatError:  # the request model only admits objects; defensive
+        copied = parse_messages(msgspec.json.decode(copied_raw))
+    except (MessageFormatError, msgspec.DecodeError):  # written by this code; defensive
         copied = []
     base = fork_base(lineage.base, copied, child)
     applied = child.applied_stream_id if child is not None else ZERO_ID

@@ -191,6 +191,12 @@ class Keys:
         """Sorted set: every session's ``commits_unannounced`` key -> when a sweep may next look."""
         return f"{self.prefix}:commits-unannounced"
 
+    def lineage_ref(self, ov_session_id: str) -> str:
+        """String with the session state's lifetime: where the lineage of the subagent session
+        ``ov_session_id`` is kept (``lineage``, under its session key), so that its id alone
+        finds it (``ovstream commits <id>``)."""
+        return f"{self.prefix}:lineage-ref:{ov_session_id}"
+
     def extraction_repair(self, commit_id: str) -> str:
         """String with the session state's lifetime: the commit repairing ``commit_id``'s lost
         extraction (workers.commits.repair): once per archive."""

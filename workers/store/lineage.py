@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis import Redis as SyncRedis
 
 from core.config import Settings
 from core.events import ContextSnapshot, EventDecodeError, decode
@@ -50,6 +51,10 @@ class Lineage:
     end_reason: str | None = None
     base: ContextSnapshot | None = None
     """A fork's parent snapshot at the spawn (None: isolated, or the parent had none)."""
+    copied: bytes | None = None
+    """A fork's copied messages its parent's snapshot did not reflect (the spawning turn,
+    typically), as the child's first assemble had them: JSON, a list of host messages. Kept,
+    not sliced from each request by position: the host passes back what assemble answered."""
 
 
 def lineage_address(session_key: str | None, session: SessionAddress) -> SessionAddress:
@@ -95,6 +100,20 @@ async def record_spawn(
         pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
         pipe.expire(key, settings.session_state_ttl_s)
         await pipe.execute()
+    await _refer(redis, settings, child, key)
+
+
+async def _refer(redis: aioredis.Redis, settings: Settings, child: str, key: str) -> None:
+    """Let the child's OV session id find its lineage (``Keys.lineage_ref``)."""
+    if child:
+        await redis.set(Keys(settings.key_prefix).lineage_ref(child), key, ex=settings.session_state_ttl_s)
+
+
+def read_lineage_by_id(redis: SyncRedis, settings: Settings, ov_session_id: str) -> Lineage | None:
+    """The lineage of the subagent session ``ov_session_id`` found by its id alone (an operator
+    without its session key); None when none was recorded with its id."""
+    key = redis.get(Keys(settings.key_prefix).lineage_ref(ov_session_id))
+    return lineage_of(redis.hgetall(text(key))) if key else None
 
 
 async def drop_spawn(redis: aioredis.Redis, settings: Settings, where: SessionAddress) -> bool:
@@ -115,15 +134,34 @@ async def record_end(
         fields["child"] = child
     await redis.hset(key, mapping=fields)  # type: ignore[arg-type]
     await redis.expire(key, settings.session_state_ttl_s)
+    await _refer(redis, settings, child, key)
     return True
 
 
-async def fork_point(redis: aioredis.Redis, settings: Settings, where: SessionAddress, count: int) -> int:
-    """The fork's copied message count: ``count`` if none is known yet (the first assemble's),
-    else the one known."""
+COPIED_MAX_BYTES = 1 << 20
+"""Most bytes of a fork's copied messages kept (the newest that fit: the spawning turn last)."""
+
+
+async def fork_point(
+    redis: aioredis.Redis, settings: Settings, where: SessionAddress, count: int, copied: list[bytes]
+) -> tuple[int, bytes]:
+    """The fork's copied message count and copied messages (JSON): ``count`` and ``copied``
+    (each message's JSON, the newest within ``COPIED_MAX_BYTES``) if none are known yet (the
+    first assemble's), else the ones known."""
+    kept: list[bytes] = []
+    size = 2
+    for message in reversed(copied):
+        size += len(message) + 1
+        if size > COPIED_MAX_BYTES:
+            break
+        kept.append(message)
     key = _key(settings, where)
-    await redis.hsetnx(key, "fork_at", count)
-    return int(await redis.hget(key, "fork_at") or count)
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.hsetnx(key, "fork_at", count)
+        pipe.hsetnx(key, "copied", b"[" + b",".join(reversed(kept)) + b"]")
+        pipe.hmget(key, "fork_at", "copied")
+        *_, (fork_at, known) = await pipe.execute()
+    return int(fork_at or count), known or b"[]"
 
 
 async def read_lineage(redis: aioredis.Redis, settings: Settings, where: SessionAddress) -> Lineage | None:
@@ -150,6 +188,7 @@ def lineage_of(raw: Mapping[Any, Any]) -> Lineage | None:
         ended_at=float(ended_at) if ended_at else None,
         end_reason=optional_text(fields.get("end_reason")),
         base=_snapshot(base),
+        copied=fields.get("copied"),
     )
 
 

@@ -1,0 +1,141 @@
+"""Commits of one OV user run side by side, and a lost extraction is repaired once
+(workers.commits.run, workers.commits.repair), on a real Redis with the fake OV.
+
+OV 0.5.2 merges the overlapping phase 2s of one user itself (docs/OV-NOTES.md); the real
+OV's side of it (N sessions of one user committed together, every memory written; a model
+that drops the merge, repaired) is tested in tests/integration/test_commits_of_one_user.py.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+
+from core.config import Settings
+from core.events import CommitRequest, encode
+from core.repair import repair_session_id
+from core.session import SessionAddress
+from workers.commits import context as jobs
+from workers.commits.context import context_of
+from workers.commits.records import FINAL_STATUSES, CommitRecords
+from workers.commits.repair import read_lost_extractions, run_check
+from workers.commits.request import LEGACY_IN_LINE, request_commit
+from workers.commits.run import run_commit
+from workers.commits.sweep import sweep
+from workers.commits.worker import drain_jobs
+from workers.dev.fake_ov.app import FakeOV
+from workers.store.keys import Keys, session_keys
+
+
+def _seed(fake: FakeOV, sid: str, text: str, api_key: str | None = None) -> None:
+    headers = {"X-API-Key": api_key} if api_key else {}
+    client = httpx.Client(transport=httpx.MockTransport(fake.handle), base_url="http://ov", headers=headers)
+    msgs = [{"role": "user", "content": text}, {"role": "assistant", "content": "noted"}]
+    client.post(f"/api/v1/sessions/{sid}/messages/batch", json={"messages": msgs}).raise_for_status()
+
+
+def _request(client, settings: Settings, sid: str, user: str | None = None) -> CommitRequest:
+    return request_commit(client, settings, SessionAddress(sid, "main", user), reason="compact", keep_recent_count=0)
+
+
+def _commit_calls(fake: FakeOV, sid: str) -> list[int]:
+    return [i for i, r in enumerate(fake.requests) if r.url.path == f"/api/v1/sessions/{sid}/commit"]
+
+
+def _final(client, settings, *requests):
+    def done() -> bool:
+        outcomes = [CommitRecords(client, settings).outcome(r) for r in requests]
+        return all(o is not None and o.status in FINAL_STATUSES for o in outcomes)
+
+    return done
+
+
+def test_commits_of_one_user_reach_ov_before_any_of_them_is_final(redis_client, settings, fake_ov):
+    fake_ov.phase2_reads_until_done = 2  # each phase 2 answers "running" twice first
+    sids = ["s1", "s2", "s3"]
+    for sid in sids:
+        _seed(fake_ov, sid, f"I prefer tea number {sid}.")
+    requests = [_request(redis_client, settings, sid) for sid in sids]
+    records = CommitRecords(redis_client, settings)
+    first_final: list[int] = []
+
+    def all_final() -> bool:
+        done = [records.outcome(r).status in FINAL_STATUSES for r in requests]
+        if any(done) and not first_final:
+            first_final.append(len(fake_ov.requests))
+        return all(done)
+
+    assert drain_jobs(redis_client, settings, until=all_final)
+    assert [records.outcome(r).status for r in requests] == ["completed"] * 3
+    # every commit went to OV before the first one's outcome was final: nobody waited in a line
+    assert all(_commit_calls(fake_ov, sid)[0] < first_final[0] for sid in sids), (first_final, fake_ov.requests)
+
+
+def test_commits_of_different_tenants_run_together(redis_client, settings):
+    keyed = FakeOV(api_keys={"key-a": ("acct", "alice"), "key-b": ("acct", "bob")})
+    transport = keyed.transport()
+    jobs.set_ov_transport_factory(lambda _s: transport)
+    try:
+        two = settings.model_copy(update={"user_api_keys": {"alice": "key-a", "bob": "key-b"}})
+        _seed(keyed, "shared", "I prefer green tea.", "key-a")
+        _seed(keyed, "shared", "I prefer black tea.", "key-b")
+        alice, bob = _request(redis_client, two, "shared", "alice"), _request(redis_client, two, "shared", "bob")
+        assert run_commit(redis_client, context_of(two), alice).status == "running"
+        assert run_commit(redis_client, context_of(two), bob).status == "running"
+        assert drain_jobs(redis_client, two, until=_final(redis_client, two, alice, bob))
+    finally:
+        jobs.set_ov_transport_factory(None)
+
+
+def test_a_commit_an_earlier_release_left_in_its_tenants_line_is_run_quietly(redis_client, settings, fake_ov, caplog):
+    _seed(fake_ov, "waited", "I prefer coffee.")
+    request = _request(redis_client, settings, "waited")
+    # as an earlier release left it: the slot names the line, and no job exists
+    inflight = session_keys(settings, request.address).commit_inflight
+    redis_client.hset(inflight, mapping={"req": encode(request), "job": LEGACY_IN_LINE})
+    redis_client.delete(f"rq:job:{request.commit_id}")
+    caplog.set_level(logging.INFO)
+    redis_client.zadd(Keys(settings.key_prefix).commits_in_flight(), {inflight: 0})  # due for a look
+    assert sweep(redis_client, settings) == 1  # the commit workers' sweep finds it
+    assert drain_jobs(redis_client, settings, until=_final(redis_client, settings, request))
+    assert CommitRecords(redis_client, settings).outcome(request).status == "completed"
+    assert "waited in its tenant's line (an earlier release)" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and request.commit_id in r.getMessage()]
+
+
+def test_a_lost_extraction_is_flagged_and_repaired_once(redis_client, settings, fake_ov):
+    said = "We moved the launch to the ninth of March and Berta owns the budget."
+    _seed(fake_ov, "lost", said)  # nothing the fake OV extracts: the phase 2 writes no memory
+    request = _request(redis_client, settings, "lost")
+    assert drain_jobs(redis_client, settings, until=_final(redis_client, settings, request))
+    outcome = CommitRecords(redis_client, settings).outcome(request)
+    assert (outcome.status, outcome.memories_extracted) == ("completed", 0)
+    repair = SessionAddress(repair_session_id(request.commit_id), "main", None)
+    repaired = CommitRecords(redis_client, settings)
+
+    def repair_final() -> bool:
+        outcomes = repaired.list(repair)
+        return bool(outcomes) and outcomes[-1].status in FINAL_STATUSES
+
+    assert drain_jobs(redis_client, settings, until=repair_final)
+    # the repair session holds the archive's user messages, and was committed alone
+    written = [r for r in fake_ov.requests if r.url.path == f"/api/v1/sessions/{repair.ov_session_id}/messages/batch"]
+    assert len(written) == 1 and said in written[0].content.decode()
+    assert [o.status for o in repaired.list(repair)] == ["completed"]
+    lost = read_lost_extractions(redis_client, settings)
+    assert lost.lost_total == 1 and lost.repairs == {"completed": 1}
+    assert lost.newest[0][0].commit_id == request.commit_id
+    # once per archive: looked at again, nothing more is written or committed
+    assert run_check(redis_client, context_of(settings), request) == "already repaired"
+    assert read_lost_extractions(redis_client, settings).lost_total == 1
+    # the repair's own commit, which wrote no memory either, is not repaired in turn
+    assert not redis_client.exists(Keys(settings.key_prefix).extraction_repair(repaired.list(repair)[0].commit_id))
+
+
+def test_a_commit_whose_user_said_nothing_substantive_is_not_repaired(redis_client, settings, fake_ov):
+    _seed(fake_ov, "greeting", "hi there")
+    request = _request(redis_client, settings, "greeting")
+    assert drain_jobs(redis_client, settings, until=_final(redis_client, settings, request))
+    assert run_check(redis_client, context_of(settings), request) == "nothing lost"
+    assert read_lost_extractions(redis_client, settings).lost_total == 0
