@@ -11,6 +11,7 @@ add ``extra={"outcome": ...}`` (and any of the fields) itself.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -45,6 +46,35 @@ class ContextFields(logging.Filter):
         for name, var in (("shard", SHARD), ("session", SESSION), ("commit_id", COMMIT_ID)):
             if getattr(record, name, None) is None:
                 setattr(record, name, var.get())
+        return True
+
+
+_SECRET_PARAM = re.compile(
+    r"(?i)(?<![\w-])((?:access_?|auth_?|id_?|refresh_?)?token|api[_-]?key|apikey|key|password|passwd|secret|auth"
+    r"|authorization|credential)=([^&\s\"']+)"
+)
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{4,}")
+REDACTED = "[redacted]"
+
+
+def redact(text: str) -> str:
+    """``text`` with credential-looking values left out: a query string's (or form's)
+    ``token=``, ``key=``, ``password=``... values and ``Bearer``/``Basic`` credentials."""
+    if "=" not in text and " " not in text:
+        return text
+    return _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", _SECRET_PARAM.sub(rf"\1={REDACTED}", text))
+
+
+class NoCredentials(logging.Filter):
+    """No credential in any line, wherever a client put it: uvicorn's access log writes the
+    request's path with its query string, so a token sent as ``?token=`` (refused, but a
+    valid one all the same) would land in the log verbatim. Headers are never logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, ()
         return True
 
 
@@ -109,6 +139,7 @@ class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
 def configure(process: str, *, level: str = "INFO", json_lines: bool = False) -> None:
     """Set up the root logger of a process (once, at its start)."""
     handler = _CurrentStderr()
+    handler.addFilter(NoCredentials())
     handler.addFilter(ContextFields(process))
     handler.setFormatter(JsonLines() if json_lines else logging.Formatter(TEXT_FORMAT))
     handler.set_name(_HANDLER_NAME)
@@ -117,3 +148,6 @@ def configure(process: str, *, level: str = "INFO", json_lines: bool = False) ->
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # httpx says INFO for every request (an OV health probe every 10 s): ovstream logs what matters
+    for chatty in ("httpx", "httpcore"):
+        logging.getLogger(chatty).setLevel(max(logging.WARNING, root.level))

@@ -18,6 +18,7 @@ from typing import Any
 import redis
 
 from core.config import Settings
+from core.events import CommitRequest, EventDecodeError, decode
 from core.shard_map import ShardMap, StreamShard
 from workers.commits.api import commit_queue, outcome_status, read_lost_extractions
 from workers.store.applied import parse_id
@@ -150,6 +151,15 @@ class DeploymentStatus:
     (workers.commits.repair), since the deployment began."""
     repairs: dict[str, int] = field(default_factory=dict)
     """The listed repairs of lost extractions by their commit's state."""
+    oldest_commit_s: float = 0.0
+    """How long ago the oldest commit in flight was asked for (0: none in flight)."""
+    oldest_commit: str = ""
+    """That commit's id and session."""
+
+    @property
+    def commits_stalled(self) -> str | None:
+        """Why commits wait with nothing moving them, when they do (``stalled_commits``)."""
+        return stalled_commits(self.oldest_commit_s, self.oldest_commit, self.commit_jobs, self.processes)
 
     def as_json(self) -> dict[str, Any]:
         shards = [{**asdict(s), "oldest_age_s": round(s.oldest_age_s(self.now_ms), 3)} for s in self.shards]
@@ -166,7 +176,55 @@ class DeploymentStatus:
             "shard_map": self.shard_map,
             "extractions_lost": self.extractions_lost,
             "repairs": self.repairs,
+            "oldest_commit_s": round(self.oldest_commit_s, 3),
+            "oldest_commit": self.oldest_commit,
+            "commits_stalled": self.commits_stalled,
         }
+
+
+COMMIT_STALL_S = 30.0
+"""A commit in flight this long with no commit job live (queued, scheduled or running) is said
+to wait with nothing moving it (``ovstream status``, the console; the sweep resumes a commit
+whose job died within seconds, so only a missing worker leaves it so)."""
+COMMIT_INDEX_SAMPLE = 1000
+"""Most in-flight commits read for the oldest (the index holds one per session committing)."""
+
+
+def stalled_commits(
+    oldest_s: float, oldest: str, jobs: dict[str, int], processes: list[ProcessHealth]
+) -> str | None:
+    """What ``ovstream status`` says when commits wait with nothing moving them: the oldest in
+    flight waited past ``COMMIT_STALL_S`` with no commit job live, or no live worker at all."""
+    if oldest_s < COMMIT_STALL_S:
+        return None
+    live_jobs = jobs.get("queued", 0) + jobs.get("scheduled", 0) + jobs.get("running", 0)
+    workers = [p for p in processes if p.role == "worker" and p.state != "stale"]
+    if live_jobs and workers:
+        return None
+    why = "no commit worker is live (start `ovstream worker`)" if not workers else "no commit job is live"
+    return f"commits wait with nothing moving them: the oldest ({oldest}) was asked for {oldest_s:.0f} s ago; {why}"
+
+
+def oldest_in_flight(client: redis.Redis, settings: Settings, now: float) -> tuple[float, str]:
+    """(seconds since the oldest in-flight commit was asked for, its id and session) among the
+    first ``COMMIT_INDEX_SAMPLE`` of the index; (0, "") when none is in flight."""
+    slots = client.zrange(Keys(settings.key_prefix).commits_in_flight(), 0, COMMIT_INDEX_SAMPLE - 1)
+    if not slots:
+        return 0.0, ""
+    pipe = client.pipeline(transaction=False)
+    for slot in slots:
+        pipe.hget(text(slot), "req")
+    oldest: CommitRequest | None = None
+    for raw in pipe.execute():
+        try:
+            request = decode(raw, CommitRequest) if raw is not None else None
+        except EventDecodeError:
+            continue
+        if request is not None and (oldest is None or request.requested_at < oldest.requested_at):
+            oldest = request
+    if oldest is None:
+        return 0.0, ""
+    return max(0.0, now - oldest.requested_at), f"{oldest.commit_id} of session {oldest.ov_session_id}"
 
 
 def read_status(client: redis.Redis, settings: Settings) -> DeploymentStatus:
@@ -191,6 +249,7 @@ def read_status(client: redis.Redis, settings: Settings) -> DeploymentStatus:
     }
     outcomes = Counter(outcome_status(fields) for _, fields in stream_entries(recent))
     lost = read_lost_extractions(client, settings)
+    oldest_s, oldest = oldest_in_flight(client, settings, now_ms / 1000)
     return DeploymentStatus(
         shards=shards,
         processes=read_health(client, settings),
@@ -206,6 +265,8 @@ def read_status(client: redis.Redis, settings: Settings) -> DeploymentStatus:
         shard_map=str(shard_map),
         extractions_lost=lost.lost_total,
         repairs=lost.repairs,
+        oldest_commit_s=oldest_s,
+        oldest_commit=oldest,
     )
 
 

@@ -9,13 +9,16 @@ that drops the merge, repaired) is tested in tests/integration/test_commits_of_o
 from __future__ import annotations
 
 import logging
+import time
 
 import httpx
+import msgspec
 
 from core.config import Settings
 from core.events import CommitRequest, encode
 from core.repair import repair_session_id
 from core.session import SessionAddress
+from workers.cli.status import format_status
 from workers.commits import context as jobs
 from workers.commits.context import context_of
 from workers.commits.records import FINAL_STATUSES, CommitRecords
@@ -25,6 +28,7 @@ from workers.commits.run import run_commit
 from workers.commits.sweep import sweep
 from workers.commits.worker import drain_jobs
 from workers.dev.fake_ov.app import FakeOV
+from workers.status import COMMIT_STALL_S, read_status, stalled_commits
 from workers.store.keys import Keys, session_keys
 
 
@@ -139,3 +143,24 @@ def test_a_commit_whose_user_said_nothing_substantive_is_not_repaired(redis_clie
     assert drain_jobs(redis_client, settings, until=_final(redis_client, settings, request))
     assert run_check(redis_client, context_of(settings), request) == "nothing lost"
     assert read_lost_extractions(redis_client, settings).lost_total == 0
+
+
+def test_status_says_when_commits_wait_with_nothing_moving_them(redis_client, settings, fake_ov):
+    _seed(fake_ov, "stalled", "I prefer cocoa.")
+    request = _request(redis_client, settings, "stalled")
+    # no worker runs: the commit's job sits queued; asked for an hour ago, status says so
+    stuck = read_status(redis_client, settings)
+    assert stuck.commits_in_flight == 1 and stuck.oldest_commit_s < COMMIT_STALL_S
+    assert stuck.commits_stalled is None  # just asked for: nothing to say yet
+    later = stalled_commits(3600.0, f"{request.commit_id} of session stalled", stuck.commit_jobs, stuck.processes)
+    assert later is not None and request.commit_id in later and "no commit worker is live" in later
+    redis_client.hset(
+        session_keys(settings, request.address).commit_inflight,
+        "req",
+        encode(msgspec.structs.replace(request, requested_at=time.time() - 3600)),
+    )
+    said = read_status(redis_client, settings)
+    assert said.oldest_commit_s > 3500 and said.commits_stalled is not None
+    assert request.commit_id in format_status(said) and "PROBLEM: commits wait" in format_status(said)
+    assert drain_jobs(redis_client, settings, until=_final(redis_client, settings, request))
+    assert read_status(redis_client, settings).oldest_commit_s == 0.0  # final: none in flight

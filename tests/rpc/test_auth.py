@@ -4,15 +4,18 @@ cannot read, change or forget what credential B's user has, through any route or
 
 from __future__ import annotations
 
+import http.client
 import logging
 from typing import Any
 
 import pytest
 
 from core.config import Settings
+from tests.helpers.served import served
 from tests.rpc.test_assemble import oc_turns, ov_turns
 from workers.cli import main
 from workers.dev.fake_ov.app import FakeOV
+from workers.logs import configure, redact
 from workers.rpc.auth import exposure_problem
 from workers.rpc.tools.registry import tools
 
@@ -138,3 +141,38 @@ async def test_alice_cannot_reach_bobs_data_through_any_route(rpc: Any, fake: Fa
     # The same calls with bob's credential do reach it: the refusals above are isolation.
     bob = await rpc.assemble({**ref, "messages": oc_turns("hi"), "prompt": "what was the plan?"}, **bearer(TOKEN_B))
     assert "bob's secret plan" in bob.text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '127.0.0.1:5 - "POST /v1/assemble?token=SECRET HTTP/1.1" 401',
+        "GET /v1/tools?a=1&api_key=SECRET&b=2",
+        "GET /v1/tools?access_token=SECRET",
+        "Authorization: Bearer SECRET-0123",
+        "password=SECRET",
+    ],
+)
+def test_a_credential_is_left_out_of_a_log_line(text: str) -> None:
+    assert "SECRET" not in redact(text) and "[redacted]" in redact(text)
+
+
+@pytest.mark.parametrize("text", ["ovstream commits s --session-key agent:main:main", "monkey=3", "session_key=k"])
+def test_a_line_without_a_credential_is_left_as_it_is(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_no_token_reaches_the_access_log_wherever_a_client_puts_it(rpc: Any, capfd: Any) -> None:
+    # uvicorn's access log writes a request's path with its query string: a token sent there
+    # (refused, yet a valid token) must not land in the log; headers are never logged.
+    configure("rpc")
+    with served(rpc.app) as port:
+        for path in (f"/v1/tools?token={TOKEN_A}", f"/v1/tools?x=1&api_key={TOKEN_B}", f"/metrics?token={TOKEN_ADMIN}"):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", path, headers={"Authorization": f"Bearer {TOKEN_B[:-1]}"})
+            assert conn.getresponse().status == 401
+            conn.close()
+    logged = capfd.readouterr().err
+    assert "/v1/tools?token=[redacted]" in logged, logged  # the access log ran, redacted
+    for token in (TOKEN_A, TOKEN_B, TOKEN_ADMIN, TOKEN_B[:-1]):
+        assert token not in logged, logged

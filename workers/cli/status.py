@@ -29,7 +29,10 @@ def format_status(status: DeploymentStatus) -> str:
     jobs = ", ".join(f"{state} {count}" for state, count in status.commit_jobs.items())
     outcomes = ", ".join(f"{state} {count}" for state, count in status.outcomes_last_hour.items()) or "none"
     lines.append(f"commit jobs: {jobs}; outcomes in the last hour: {outcomes}")
-    lines.append(f"commits in flight: {status.commits_in_flight}; dead letters: {status.dead_letters}")
+    oldest = f" (the oldest asked for {status.oldest_commit_s:.0f} s ago)" if status.commits_in_flight else ""
+    lines.append(f"commits in flight: {status.commits_in_flight}{oldest}; dead letters: {status.dead_letters}")
+    if status.commits_stalled:
+        lines.append(f"PROBLEM: {status.commits_stalled}")
     if status.extractions_lost:
         repairs = ", ".join(f"{state} {count}" for state, count in status.repairs.items()) or "none listed"
         lines.append(

@@ -23,7 +23,7 @@ from prometheus_client.utils import floatToGoString
 
 from core.config import Settings
 from workers.commits.api import outcome_statuses_after, read_lost_extractions
-from workers.status import read_backlog
+from workers.status import oldest_in_flight, read_backlog
 from workers.store.connection import REDIS_ERRORS
 from workers.store.dead_letters import dead_letter_summary
 from workers.store.health import read_health
@@ -224,6 +224,7 @@ class DeploymentCollector(Collector):
         try:
             processes = read_health(self._redis, self._settings)
             shards = read_backlog(self._redis, self._settings)
+            oldest_s, _ = oldest_in_flight(self._redis, self._settings, time.time())
         except REDIS_ERRORS as exc:
             log.warning("metrics: Redis unreachable: %s", exc)
             up.add_metric([], 0.0)
@@ -246,6 +247,11 @@ class DeploymentCollector(Collector):
             if s.entries_read is not None:
                 read.add_metric([s.name or str(s.shard)], float(s.entries_read))
         yield read
+        yield GaugeMetricFamily(
+            "ovstream_commit_oldest_in_flight_seconds",
+            "Seconds since the oldest commit in flight was asked for (0: none); past phase2DeadlineS it is stuck",
+            value=oldest_s,
+        )
 
 
 class BreakerCollector(Collector):
