@@ -36,9 +36,10 @@ RECALL_QUERY_MIN_CHARS = 5
 # --- Redis and streams -----------------------------------------------------------
 
 REDIS_WAIT_S = 0.5
-REDIS_WAIT_MAX_S = 10.0
+REDIS_WAIT_MAX_S = 1.0
 """A process that starts (or finds itself) without Redis waits for it, trying again after
-REDIS_WAIT_S, doubling up to REDIS_WAIT_MAX_S: start order does not matter."""
+REDIS_WAIT_S, doubling up to REDIS_WAIT_MAX_S: start order does not matter, and a PING a
+second resumes every process within a second or so of Redis answering again."""
 
 STREAM_TRIM_INTERVAL_S = 1.0
 """How often (at most) a capture consumer trims its shard's stream of the entries every
@@ -71,6 +72,11 @@ cleanly releases its leases at once, and the others take its shards at their nex
 CAPTURE_CPU_SLICE_S = 0.01
 """Longest a shard consumer computes (decoding, converting, planning, encoding) before it lets
 the event loop run: the lease renewals of every shard of the process run between slices."""
+
+CAPTURE_OV_SCOUT_S = 0.5
+"""While OV fails, one shard of each capture worker tries again this often (the scout), and
+the worker asks OV's ``/health`` as often: every shard resumes within a second or two of OV
+answering again (workers.capture.ov_watch)."""
 
 CAPTURE_OV_PROBE_S = 10.0
 """How often a capture worker asks OV's /health between turns: OV away says so in its log,

@@ -190,9 +190,7 @@ COMMIT_INDEX_SAMPLE = 1000
 """Most in-flight commits read for the oldest (the index holds one per session committing)."""
 
 
-def stalled_commits(
-    oldest_s: float, oldest: str, jobs: dict[str, int], processes: list[ProcessHealth]
-) -> str | None:
+def stalled_commits(oldest_s: float, oldest: str, jobs: dict[str, int], processes: list[ProcessHealth]) -> str | None:
     """What ``ovstream status`` says when commits wait with nothing moving them: the oldest in
     flight waited past ``COMMIT_STALL_S`` with no commit job live, or no live worker at all."""
     if oldest_s < COMMIT_STALL_S:

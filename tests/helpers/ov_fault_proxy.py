@@ -4,6 +4,7 @@ HTTP server is up, which a real OV cannot be told to do. Everything else is forw
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -32,7 +33,17 @@ class OVFaultProxy:
         self.upstream = upstream.rstrip("/")
         self.failing = False
         self.refused = 0
+        self.written: list[tuple[float, str]] = []
+        """(``time.monotonic()``, OV session id) of every session write OV took."""
         self._client: httpx.AsyncClient | None = None
+
+    def first_writes_after(self, at: float) -> dict[str, float]:
+        """OV session id -> seconds from ``at`` to the first write of it OV took after ``at``."""
+        first: dict[str, float] = {}
+        for when, session in self.written:
+            if when >= at and session not in first:
+                first[session] = when - at
+        return first
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -52,6 +63,8 @@ class OVFaultProxy:
             request.method, request.url.path, params=request.query_params, headers=headers, content=await request.body()
         )
         kept = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP_HEADERS | {"content-encoding"}}
+        if answer.status_code < 300 and is_session_write(request.method, request.url.path):
+            self.written.append((time.monotonic(), request.url.path.split("/")[4]))
         return Response(answer.content, status_code=answer.status_code, headers=kept)
 
 

@@ -18,6 +18,7 @@ from core.config import Settings
 from core.events import ContextSnapshot
 from core.ov.client import OVClient
 from core.shard_map import ShardMap, StreamShard
+from workers.capture.ov_watch import Pausable
 from workers.capture.plan import SessionRef, SessionRound
 from workers.capture.settle import RecordedStates
 
@@ -77,6 +78,12 @@ class CaptureServices(Protocol):
 
     async def request_commit(self, session: SessionRef, reason: str = "threshold") -> None:
         """Ask for a commit of the session."""
+
+    def ov_pause_s(self, shard: Pausable, backoff_s: float) -> float:
+        """How long ``shard`` pauses after a round that found OV failing (workers.capture.ov_watch)."""
+
+    def ov_back(self) -> int:
+        """OV took a write: every paused shard tries now; how many were woken."""
 
     def redis_unavailable(self, exc: BaseException, who: str) -> None:
         """Redis is away or full: logged once per outage."""

@@ -376,9 +376,10 @@ class ShardConsumer:
         self.isolate &= pending_sids
         if outcome.unavailable:
             self.ov_failures += 1
-            pause_s = Backoff(self.settings.ov_backoff_s, self.settings.capture_ov_down_backoff_max_s).delay(
+            backoff_s = Backoff(self.settings.ov_backoff_s, self.settings.capture_ov_down_backoff_max_s).delay(
                 self.ov_failures
             )
+            pause_s = self.worker.ov_pause_s(self, backoff_s)
             self.ov_down_until = now + pause_s
             log.log(
                 logging.WARNING if self.ov_failures == 1 else logging.DEBUG,  # one warning per outage
@@ -389,7 +390,10 @@ class ShardConsumer:
             )
         elif done:
             if self.ov_failures:
-                log.info("shard %s: OV reachable again", self.shard)
+                woken = self.worker.ov_back()
+                log.info(
+                    "shard %s: OV reachable again%s", self.shard, f"; {woken} paused shard(s) woken" if woken else ""
+                )
             self.ov_failures = 0
 
     async def record_failure(self, entry: Entry, error: BaseException) -> None:

@@ -41,7 +41,7 @@ from core.ov.client import OVClient
 from core.shard_map import ShardMap, StreamShard
 from core.shard_split import fair_share, preference
 from workers.capture.leases import ShardLeases
-from workers.capture.ov_watch import OvWatch
+from workers.capture.ov_watch import OvOutage, OvWatch, Pausable
 from workers.capture.plan import SessionRef
 from workers.capture.services import CaptureStats
 from workers.capture.settle import RecordedStates
@@ -131,7 +131,14 @@ class CaptureWorker:
         self.consumers: dict[StreamShard, ShardConsumer] = {}
         self.stopping = False
         self._wake = asyncio.Event()
-        self.ov_watch = OvWatch(self.ov.reachability, settings.base_url, f"capture worker {self.consumer}")
+        self.ov_outage = OvOutage()
+        self.ov_watch = OvWatch(
+            self.ov.reachability,
+            settings.base_url,
+            f"capture worker {self.consumer}",
+            urgent=lambda: self.ov_outage.paused(self.consumers.values(), asyncio.get_running_loop().time()),
+            on_back=self.ov_back,
+        )
         self.ov_slots = asyncio.Semaphore(settings.capture_ov_concurrency)
         self._burst_done: set[StreamShard] = set()
         self.crashes: dict[StreamShard, int] = {}
@@ -178,6 +185,12 @@ class CaptureWorker:
             request_commit, self.sync_redis, self.settings, session.address, reason=reason, keep_recent_count=keep
         )
         self.stats.commits_requested += 1
+
+    def ov_pause_s(self, shard: Pausable, backoff_s: float) -> float:
+        return self.ov_outage.pause_s(shard, backoff_s)
+
+    def ov_back(self) -> int:
+        return self.ov_outage.back(self.consumers.values())
 
     def redis_unavailable(self, exc: BaseException, who: str) -> None:
         """Redis is away or full (``redis_went_away``): one warning per outage, the rest at

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 REDIS_PATIENCE_S = 120.0
 """How long a commit OV accepted waits for Redis to record it before its job gives up."""
-REDIS_PATIENCE_BACKOFF = Backoff(0.2, 5.0)
+REDIS_PATIENCE_BACKOFF = Backoff(0.2, 1.0)
 """The waits between its tries (core.backoff)."""
 
 
@@ -166,7 +166,13 @@ def _patiently(request: CommitRequest, step: Callable[[], CommitOutcome]) -> Com
                 raise
             failures += 1
             delay = REDIS_PATIENCE_BACKOFF.delay(failures)
-            log.warning("commit %s: Redis away (%s); going on in %.1fs", request.commit_id, exc, delay)
+            log.log(
+                logging.WARNING if failures == 1 else logging.DEBUG,  # one line per outage
+                "commit %s: Redis away (%s); trying again every %.1fs or so until it answers",
+                request.commit_id,
+                exc,
+                delay,
+            )
             time.sleep(delay)
 
 

@@ -44,6 +44,7 @@ from workers.store.connection import (
     wait_for_redis,
 )
 from workers.store.deployment import DeploymentMismatch, check_deployment
+from workers.store.health import forget_health
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +54,58 @@ REDIS_RETRY = Backoff(0.5, 5.0)
 """The waits before ``ovstream worker`` starts a new RQ worker after losing Redis (core.backoff)."""
 
 
+RQ_CONNECTION_RETRY_S = 1.0
+"""RQ's dequeue loop tries Redis again this often while it is away (RQ doubles its wait up to
+60 s: a worker took jobs again only 27 s after a 35 s outage ended)."""
+RQ_RETRY_LINES_APART_S = 5.0
+"""RQ's "could not connect ... retrying" lines closer than this to the one before are one
+outage: said once (``RQLogsTellTheTruth``)."""
+
+
+class RQLogsTellTheTruth(logging.Filter):
+    """RQ's worker log, as what really happens in ``ovstream worker``.
+
+    RQ logs "Redis connection timeout, quitting..." or "found an unhandled exception,
+    quitting..." (with a traceback) when its loop ends on a Redis error, and the process goes
+    on: ``work_through_outages`` starts a new RQ worker once Redis answers and says so in one
+    line. So those lines are left out (a Redis error) or kept without the word (anything else,
+    with its traceback: a bug to see). Its connection retries, one a second while Redis is
+    away, are said once an outage."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last_retry_line = -RQ_RETRY_LINES_APART_S
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.msg if isinstance(record.msg, str) else ""
+        if "could not connect to Redis instance" in message:
+            now, last = time.monotonic(), self._last_retry_line
+            self._last_retry_line = now
+            if now - last < RQ_RETRY_LINES_APART_S:
+                return False
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg = "Worker %s: Redis unreachable (%s); dequeueing again every %d s until it answers"
+            return True
+        if "quitting..." not in message:
+            return True
+        error = record.exc_info[1] if record.exc_info else None
+        if error is None or redis_went_away(error) or isinstance(error, redis_lib.RedisError):
+            return False  # work_through_outages says what follows, in one line
+        record.msg = "Worker %s: its loop ended on an error; ovstream starts a new RQ worker"
+        return True
+
+
 class CommitWorker(SimpleWorker):
-    """RQ's SimpleWorker without a pubsub channel.
+    """RQ's SimpleWorker without a pubsub channel, trying Redis again every second.
 
     The channel carries RQ's stop-job and shutdown commands, and ovstream sends none (SIGTERM
     stops a worker). With redis-py 8.1, a worker that unsubscribes waits for its pubsub thread,
     which sits up to 60 s waiting for a subscription that will not come: `ovstream worker`
     took a minute to honour SIGTERM, and each burst round of the embedded worker could stall
     a commit as long, at random."""
+
+    exponential_backoff_factor = 1.0
+    max_connection_wait_time = RQ_CONNECTION_RETRY_S
 
     def subscribe(self) -> None:
         """Nothing to listen to."""
@@ -81,6 +126,9 @@ class EmbeddedWorker(CommitWorker):
 def make_worker(redis: redis_lib.Redis, settings: Settings, *, embedded: bool = False) -> BaseWorker:
     """An RQ worker on the commit queue; jobs in this process use ``settings``."""
     register(settings)
+    rq_log = logging.getLogger("rq.worker")
+    if not any(isinstance(f, RQLogsTellTheTruth) for f in rq_log.filters):
+        rq_log.addFilter(RQLogsTellTheTruth())
     # Jobs run in this process (no fork per job, as arq does): its JobContext
     # (workers.commits.context) keeps one event loop, OV pool and Redis client for all.
     cls: type[BaseWorker] = EmbeddedWorker if embedded else CommitWorker
@@ -219,6 +267,18 @@ def _redis_answers(redis: redis_lib.Redis, settings: Settings, *, queue: bool = 
             return False
 
 
+def _retire(redis: redis_lib.Redis, settings: Settings, old: BaseWorker) -> None:
+    """The RQ worker a new one replaces leaves no entry behind: not in ``ovstream status``'s
+    processes (its health record) nor in RQ's worker registry."""
+    try:
+        with redis.pipeline(transaction=False) as pipe:
+            forget_health(pipe, settings, old.name)
+            pipe.execute()
+        old.register_death()  # type: ignore[no-untyped-call]
+    except REDIS_ERRORS as exc:  # it expires on its own (HEALTH_TTL_S, RQ's worker TTL)
+        log.debug("RQ worker %s: its entries stay until they expire: %s", old.name, exc)
+
+
 def _asked_to_stop(worker: BaseWorker) -> bool:
     """SIGTERM/SIGINT reached RQ's handler (it sets the date whether or not a job was running)."""
     return getattr(worker, "_shutdown_requested_date", None) is not None or _STOP.is_set()
@@ -250,9 +310,10 @@ def work_through_outages(redis: redis_lib.Redis, settings: Settings, worker: Bas
             if _STOP.wait(delay) or not _redis_answers(redis, settings):
                 return
             try:
-                worker = make_worker(redis, settings)
+                old, worker = worker, make_worker(redis, settings)
             except REDIS_ERRORS:
                 continue
+            _retire(redis, settings, old)
         mover.worker_name = worker.name
         failures = 0
         log.info("RQ worker %s on queue %s (Redis back)", worker.name, settings.commit_queue_name)

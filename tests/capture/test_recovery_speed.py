@@ -1,0 +1,152 @@
+"""Recovery as fast as the dependency: when OV takes writes again, or Redis answers again,
+every shard and the commit worker resume within ``RESUME_S`` (one wake-up shared by all
+waiters, not each waiting out its own backoff), and the logs say so truthfully.
+
+Real processes (``ovstream capture`` x2, ``ovstream worker``), a real redis-server, the FakeOV
+over HTTP behind a proxy that can make it answer 500 to every session write. The outages last
+long enough that a backoff doubling per failure would have grown past several seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from core.session import SessionAddress, shard_of
+from tests.helpers.chaos import Deployment, Load, ov_answers, spawn_fake_ov
+from tests.helpers.e2e import unique
+from tests.helpers.ov_fault_proxy import ov_fault_proxy
+from tests.helpers.waiting import wait_until
+from workers.commits.records import CommitRecords
+from workers.commits.request import request_commit
+from workers.dev.local_redis import free_port, start_redis_server
+from workers.status import read_backlog
+
+RESUME_S = 2.0
+"""The issue's bound from a dependency's return to every shard (and the worker) going on."""
+OUTAGE_S = 15.0
+"""Long enough for a doubling backoff (0.2 s up) to reach 12.8 s: the old waits' worst case."""
+SHARDS = 4
+
+
+def _sessions() -> list[str]:
+    """Two sessions on each shard: every shard has turns waiting through an outage."""
+    found: dict[int, list[str]] = {}
+    i = 0
+    while any(len(found.get(s, [])) < 2 for s in range(SHARDS)):
+        name = f"resume-{i}"
+        found.setdefault(shard_of(name, SHARDS), []).append(name)
+        i += 1
+    return [s for shard in range(SHARDS) for s in found[shard][:2]]
+
+
+def _deployment(redis_url: str, ov_url: str, workdir: Path, **extra: Any) -> Deployment:
+    values = {
+        "base_url": ov_url,
+        "redis_url": redis_url,
+        "key_prefix": unique("resume"),
+        "shards": SHARDS,
+        "capture_block_ms": 1000,  # the default: a shard woken waits out at most this
+        "phase2_poll_interval_s": 0.05,
+        **extra,
+    }
+    return Deployment(values, workdir)
+
+
+def _caught_up(client: redis.Redis, deploy: Deployment) -> bool:
+    return all(s.oldest_unapplied is None for s in read_backlog(client, deploy.settings))
+
+
+def test_every_shard_resumes_within_2_s_of_ov_taking_writes_again(tmp_path: Path) -> None:
+    server = start_redis_server()
+    ov_port = free_port()
+    ov = spawn_fake_ov(ov_port, tmp_path)
+    wait_until(lambda: ov_answers(f"http://127.0.0.1:{ov_port}"), "the fake OV answering")
+    sessions = _sessions()
+    with ov_fault_proxy(f"http://127.0.0.1:{ov_port}") as (proxy, proxy_url):
+        deploy = _deployment(server.url, proxy_url, tmp_path)
+        client = redis.Redis.from_url(server.url)
+        load = None
+        try:
+            for name in ("capture-a", "capture-b", "worker"):
+                deploy.start(name)
+            load = Load(deploy.settings, sessions, rate=16).start()
+            wait_until(lambda: len({s for _, s in proxy.written}) == len(sessions), "every session written once")
+            proxy.failing = True
+            time.sleep(OUTAGE_S)  # turns pile up on every shard; every shard's rounds fail
+            proxy.failing = False
+            back = time.monotonic()
+            time.sleep(RESUME_S + 1.0)
+            first = proxy.first_writes_after(back)
+            late = {s: first.get(s) for s in sessions if first.get(s) is None or first[s] > RESUME_S}
+            assert not late, f"sessions not written within {RESUME_S} s of OV's return: {late}"
+            load.finish(timeout_s=30)
+            load = None
+            wait_until(lambda: _caught_up(client, deploy), "every turn applied", timeout_s=60)
+            assert deploy.exited() == {}
+            for name in ("capture-a", "capture-b"):
+                log = deploy.log(name, lines=100_000)
+                assert "Traceback" not in log, log
+                assert log.count("OV unavailable") <= SHARDS, log  # one warning a shard per outage
+        finally:
+            if load is not None:
+                load.finishing.set()
+            deploy.stop()
+            client.close()
+            ov.terminate()
+            ov.wait(timeout=10)
+            server.stop()
+
+
+def test_capture_and_the_worker_resume_within_2_s_of_redis_answering_again(tmp_path: Path) -> None:
+    server = start_redis_server()
+    ov_port = free_port()
+    ov = spawn_fake_ov(ov_port, tmp_path)
+    ov_url = f"http://127.0.0.1:{ov_port}"
+    wait_until(lambda: ov_answers(ov_url), "the fake OV answering")
+    with ov_fault_proxy(ov_url) as (proxy, proxy_url):
+        deploy = _deployment(server.url, proxy_url, tmp_path)
+        sessions = _sessions()
+        try:
+            for name in ("capture-a", "worker"):
+                deploy.start(name)
+            load = Load(deploy.settings, sessions, rate=40)
+            load.start()
+            time.sleep(0.5)
+            load.finish(timeout_s=30)
+            client = redis.Redis.from_url(server.url)
+            wait_until(lambda: _caught_up(client, deploy), "the first turns applied", timeout_s=30)
+            client.close()
+
+            server.kill()
+            time.sleep(OUTAGE_S)
+            server.restart()
+            back = time.monotonic()
+            # the moment Redis answers: a turn on every shard, and a commit
+            load = Load(deploy.settings, sessions, rate=400).start()
+            client = redis.Redis.from_url(server.url)
+            commit = request_commit(
+                client, deploy.settings, SessionAddress(sessions[0], "main", None), reason="manual", keep_recent_count=0
+            )
+            load.finish(timeout_s=30)
+            records = CommitRecords(client, deploy.settings)
+            started = lambda: (o := records.outcome(commit)) is not None and o.status != "pending"  # noqa: E731
+            wait_until(started, "the worker taking the commit", timeout_s=30, interval_s=0.05)
+            took_commit_s = time.monotonic() - back
+            wait_until(lambda: len(proxy.first_writes_after(back)) == len(sessions), "every session written")
+            first = proxy.first_writes_after(back)
+            client.close()
+            assert took_commit_s <= RESUME_S + 0.5, took_commit_s  # + the commit's own steps
+            assert max(first.values()) <= RESUME_S, first
+            assert deploy.exited() == {}
+            worker_log = deploy.log("worker", lines=100_000)
+            assert "quitting" not in worker_log and "Traceback" not in worker_log, worker_log
+            assert worker_log.count("could not connect to Redis") <= 1 and worker_log.count("Redis unreachable") <= 1
+        finally:
+            deploy.stop()
+            ov.terminate()
+            ov.wait(timeout=10)
+            server.stop()
