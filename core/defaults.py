@@ -56,6 +56,10 @@ REDIS_POOL_PER_SHARD = 4
 """Connections a capture worker keeps per stream it may hold: its blocking read, its round's
 scripts and pipelines, its trim."""
 
+REDIS_CONFIRM_S = 1.0
+"""A Redis reply that timed out is confirmed by a PING answered within this before it is said
+to be an outage (a process paused past its socket timeout finds Redis well)."""
+
 REDIS_SOCKET_TIMEOUT_MARGIN_S = 10.0
 """Socket timeout over the longest blocking read a connection declares (XREADGROUP BLOCK)."""
 REDIS_FAIL_FAST_CONNECT_TIMEOUT_S = 1.0

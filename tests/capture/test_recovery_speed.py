@@ -9,6 +9,8 @@ long enough that a backoff doubling per failure would have grown past several se
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -150,3 +152,39 @@ def test_capture_and_the_worker_resume_within_2_s_of_redis_answering_again(tmp_p
             ov.terminate()
             ov.wait(timeout=10)
             server.stop()
+
+
+def test_a_capture_process_paused_past_its_socket_timeout_does_not_report_redis_away(tmp_path: Path) -> None:
+    # SIGSTOP for longer than the Redis socket's timeout (capture_block_ms + 10 s): its reads
+    # time out when it resumes, yet Redis is well. That is no outage, and not logged as one.
+    server = start_redis_server()
+    ov_port = free_port()
+    ov = spawn_fake_ov(ov_port, tmp_path)
+    ov_url = f"http://127.0.0.1:{ov_port}"
+    wait_until(lambda: ov_answers(ov_url), "the fake OV answering")
+    deploy = _deployment(server.url, ov_url, tmp_path, capture_block_ms=200)
+    sessions = _sessions()
+    client = redis.Redis.from_url(server.url)
+    try:
+        deploy.start("capture")
+        load = Load(deploy.settings, sessions, rate=40).start()
+        time.sleep(0.5)
+        load.finish(timeout_s=30)
+        wait_until(lambda: _caught_up(client, deploy), "the first turns applied", timeout_s=30)
+        pid = deploy.procs["capture"].pid
+        os.killpg(pid, signal.SIGSTOP)
+        time.sleep(deploy.settings.capture_block_ms / 1000 + 10.0 + 2.0)
+        os.killpg(pid, signal.SIGCONT)
+        load = Load(deploy.settings, sessions, rate=40).start()
+        time.sleep(0.5)
+        load.finish(timeout_s=30)
+        wait_until(lambda: _caught_up(client, deploy), "the turns after the pause applied", timeout_s=60)
+        log = deploy.log("capture", lines=100_000)
+        assert "Redis unavailable" not in log and "Traceback" not in log, log
+        assert deploy.exited() == {}
+    finally:
+        client.close()
+        deploy.stop()
+        ov.terminate()
+        ov.wait(timeout=10)
+        server.stop()

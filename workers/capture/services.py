@@ -85,7 +85,7 @@ class CaptureServices(Protocol):
     def ov_back(self) -> int:
         """OV took a write: every paused shard tries now; how many were woken."""
 
-    def redis_unavailable(self, exc: BaseException, who: str) -> None:
+    async def redis_unavailable(self, exc: BaseException, who: str) -> None:
         """Redis is away or full: logged once per outage."""
 
     def snapshot_refreshed(self, snapshot: ContextSnapshot) -> None:

@@ -143,7 +143,7 @@ class ShardConsumer:
             # Redis away (a restart, a failover): not this consumer's fault, so no crash and no
             # backoff; the worker takes the shard again (its own lease, if it survived) once
             # Redis answers, and the new consumer starts by draining what this one held.
-            self.worker.redis_unavailable(exc, f"shard {self.shard}")
+            await self.worker.redis_unavailable(exc, f"shard {self.shard}")
             return
         if self.lost:
             log.warning("shard %s: lease lost; %d held entries left for the next owner", self.shard, len(self.backlog))

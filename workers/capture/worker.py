@@ -192,9 +192,21 @@ class CaptureWorker:
     def ov_back(self) -> int:
         return self.ov_outage.back(self.consumers.values())
 
-    def redis_unavailable(self, exc: BaseException, who: str) -> None:
+    async def redis_unavailable(self, exc: BaseException, who: str) -> None:
         """Redis is away or full (``redis_went_away``): one warning per outage, the rest at
-        debug level, whichever of the worker's loops met it first."""
+        debug level, whichever of the worker's loops met it first. A reply that timed out while
+        Redis answers a PING at once is no outage: this process was paused or starved (SIGSTOP,
+        a busy machine) past the socket's timeout; said as such."""
+        if isinstance(exc, redis_lib.TimeoutError) and self._redis_away_since is None:
+            try:
+                await asyncio.wait_for(self.redis.ping(), defaults.REDIS_CONFIRM_S)
+            except Exception:  # any failure: Redis is away after all
+                pass
+            else:
+                log.info(
+                    "%s: a Redis reply timed out (%s) but Redis answers: this process was paused or starved", who, exc
+                )
+                return
         if self._redis_away_since is None:
             self._redis_away_since = time.monotonic()
             log.warning("%s: Redis unavailable (%s); waiting for it, held entries resume then", who, exc)
@@ -244,7 +256,7 @@ class CaptureWorker:
                     if not redis_went_away(exc):
                         raise
                     # Redis away: nothing can be read or acked; the leases lapse and are taken again
-                    self.redis_unavailable(exc, f"capture worker {self.consumer}")
+                    await self.redis_unavailable(exc, f"capture worker {self.consumer}")
                 if first and self.burst:  # a burst covers the shards it could take at the start
                     self._burst_done.update(s for s in self.shards if s not in self.consumers)
                 first = False
@@ -287,7 +299,7 @@ class CaptureWorker:
                     await self.ensure_group(shard)
                 return True
             except REDIS_AWAY as exc:  # lost again right after the PING, or full: wait again
-                self.redis_unavailable(exc, who)
+                await self.redis_unavailable(exc, who)
                 await asyncio.sleep(defaults.REDIS_WAIT_S)
         return False
 
