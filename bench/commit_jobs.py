@@ -1,14 +1,14 @@
 """RQ jobs per commit: a lone commit, and one tenant's burst of commits. Prints figures; not a test.
 
-OV 0.5.2 runs one phase 2 per user at a time (workers.commits.tenant_lock), so one tenant's
-commits go one after another. Before, a commit finding its tenant's lock held scheduled
-itself again every ``commitTenantWaitS``: the issue measured about 4,030 RQ jobs for 100
-commits. Now it waits in the tenant's line with no job until the holder hands the lock on.
+Earlier releases ran one phase 2 per OV user at a time: a commit finding its tenant's lock
+held scheduled itself again every ``commitTenantWaitS`` (about 4,030 RQ jobs for 100
+commits), later it waited in the tenant's line with no job. Commits of one user now run side
+by side (OV merges their phase 2s, docs/OV-NOTES.md): a burst costs what a lone commit does.
 
 Starts a redis-server on a free loopback port, an in-memory FakeOV whose phase 2 answers
 "running" to its first ``--phase2-reads`` task reads, and runs the commit jobs in this
 process (burst rounds, as ``ovstream up`` and the tests do). Counts every RQ job created
-(commits, phase-2 polls, tenant waits if any) and prints jobs per commit for a lone commit
+(commits, phase-2 polls, extraction checks if any) and prints jobs per commit for a lone commit
 and for ``--burst`` sessions of one tenant committing at once, and their ratio.
 
     .venv/bin/python bench/commit_jobs.py [--burst 50] [--phase2-reads 3]

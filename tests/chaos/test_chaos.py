@@ -133,6 +133,9 @@ def test_faults_under_load_lose_repeat_and_reorder_nothing(world: ChaosWorld) ->
             if outcome.task_id:
                 assert ledger.task_status(outcome.task_id) == outcome.status, outcome  # as OV says
         assert list_dead_letters(ledger.redis, deployment.settings) == []
+        for name in deployment.procs:  # the logs tell the truth: every process went on
+            log = deployment.log(name, lines=1_000_000)
+            assert "Traceback" not in log and "quitting" not in log, (name, log[-5000:])
         print(_report(load, turns, commits))
     finally:
         load.finishing.set()  # a failure above must not leave turns arriving under the next test
