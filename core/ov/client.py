@@ -27,7 +27,7 @@ import httpx
 
 from core.backoff import Backoff
 from core.config import Settings
-from core.ov.envelope import OVError, OVUnavailable, decode_result, object_result, unwrap
+from core.ov.envelope import OVError, OVRefused, OVUnavailable, decode_result, object_result, unwrap
 from core.ov.layout import BATCH_LIMIT
 from core.ov.messages import OVMessage, known_parts, to_json
 from core.ov.models import (
@@ -42,7 +42,10 @@ from core.ov.models import (
     to_struct,
 )
 
-__all__ = ["OVClient", "OVError", "OVUnavailable"]
+KEY_PROBE_SESSION = "ovstream-key-probe"
+"""The session ``key_check`` reads (never created: a read does not create it)."""
+
+__all__ = ["OVClient", "OVError", "OVRefused", "OVUnavailable"]
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +163,8 @@ class OVClient:
             try:
                 return await self._once(method, path, raw=raw, **kwargs)
             except OVError as err:
-                retryable = isinstance(err, OVUnavailable) or err.status >= 500
+                # a refused key stays refused: no retry (the caller waits it out as OV away)
+                retryable = (isinstance(err, OVUnavailable) or err.status >= 500) and not isinstance(err, OVRefused)
                 if not retryable or attempt == attempts - 1:
                     raise
                 delay = Backoff(self.backoff).delay(attempt + 1)
@@ -207,7 +211,21 @@ class OVClient:
             return "unreachable: no answer"
         except Exception as exc:  # any failure here is just "not healthy", never a failed probe
             return f"unreachable: {exc}"
-        return "ok" if answer.get("status") == "ok" else f"unhealthy: {answer!r}"
+        if answer.get("status") != "ok":
+            return f"unhealthy: {answer!r}"
+        return await self.key_check(timeout_s)
+
+    async def key_check(self, timeout_s: float) -> str:
+        """``ok``, or ``refuses key: ...`` when OV answers an authenticated call with 401: its
+        ``/health`` is open to anyone, so a wrong or missing API key shows only here (a read of
+        a session that does not exist: NOT_FOUND means the key was accepted)."""
+        try:
+            await asyncio.wait_for(self.get_session(KEY_PROBE_SESSION), timeout_s)
+        except OVRefused as exc:
+            return f"refuses key: {exc}"
+        except Exception:  # NOT_FOUND (accepted), or anything else: the key is not the problem
+            return "ok"
+        return "ok"
 
     async def create_session(self, session_id: str | None = None) -> dict[str, Any]:
         body = {"session_id": session_id} if session_id else {}

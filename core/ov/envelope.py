@@ -48,8 +48,23 @@ class OVUnavailable(OVError):
     """OV is down or overloaded (connection error, timeout, HTTP 502/503/504): try later."""
 
 
+class OVRefused(OVUnavailable):
+    """OV refuses ovstream's credentials (HTTP 401): a deployment fault, as OV being away is.
+    Nothing a turn or a commit did: wait (capture dead-letters nothing) until the key is
+    mended, and say what to set."""
+
+
+REFUSED_HINT = (
+    "OV refuses ovstream's API key: set apiKey (OVSTREAM_API_KEY), or userApiKeys for the tenant, "
+    "to a user key of this OV (docs: deploy/README.md, OV in API-key mode)"
+)
+
+
 def error_for(code: str, message: str, *, status: int, details: Any = None) -> OVError:
-    """The error an answer with ``status`` stands for (``OVUnavailable`` for 502/503/504)."""
+    """The error an answer with ``status`` stands for (``OVUnavailable`` for 502/503/504,
+    ``OVRefused`` for 401)."""
+    if status == 401:
+        return OVRefused(code, f"{message}; {REFUSED_HINT}", status=status, details=details)
     cls = OVUnavailable if status in _UNAVAILABLE_STATUSES else OVError
     return cls(code, message, status=status, details=details)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from core.ov.client import OVClient, OVError, OVUnavailable
+from core.ov.client import OVClient, OVError, OVRefused, OVUnavailable
+from core.ov.envelope import REFUSED_HINT
 from tests.helpers.ov import Recorder, client, err, ok
 from workers.dev.fake_ov.app import FakeOV
 
@@ -29,8 +30,11 @@ async def test_error_envelope_raises_ovError(status, code):
     with pytest.raises(OVError) as info:
         await client(rec, retries=0).get_session("s")
     e = info.value
-    assert (e.code, e.status, e.message, e.details) == (code, status, "it failed", {"field": "x"})
-    assert isinstance(e, OVUnavailable) == (status == 503)
+    assert (e.code, e.status, e.details) == (code, status, {"field": "x"})
+    assert e.message == "it failed" if status != 401 else e.message == f"it failed; {REFUSED_HINT}"
+    # a refused key is a deployment fault waited out as OV away is, and says what to set
+    assert isinstance(e, OVUnavailable) == (status in (401, 503))
+    assert isinstance(e, OVRefused) == (status == 401)
 
 
 async def test_error_code_missing_falls_back_to_status():

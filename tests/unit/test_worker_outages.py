@@ -27,6 +27,10 @@ class _Worker:
         self.name, self.ending = name, ending
         self._shutdown_requested_date: datetime | None = None
         self.rounds = 0
+        self.dead = False
+
+    def register_death(self) -> None:
+        self.dead = True
 
     def work(self) -> bool:
         self.rounds += 1
@@ -69,6 +73,7 @@ def test_a_worker_that_quits_on_redis_is_replaced(
     assert first.rounds == 1
     assert [w.rounds for w in made] == [1]  # one new worker, and it ended as asked
     assert mover.worker_name == "new-0"  # the mover's heartbeat names the live worker
+    assert first.dead  # the replaced worker leaves no entry in RQ's registry
     said = "quit unasked" if ending == "quits" else "lost Redis"
     assert any(said in r.getMessage() for r in caplog.records), caplog.text
 
@@ -86,3 +91,27 @@ def test_a_stop_while_waiting_for_redis_ends_the_loop(made: list[_Worker]) -> No
     finally:
         worker_mod._STOP.clear()
     assert made == []
+
+
+def _rq_record(message: str, *args: object, error: BaseException | None = None) -> logging.LogRecord:
+    record = logging.LogRecord("rq.worker", logging.ERROR, __file__, 1, message, args, None)
+    if error is not None:
+        record.exc_info = (type(error), error, None)
+    return record
+
+
+def test_rqs_quitting_lines_say_what_happens() -> None:
+    truth = worker_mod.RQLogsTellTheTruth()
+    # a Redis error ends RQ's loop: left out (work_through_outages says what follows)
+    assert not truth.filter(_rq_record("Worker %s: Redis connection timeout, quitting...", "w"))
+    oom = redis_lib.OutOfMemoryError("OOM command not allowed")
+    assert not truth.filter(_rq_record("Worker %s: found an unhandled exception, quitting...", "w", error=oom))
+    # anything else is kept, with its traceback, without the word
+    bug = _rq_record("Worker %s: found an unhandled exception, quitting...", "w", error=KeyError("x"))
+    assert truth.filter(bug) and "quitting" not in bug.getMessage() and bug.exc_info is not None
+    # RQ's retries while Redis is away: one line an outage, a warning
+    first = _rq_record("Worker %s: could not connect to Redis instance: %s retrying in %d seconds...", "w", "down", 1)
+    assert truth.filter(first) and first.levelno == logging.WARNING and "Redis unreachable" in first.getMessage()
+    again = _rq_record("Worker %s: could not connect to Redis instance: %s retrying in %d seconds...", "w", "down", 1)
+    assert not truth.filter(again)
+    assert truth.filter(_rq_record("Worker %s: %s: %s (%s)", "w", "q", "commit", "id"))  # others pass
