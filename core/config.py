@@ -281,6 +281,9 @@ class Settings(BaseSettings):
     """Serve a non-loopback ``rpcHost`` without any token (refused otherwise)."""
     log_format: Literal["text", "json"] = Field("text")
     """``json``: one JSON object per log line (workers.logs), for a log aggregator."""
+    liveness_dir: str = Field("/tmp", min_length=1)
+    """Where capture and worker processes touch a file every second, for ``ovstream health
+    --probe live`` (workers.liveness): a writable directory (an emptyDir on Kubernetes)."""
     rpc_tls_cert_file: str | None = Field(None)
     rpc_tls_key_file: str | None = Field(None)
     """Serve the RPC over HTTPS with this certificate and key."""

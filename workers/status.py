@@ -19,6 +19,7 @@ import redis
 
 from core.config import Settings
 from core.events import CommitRequest, EventDecodeError, decode
+from core.scaling import CAPTURE_LAG_PER_REPLICA, capture_replicas
 from core.shard_map import ShardMap, StreamShard
 from workers.commits.api import commit_queue, outcome_status, read_lost_extractions
 from workers.store.applied import parse_id
@@ -266,6 +267,21 @@ def read_status(client: redis.Redis, settings: Settings) -> DeploymentStatus:
         oldest_commit_s=oldest_s,
         oldest_commit=oldest,
     )
+
+
+def read_scaling(client: redis.Redis, settings: Settings) -> dict[str, Any]:
+    """What an autoscaler reads (``GET /v1/scaling``): capture's replicas for the backlog of
+    every stream read now (``core.scaling``; it follows a reshard), with the figures behind it."""
+    shards = read_backlog(client, settings)
+    backlog = sum((s.unread or 0) + s.pending for s in shards)
+    return {
+        "capture": {
+            "replicas": capture_replicas(backlog, len(shards)),
+            "backlog": backlog,
+            "streams": len(shards),
+            "backlogPerReplica": CAPTURE_LAG_PER_REPLICA,
+        }
+    }
 
 
 def _where(settings: Settings) -> str:

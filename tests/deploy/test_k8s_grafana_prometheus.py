@@ -27,14 +27,19 @@ from tests.rpc.test_assemble import oc_turns
 from workers.cli import build_parser, command_in
 from workers.dev.fake_ov.app import FakeOV
 from workers.rpc.app import create_app
-from workers.store.keys import Keys
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 SCHEMAS = Path(__file__).parent / "schemas"
 METRIC = re.compile(r"\bovstream_[a-z_]+\b")
 KEDA_METADATA = {
-    # what KEDA's scalers read (pkg/scalers/redis_streams_scaler.go, redis_scaler.go)
+    # what KEDA's scalers read (pkg/scalers/redis_streams_scaler.go, redis_scaler.go,
+    # metrics_api_scaler.go and the authentication.Config it embeds)
+    "metrics-api": {
+        "url", "format", "valueLocation", "targetValue", "activationTargetValue", "unsafeSsl",
+        "aggregateFromKubeServiceEndpoints", "aggregationType", "timeout", "authMode", "authModes",
+        "method", "keyParamName",
+    },
     "redis-streams": {
         "stream", "consumerGroup", "lagCount", "activationLagCount", "pendingEntriesCount",
         "streamLength", "databaseIndex", "enableTLS", "address", "addressFromEnv", "host", "port",
@@ -193,7 +198,6 @@ def _crd_schema(name: str) -> dict[str, Any]:
 def test_the_keda_objects_match_keda_and_watch_what_ovstream_writes() -> None:
     config = next(d for d in _documents("ovstream.yaml") if d["kind"] == "ConfigMap")["data"]
     settings = Settings(redis_url="fakeredis://", shards=int(config["OVSTREAM_SHARDS"]))
-    keys = Keys(settings.key_prefix)
     scaled = {d["metadata"]["name"]: d for d in _documents("keda.yaml") if d["kind"] == "ScaledObject"}
     for doc in _documents("keda.yaml"):
         if doc["kind"] == "ScaledObject":
@@ -204,10 +208,20 @@ def test_the_keda_objects_match_keda_and_watch_what_ovstream_writes() -> None:
         for trigger in obj["spec"]["triggers"]:
             assert set(trigger["metadata"]) <= KEDA_METADATA[trigger["type"]], trigger
     capture = scaled["ovstream-capture"]["spec"]
-    streams = {t["metadata"]["stream"] for t in capture["triggers"]}
-    assert streams == {keys.stream(n) for n in range(settings.shards)}  # every shard watched
-    assert {t["metadata"]["consumerGroup"] for t in capture["triggers"]} == {settings.consumer_group}
-    assert capture["maxReplicaCount"] == settings.shards  # one owner per shard: no use past it
+    [trigger] = capture["triggers"]  # one: the RPC's answer, whatever the streams are called now
+    assert trigger["type"] == "metrics-api" and trigger.get("metricType") == "AverageValue"
+    assert trigger["metadata"]["targetValue"] == "1"  # the answer is a replica count
+    service = next(d for d in _documents("ovstream.yaml") if d["kind"] == "Service")
+    port = service["spec"]["ports"][0]["port"]
+    assert trigger["metadata"]["url"] == f"http://{service['metadata']['name']}:{port}/v1/scaling"
+    assert trigger["metadata"]["valueLocation"] == "capture.replicas"
+    auths = {d["metadata"]["name"]: d for d in _documents("keda.yaml") if d["kind"] == "TriggerAuthentication"}
+    refs = auths[trigger["authenticationRef"]["name"]]["spec"]["secretTargetRef"]
+    assert trigger["metadata"]["authMode"] == "bearer" and [r["parameter"] for r in refs] == ["bearerToken"]
+    secret_mount = config["OVSTREAM_RPC_TOKEN_FILE"].rsplit("/", 1)[-1]
+    assert refs[0]["key"] == secret_mount  # the token the RPC itself reads
+    # the cap is ovstream's (the streams read now), so KEDA's ceiling is only a ceiling
+    assert capture["maxReplicaCount"] >= 2 * settings.shards
     worker = scaled["ovstream-worker"]["spec"]
     assert [t["metadata"]["listName"] for t in worker["triggers"]] == [f"rq:queue:{settings.commit_queue_name}"]
     deployments = {d["metadata"]["name"] for d in _documents("ovstream.yaml") if d["kind"] == "Deployment"}

@@ -13,6 +13,7 @@ import uvloop
 from core.config import Settings
 from core.ov.version import check_at_start
 from workers.capture.worker import CaptureWorker
+from workers.liveness import LIVENESS_BEAT_S, LivenessBeat
 from workers.store.connection import RedisConfigError
 
 log = logging.getLogger(__name__)
@@ -38,11 +39,23 @@ def cli_capture(settings: Settings, args: argparse.Namespace) -> int:
         return 2
     worker = CaptureWorker(settings, consumer=args.consumer, shards=args.shards, burst=args.burst)
 
+    alive = LivenessBeat(settings.liveness_dir, "capture")
+
+    async def beating() -> None:  # on the worker's own loop: a stuck loop stops beating
+        while True:
+            alive.beat()
+            await asyncio.sleep(LIVENESS_BEAT_S)
+
     async def main() -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, worker.stop)
-        await worker.run()
+        beat = asyncio.create_task(beating(), name="liveness")
+        try:
+            await worker.run()
+        finally:
+            beat.cancel()
+            alive.close()
 
     try:
         uvloop.run(main())  # the faster event loop, as the RPC uses

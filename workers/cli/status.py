@@ -10,6 +10,7 @@ import time
 
 from core.config import Settings
 from workers.cli.tables import table
+from workers.liveness import LIVENESS_STALE_S, live_processes
 from workers.status import DeploymentStatus, read_status
 from workers.store.connection import REDIS_ERRORS, connect
 from workers.store.health import ProcessHealth, read_health
@@ -136,12 +137,22 @@ def _shown(
 
 def add_health_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--role", choices=["capture", "worker"], help="only processes of this role")
+    parser.add_argument(
+        "--probe",
+        choices=["ready", "live"],
+        default="ready",
+        help="ready (default): heard of lately in Redis (1 with Redis away: it cannot serve now); "
+        "live: its loop still runs, Redis and OV or not (1 only when stuck): for a liveness probe",
+    )
 
 
 def cli_health(settings: Settings, args: argparse.Namespace) -> int:
-    """A probe for a supervisor or an orchestrator: exit 0 when an ovstream process of this
-    host (``--role``) was heard of lately (ok, or degraded: OV away is not the process's
-    fault, and restarting it would not help), else 1, with a line saying why."""
+    """A probe for a supervisor or an orchestrator. ``--probe ready``: exit 0 when an ovstream
+    process of this host (``--role``) was heard of lately (ok, or degraded: OV away), else 1,
+    with a line saying why (Redis away included: it cannot serve now). ``--probe live``: exit 0
+    while the process's loop runs, whatever Redis and OV do (workers.liveness)."""
+    if getattr(args, "probe", "ready") == "live":
+        return _live(settings, args.role)
     client = connect(settings)
     try:
         processes = read_health(client, settings)
@@ -162,6 +173,21 @@ def cli_health(settings: Settings, args: argparse.Namespace) -> int:
     # but the line leads with it: an operator reading it must not take it for healthy
     verdict = "degraded" if any(p.state == "degraded" for p in alive) else "healthy"
     print(f"{verdict}: " + ", ".join(_said(p) for p in alive))
+    return 0
+
+
+def _live(settings: Settings, role: str | None) -> int:
+    roles = [role] if role else ["capture", "worker"]
+    found = {r: live_processes(settings.liveness_dir, r) for r in roles}
+    stuck = [f"{r} pid {p.pid} ({p.age_s:.0f}s)" for r, ps in found.items() for p in ps if p.age_s > LIVENESS_STALE_S]
+    alive = [
+        f"{r} pid {p.pid} ({p.age_s:.1f}s ago)" for r, ps in found.items() for p in ps if p.age_s <= LIVENESS_STALE_S
+    ]
+    if stuck or not alive:
+        why = f"stuck, no beat for over {LIVENESS_STALE_S:.0f}s: {', '.join(stuck)}" if stuck else "none running"
+        print(f"not alive: {'/'.join(roles)} process on {socket.gethostname()} ({settings.liveness_dir}): {why}")
+        return 1
+    print("alive: " + ", ".join(alive))
     return 0
 
 

@@ -34,6 +34,7 @@ from workers.commits import sweep as commit_sweep
 from workers.commits.context import register
 from workers.commits.queue import commit_queue
 from workers.commits.scheduler import DueJobMover, move_due_jobs
+from workers.liveness import BeatingThread, LivenessBeat
 from workers.store.connection import (
     REDIS_AWAY,
     REDIS_ERRORS,
@@ -213,6 +214,16 @@ def cli_worker(settings: Settings, args: argparse.Namespace) -> int:
     if settings.embedded_redis and not getattr(args, "burst", False):
         log.error("redis_url is fakeredis:// (in-process): run the worker inside `ovstream up` instead")
         return 2
+    alive = BeatingThread(LivenessBeat(settings.liveness_dir, "worker"))  # ovstream health --probe live
+    alive.beat_now()
+    alive.start()
+    try:
+        return _run_worker(settings, args)
+    finally:
+        alive.stop()
+
+
+def _run_worker(settings: Settings, args: argparse.Namespace) -> int:
     redis = connect(settings)
     if not (_redis_answers(redis, settings) and _redis_answers(queue_client(redis, settings), settings, queue=True)):
         return 0 if _STOP.is_set() else 2

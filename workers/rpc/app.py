@@ -57,7 +57,7 @@ from workers.rpc.models import (
 from workers.rpc.responses import ERROR_ANSWERS, BodyLimit, install_error_handlers, json_response
 from workers.rpc.subagents import Identity, prepare_spawn, roll_back_spawn, spawn_ended
 from workers.rpc.tools.registry import run_tool, tools
-from workers.status import LAG_SAMPLE_INTERVAL_S, read_status, sample_lag
+from workers.status import LAG_SAMPLE_INTERVAL_S, read_scaling, read_status, sample_lag
 from workers.store.connection import REDIS_ERRORS, connect, connect_async
 from workers.store.deployment import DeploymentMismatch, check_deployment
 
@@ -239,6 +239,13 @@ def create_app(
         owner, every process's liveness (``stale``: not heard of for a few seconds)."""
         status = await asyncio.to_thread(read_status, svc.commit_redis, settings)
         return status.as_json()
+
+    @app.get("/v1/scaling", tags=["ops"])
+    async def scaling() -> dict[str, Any]:
+        """What an autoscaler reads (KEDA's metrics-api trigger, deploy/k8s/keda.yaml):
+        ``capture.replicas``, the capture processes the backlog asks for, at most one per
+        stream read now (it follows ``ovstream reshard``), and the figures behind it."""
+        return await asyncio.to_thread(read_scaling, svc.commit_redis, settings)
 
     install_console(app, svc)
 

@@ -1,0 +1,24 @@
+"""How many capture processes a deployment's backlog asks for (pure): what an autoscaler
+reads (``GET /v1/scaling``, KEDA's ``metrics-api`` trigger in deploy/k8s/keda.yaml).
+
+A capture process owns whole streams, one consumer a stream at a time, so replicas past
+the number of streams being read (the current generation's and, during a reshard, the one
+draining) only wait: the answer is capped there, and follows ``ovstream reshard`` without
+any change to the autoscaler. Never below one: capture also settles interrupted writes and
+refreshes snapshots.
+"""
+
+from __future__ import annotations
+
+import math
+
+CAPTURE_LAG_PER_REPLICA = 200
+"""Turn events not yet applied that one more capture process is worth (a round reads
+``captureBatch`` x ``captureReadsPerRound`` = 400 at most)."""
+
+
+def capture_replicas(backlog: int, streams: int, *, per_replica: int = CAPTURE_LAG_PER_REPLICA) -> int:
+    """Capture processes for ``backlog`` unapplied events over ``streams`` streams:
+    one per ``per_replica`` events, at least 1, at most ``streams``."""
+    wanted = math.ceil(max(backlog, 0) / max(per_replica, 1))
+    return max(1, min(max(streams, 1), wanted))
