@@ -281,6 +281,10 @@ class Settings(BaseSettings):
     """Serve a non-loopback ``rpcHost`` without any token (refused otherwise)."""
     log_format: Literal["text", "json"] = Field("text")
     """``json``: one JSON object per log line (workers.logs), for a log aggregator."""
+    rpc_cache_bytes: int = Field(128 * 1024 * 1024, ge=1024 * 1024)
+    """Most bytes one RPC process keeps of converted snapshots and finished answers (least
+    recently used go first): what lets assemble answer without converting. The default fits
+    a 512 MiB container beside the process's own ~120 MiB."""
     liveness_dir: str = Field("/tmp", min_length=1)
     """Where capture and worker processes touch a file every second, for ``ovstream health
     --probe live`` (workers.liveness): a writable directory (an emptyDir on Kubernetes)."""

@@ -125,6 +125,10 @@ def resharded(current: ShardMap, shards: int) -> ShardMap:
             f"generation {generation} ({count} shards) is still draining into generation "
             f"{current.generation}; reshard again once it is retired (`ovstream status`)"
         )
+    if shards < 1:
+        raise ReshardRefused(
+            f"shards must be a positive count of turn streams (this deployment runs {current.shards}); got {shards}"
+        )
     if shards < current.tags or shards % current.tags:
         raise ReshardRefused(
             f"shards must be a multiple of {current.tags} (the count this deployment was created with, "

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from core.config import Settings
 from core.ov.client import OVClient
-from core.ov.envelope import OVError, OVUnavailable
+from core.ov.envelope import OVError, OVRefused, OVUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,9 @@ def cli_ov_account(settings: Settings, args: argparse.Namespace) -> int:
                 f"ovstream ov-account: OV account {args.account!r} exists but its key is not in {key_file}; "
                 "put the key there, or pass another --account"
             )
+        elif isinstance(exc, OVRefused):
+            where = f"OV at {settings.base_url}"
+            print(f"ovstream ov-account: {where} refuses the root key in {args.root_key_file}: {exc.code} (HTTP 401)")
         else:
             print(f"ovstream ov-account: OV at {settings.base_url} refused: {exc}")
         return 2
@@ -72,16 +75,22 @@ def cli_ov_account(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _create(root: OVClient, account: str, user: str, wait_s: float, where: str) -> str:
     try:
-        deadline = time.monotonic() + wait_s
+        deadline, said = time.monotonic() + wait_s, False
         while True:
             try:
                 await root.health()
                 break
             except OVError as exc:
-                if not isinstance(exc, OVUnavailable):  # OV answers (a wrong key: 401): the admin call says the rest
-                    break
+                if not isinstance(exc, OVUnavailable) or isinstance(exc, OVRefused):
+                    break  # OV answers: the admin call says the rest
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"OV at {where} did not answer within {wait_s:.0f}s ({exc})") from exc
+                if not said:  # one line, not silence, while it waits (--wait)
+                    print(
+                        f"ovstream ov-account: waiting up to {wait_s:.0f} s for OV at {where} to answer ({exc})",
+                        flush=True,
+                    )
+                    said = True
             await asyncio.sleep(1.0)
         created = await root.admin_create_account(account, user)
         return str(created["user_key"])

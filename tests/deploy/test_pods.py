@@ -154,5 +154,3 @@ def test_the_pods_start_serve_and_ride_out_a_redis_and_ov_outage(tmp_path: Path)
         ov.wait(timeout=10)
         server.stop()
     assert codes == {pod.name: 0 for pod in pods}, codes  # SIGTERM: each stops cleanly
-
-

@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
+from core.session import SessionAddress
 from tests.helpers.console import CREDENTIALS, OPS_TOKEN, VIEWER_TOKEN
 from tests.rpc.test_assemble import oc_turns, ov_turns
 from workers.rpc.auth import CONSOLE_COOKIE
 from workers.rpc.console.chart import lag_chart, series_of
+from workers.rpc.traces import TRACE_HEAD, TRACE_TAIL
 from workers.status import LAG_HISTORY_S, LAG_SAMPLE_INTERVAL_S, LagSample, read_lag_history, sample_lag
 from workers.store.keys import Keys
 
@@ -119,3 +121,24 @@ async def test_no_trace_is_kept_when_switched_off(make_rpc: Any, fake: Any) -> N
     assert answer.status_code == 200
     await asyncio.sleep(0.1)
     assert (await rpc.client.get("/v1/sessions/inspect", params={"sessionId": SID})).json()["assembled"] is None
+
+
+async def test_a_long_answers_trace_keeps_its_ends_and_no_answer_stays_alive(rpc: Any) -> None:
+    words = [f"m{i}" for i in range(60)]
+    await rpc.ov.add_messages(SID, ov_turns(*words))
+    rpc.mark_captured(SID, 60)
+    answer = await rpc.assemble({"sessionId": SID, "messages": oc_turns(*words), "prompt": "hi"})
+    assert answer.status_code == 200
+    await asyncio.sleep(0.1)
+    kept = (await rpc.client.get("/v1/sessions/inspect", params={"sessionId": SID})).json()["assembled"]
+    previews = [m["preview"] for m in kept["messages"]]
+    assert kept["message_count"] == len(answer.json()["messages"]) == 60
+    assert previews == [*words[:TRACE_HEAD], *words[-TRACE_TAIL:]] and kept["left_out"] == 60 - len(previews)
+    keys = rpc.app.state.services.keys.session(SessionAddress(SID, "main", None), rpc.settings.shards)
+    raw = rpc.redis.get(keys.assembled)
+    assert len(raw) < 4096  # a few KB however long the session
+    page = await rpc.client.get("/console/session", params={"id": SID, "agent": "main"})
+    assert f"{60 - len(previews)} message(s) in between, not kept" in page.text
+    # what the recorder remembers of the session is the answer's identity, not the answer
+    noted = rpc.app.state.services.traces._noted[SID]
+    assert isinstance(noted, int)

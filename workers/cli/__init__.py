@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
+from importlib import metadata
 
 from core.config import ConfigError, Settings, load_settings
 from workers import logs
@@ -70,6 +72,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ovstream", description="OpenViking context engine for OpenClaw")
     parser.add_argument("--config", help="TOML config file (default: $OVSTREAM_CONFIG or config/ovstream.toml)")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument("--version", action="version", version=f"ovstream {installed_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (target, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text)
@@ -85,7 +88,27 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def installed_version() -> str:
+    """The version of the installed ``ovstream`` distribution (pyproject.toml's)."""
+    try:
+        return metadata.version("ovstream")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """``ovstream``: its output piped into a reader that stops early (``| head``) ends quietly."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # the reader went away: nothing left to say, and Python's own flush at exit must not
+        # say "Exception ignored ... BrokenPipeError" either
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(command_in(words))
     args = parser.parse_args(words)

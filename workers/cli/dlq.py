@@ -68,7 +68,7 @@ def cli_dlq(settings: Settings, args: argparse.Namespace) -> int:
         try:
             dropped = drop_dead_letters(redis, settings, list(args.ids))
         except KeyError as exc:
-            print(f"ovstream dlq drop: no dead letter {exc.args[0]}")
+            print(f"ovstream dlq drop: no dead letter {exc.args[0]} (ids as `ovstream dlq list` shows them)")
             return 1
         for letter, note in dropped:
             print(f"{letter.dlq_id} {note}")
@@ -79,7 +79,7 @@ def cli_dlq(settings: Settings, args: argparse.Namespace) -> int:
     try:
         results = replay_dead_letters(redis, settings, None if args.all else list(args.ids))
     except KeyError as exc:
-        print(f"ovstream dlq replay: no dead letter {exc.args[0]}")
+        print(f"ovstream dlq replay: no dead letter {exc.args[0]} (ids as `ovstream dlq list` shows them)")
         return 1
     for letter, new_id, note in results:
         target = f" -> {new_id}" if new_id else ""

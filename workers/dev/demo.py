@@ -219,7 +219,8 @@ async def serve_until_stopped(
 ) -> None:
     stop.serving = True
     say()
-    say(f"serving: RPC {rpc_url} (POST /v1/assemble, /v1/compact, /v1/tools/{{name}}; GET /healthz)")
+    say(f"serving: RPC {rpc_url} (POST /v1/assemble, /v1/compact, /v1/tools/{{name}}; GET /healthz, /v1/status)")
+    say(f"console: {rpc_url}/console (the deployment and a session inspector)")
     say(
         f"         Redis {settings.redis_url}, OV "
         f"{'in-memory FakeOV (in this process)' if fake_ov else settings.base_url}"

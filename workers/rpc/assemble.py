@@ -17,6 +17,7 @@ try it at all (Services.ov_breaker).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -381,5 +382,6 @@ async def _answer(
         overlay_turns=tuple(turn.event_id for turn in pending),
     )
     if cache_key is not None:
-        svc.results[cache_key] = answered
+        with contextlib.suppress(ValueError):  # larger than the whole cache: answered, not kept
+            svc.results[cache_key] = answered
     return answered

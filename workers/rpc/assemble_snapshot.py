@@ -5,6 +5,7 @@ lacks, and what an unreachable OV does to assemble. The IO below workers.rpc.ass
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 from functools import partial
@@ -94,7 +95,8 @@ def remember(svc: Services, version: Any, snapshot: ContextSnapshot) -> Snap:
         snapshot.advancements,
     )
     if version is not None:
-        svc.bases[version] = snap
+        with contextlib.suppress(ValueError):  # larger than the whole cache: answered, not kept
+            svc.bases[version] = snap
     return snap
 
 

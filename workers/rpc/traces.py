@@ -25,14 +25,18 @@ from workers.store.traces import AssembleTrace, MessageLine, RecalledMemory, Rec
 
 log = logging.getLogger(__name__)
 
-PREVIEW_CHARS = 240
+PREVIEW_CHARS = 160
 """How much of each message's text a trace keeps."""
+TRACE_HEAD = 4
+TRACE_TAIL = 20
+"""A trace keeps the first TRACE_HEAD messages (the archive summary, the oldest turns) and
+the last TRACE_TAIL (the newest): a few KB a session in Redis, whatever its length."""
 NOTED_SESSIONS = 8192
 """Sessions whose last kept answer each process remembers (to skip keeping it again)."""
 
 
 def message_lines(messages: Sequence[Any]) -> list[MessageLine]:
-    """Each message's role, estimated tokens and the start of its text."""
+    """Each message's role, estimated tokens and the start of its text (of those given)."""
     lines = []
     for m in messages:
         role = str(m.get("role", "?")) if isinstance(m, dict) else "?"
@@ -51,20 +55,25 @@ class TraceRecorder:
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
         self._noted: dict[str, object] = {}
-        """OV session id -> the answer last kept (a plain dict: checked on every assemble)."""
+        """OV session id -> the identity of the answer last kept (``id`` of a cached answer, or
+        a passthrough's small tuple): never the answer itself, which would keep every
+        session's whole answer alive (~100 KiB a session). A plain dict: checked on every
+        assemble."""
         self._tasks: set[asyncio.Task[None]] = set()
         self.enabled = settings.console_trace_ttl_s > 0
 
     def first_time(self, ov_session_id: str, answer: object) -> bool:
         """Whether ``answer`` is not the one last kept for the session: the same object (a
-        cached answer), or an equal tuple (a passthrough's reason and size), is kept once.
-        Bounded: past ``NOTED_SESSIONS`` the memory starts afresh (a few answers kept twice)."""
-        prior = self._noted.get(ov_session_id)
-        if prior is answer or (type(answer) is tuple and prior == answer):
+        cached answer, known by its ``id``), or an equal tuple (a passthrough's reason and
+        size), is kept once. An answer freed and another made at its address would be taken
+        for it: that one is not kept, and the next answer of the session is. Bounded: past
+        ``NOTED_SESSIONS`` the memory starts afresh (a few answers kept twice)."""
+        mark = answer if type(answer) is tuple else id(answer)
+        if self._noted.get(ov_session_id) == mark:
             return False
         if len(self._noted) >= NOTED_SESSIONS:
             self._noted.clear()
-        self._noted[ov_session_id] = answer
+        self._noted[ov_session_id] = mark
         return True
 
     def assembled(
@@ -85,6 +94,9 @@ class TraceRecorder:
     ) -> None:
         """Keep one answer of the session (the caller asked ``first_time`` first)."""
         at = time.time()
+        kept = (
+            messages if len(messages) <= TRACE_HEAD + TRACE_TAIL else [*messages[:TRACE_HEAD], *messages[-TRACE_TAIL:]]
+        )
 
         async def keep() -> None:
             trace = AssembleTrace(
@@ -95,7 +107,9 @@ class TraceRecorder:
                 reason=reason,
                 budget=budget,
                 estimated_tokens=estimated_tokens,
-                messages=message_lines(messages),
+                messages=message_lines(kept),
+                message_count=len(messages),
+                left_out=len(messages) - len(kept),
                 session_kept=session_kept,
                 overlay_messages=overlay_messages,
                 overlay_turns=list(overlay_turns),

@@ -14,6 +14,7 @@ commit workers' maintenance), and counted (``ovstream_dead_letters_expired``).
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -181,7 +182,14 @@ def drop_dead_letters(redis: redis_lib.Redis, settings: Settings, ids: list[str]
     return results
 
 
+_STREAM_ID = re.compile(r"\d{1,20}-\d{1,20}")
+
+
 def _one_letter(redis: redis_lib.Redis, key: str, dlq_id: str) -> DeadLetter:
+    """The dead letter ``dlq_id``; KeyError when there is none (an id not shaped as a stream
+    id, ``<ms>-<seq>``, included: Redis would refuse it as "Invalid stream ID")."""
+    if not _STREAM_ID.fullmatch(dlq_id):
+        raise KeyError(dlq_id)
     found = stream_entries(redis.xrange(key, min=dlq_id, max=dlq_id))
     if not found:
         raise KeyError(dlq_id)

@@ -53,6 +53,12 @@ class AssembleTrace(msgspec.Struct, kw_only=True, frozen=True):
     budget: int
     estimated_tokens: int
     messages: list[MessageLine] = msgspec.field(default_factory=list)
+    """The first and the last of the answer's messages (workers.rpc.traces.TRACE_HEAD and
+    TRACE_TAIL): a trace stays a few KB however long the session."""
+    message_count: int = 0
+    """How many messages the answer had (0: a trace of an older shape, all of them kept)."""
+    left_out: int = 0
+    """Messages between the first and the last ones kept, not kept."""
     session_kept: int = 0
     """OV session messages the budget kept."""
     overlay_messages: int = 0

@@ -18,6 +18,7 @@ from workers.rpc.auth import CONSOLE_COOKIE, CONSOLE_LOGIN_PATH, CONSOLE_PATH, C
 from workers.rpc.console.chart import lag_chart
 from workers.rpc.console.views import REASONS, as_json, read_deployment, read_session, session_address
 from workers.rpc.context import RpcError, Services
+from workers.rpc.traces import TRACE_HEAD, TRACE_TAIL
 from workers.status import LAG_HISTORY_S
 from workers.store.dead_letters import replay_dead_letters
 
@@ -89,7 +90,7 @@ def install_console(app: FastAPI, svc: Services) -> None:
             settings, session_key=query["key"], session_id=query["id"], agent=query["agent"], user=query["user"]
         )
         view = await read_session(svc, address, query["key"] or None, by_key=not query["id"])
-        return _page(request, "session.html", query=query, view=view, reasons=REASONS)
+        return _page(request, "session.html", query=query, view=view, reasons=REASONS, head=TRACE_HEAD, tail=TRACE_TAIL)
 
     @app.get(CONSOLE_LOGIN_PATH, include_in_schema=False)
     async def login_form(request: Request) -> Response:

@@ -1,0 +1,61 @@
+"""Operator commands as an operator types them, against a real redis-server: each case answers
+one line with a clear exit code, and a reader that stops early (``| head -1``) ends none of
+them in a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.e2e import ovstream_command, settings_env, unique
+
+
+@pytest.fixture
+def env(redis_url: str) -> dict[str, str]:
+    return settings_env({"redis_url": redis_url, "key_prefix": unique("cli")})
+
+
+def _run(env: dict[str, str], *argv: str) -> tuple[int, list[str], str]:
+    done = subprocess.run([*ovstream_command(), *argv], env=env, capture_output=True, text=True, timeout=60)
+    text = done.stdout + done.stderr
+    return done.returncode, [line for line in text.splitlines() if line.strip()], text
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "says"),
+    [
+        (["dlq", "drop", "nonexistent-id"], 1, "no dead letter nonexistent-id"),
+        (["dlq", "replay", "nonexistent"], 1, "no dead letter nonexistent"),
+        (["dlq", "drop", "1-1"], 1, "no dead letter 1-1"),
+        (["reshard", "--shards", "0"], 2, "shards must be a positive count"),
+        (["--version"], 0, "ovstream "),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else str(v),
+)
+def test_an_operator_command_answers_in_one_line(env: dict[str, str], argv: list[str], code: int, says: str) -> None:
+    got, lines, text = _run(env, *argv)
+    assert got == code and len(lines) == 1 and says in lines[0], text
+    assert "Traceback" not in text
+
+
+@pytest.mark.parametrize("argv", [["status"], ["dlq", "list"], ["status", "--json"], ["--help"]], ids=" ".join)
+def test_a_reader_that_stops_early_ends_no_command_in_a_traceback(env: dict[str, str], argv: list[str]) -> None:
+    # the reader is gone before the command writes a byte: every write meets a broken pipe
+    proc: Any = subprocess.Popen(
+        [*ovstream_command(), *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and b"BrokenPipe" not in err and b"Traceback" not in err, err.decode()
+
+
+def test_version_is_the_packages(env: dict[str, str]) -> None:
+    version = next(
+        line.split('"')[1]
+        for line in (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text().splitlines()
+        if line.startswith("version = ")
+    )
+    assert _run(env, "--version")[1] == [f"ovstream {version}"]
