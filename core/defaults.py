@@ -77,7 +77,7 @@ CAPTURE_CPU_SLICE_S = 0.01
 """Longest a shard consumer computes (decoding, converting, planning, encoding) before it lets
 the event loop run: the lease renewals of every shard of the process run between slices."""
 
-CAPTURE_OV_SCOUT_S = 0.5
+CAPTURE_OV_SCOUT_S = 0.25
 """While OV fails, one shard of each capture worker tries again this often (the scout), and
 the worker asks OV's ``/health`` as often: every shard resumes within a second or two of OV
 answering again (workers.capture.ov_watch)."""

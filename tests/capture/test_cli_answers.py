@@ -44,9 +44,7 @@ def test_an_operator_command_answers_in_one_line(env: dict[str, str], argv: list
 @pytest.mark.parametrize("argv", [["status"], ["dlq", "list"], ["status", "--json"], ["--help"]], ids=" ".join)
 def test_a_reader_that_stops_early_ends_no_command_in_a_traceback(env: dict[str, str], argv: list[str]) -> None:
     # the reader is gone before the command writes a byte: every write meets a broken pipe
-    proc: Any = subprocess.Popen(
-        [*ovstream_command(), *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
+    proc: Any = subprocess.Popen([*ovstream_command(), *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.close()
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and b"BrokenPipe" not in err and b"Traceback" not in err, err.decode()

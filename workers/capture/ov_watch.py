@@ -32,6 +32,7 @@ class Pausable(Protocol):
     """What ``OvOutage`` needs of a shard consumer (workers.capture.shard.ShardConsumer)."""
 
     ov_down_until: float
+    woken: asyncio.Event
     backlog: list  # type: ignore[type-arg]
     lost: bool
     released: bool
@@ -65,6 +66,7 @@ class OvOutage:
         for shard in shards:
             if shard.ov_down_until:
                 shard.ov_down_until, woken = 0.0, woken + 1
+                shard.woken.set()
         return woken
 
 

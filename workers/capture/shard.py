@@ -21,11 +21,13 @@ exponential backoff, counting nothing toward the dead-letter limit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
 import redis as redis_lib
 
+from core import defaults
 from core.backoff import Backoff
 from core.events import STREAM_FIELD, EventDecodeError, TurnEvent, decode
 from core.shard_map import StreamShard
@@ -98,6 +100,8 @@ class ShardConsumer:
         self.entry_bytes = _FIRST_ENTRY_BYTES_GUESS
         """Bytes of an entry of this stream, as seen lately (sizes the reads of a round)."""
         self.ov_down_until = 0.0
+        self.woken = asyncio.Event()
+        """Set when OV answers again while this shard is paused (workers.capture.ov_watch.OvOutage)."""
         self.ov_failures = 0
         """Rounds in a row that found OV unavailable (the shard's pause is ``core.backoff`` of it)."""
         self.task: asyncio.Task[None] | None = None
@@ -205,10 +209,13 @@ class ShardConsumer:
         return bool(self.backlog) and self._wake_at() <= now
 
     def _wait_s(self, now: float) -> float:
-        """How long nothing in the backlog can be tried (at most the block time)."""
+        """How long nothing in the backlog can be tried (at most the block time; while OV is
+        down, at most ``CAPTURE_OV_SCOUT_S``: another shard may find it back meanwhile)."""
         block_s = self.settings.capture_block_ms / 1000
         if not self.backlog:
             return block_s
+        if self.ov_down_until > now:
+            block_s = min(block_s, defaults.CAPTURE_OV_SCOUT_S)
         return max(0.0, min(block_s, self._wake_at() - now))
 
     async def _fetch(self) -> int:
@@ -224,7 +231,9 @@ class ShardConsumer:
         if room <= 0 or bytes_room <= 0 or self.stop_requested:
             wait = self._wait_s(loop.time())
             if wait > 0 and not self._ready(loop.time()):
-                await asyncio.sleep(wait)
+                with contextlib.suppress(TimeoutError):  # woken at once when OV is back
+                    await asyncio.wait_for(self.woken.wait(), wait)
+            self.woken.clear()
             return 0
         fetched = 0
         while room > 0 and bytes_room > 0:
