@@ -38,7 +38,7 @@ MEMORY_CATEGORIES = frozenset(
         "experiences",
     }
 )
-"""The memory sub-directories OV extracts into (its ``core/directories.py``), and the profile."""
+"""The memory sub-directories OV extracts into (OV's own ``openviking/core/directories.py``), and the profile."""
 
 USER_MEMORIES_URI = "viking://~/memories"
 """The calling user's memories (``~`` is the caller's user space)."""

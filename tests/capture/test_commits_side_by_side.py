@@ -3,7 +3,7 @@
 
 OV 0.5.2 merges the overlapping phase 2s of one user itself (docs/OV-NOTES.md); the real
 OV's side of it (N sessions of one user committed together, every memory written; a model
-that drops the merge, repaired) is tested in tests/integration/test_commits_of_one_user.py.
+that drops the merge, repaired) is tested in tests/integration/test_e2e_concurrency.py.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ is answered as server-sent events. ``GET /requests`` returns the recorded
 bodies; ``POST /reset`` forgets them. Every body is also appended to
 ``--record`` as JSON lines when given.
 
-Run: ``python tests/integration/host_chat_model.py --port N [--record FILE]``.
+Run: ``python tests/helpers/host_chat_model.py --port N [--record FILE]``.
 """
 
 from __future__ import annotations
