@@ -106,7 +106,8 @@ def set_ov_transport_factory(factory: TransportFactory | None) -> None:
 
 
 def context_for(key_prefix: str) -> JobContext:
-    """The context of ``key_prefix``'s jobs; unregistered, the settings come from the config file and the environment."""
+    """The context of ``key_prefix``'s jobs; unregistered, the settings come from the config file
+    and the environment."""
     with _lock:
         ctx = _contexts.get(key_prefix)
         if ctx is None:
