@@ -125,7 +125,7 @@ def test_the_deployment_page_shows_what_the_status_api_says(console: Any, browse
 
     browser.find_element(By.CSS_SELECTOR, f"input[value='{seeded.dead_letter_id}']").click()
     _submit(browser, browser.find_element(By.ID, "replay"))  # ops acts as the service: it may replay
-    assert "Replayed 1 dead letter(s)" in _text(browser, "#message")
+    assert "1 replayed, 0 released, 0 not" in _text(browser, "#message")  # what happened, as the CLI says it
     assert httpx.get(f"{url}/v1/status", headers={"authorization": f"Bearer {OPS_TOKEN}"}).json()["dead_letters"] == 0
     assert not _errors(browser)
 

@@ -9,11 +9,11 @@ from core.events import EventDecodeError
 from workers.cli.tables import table, when
 from workers.store.connection import connect
 from workers.store.dead_letters import (
-    NOTE_RELEASED,
     DeadLetter,
     drop_dead_letters,
     list_dead_letters,
     replay_dead_letters,
+    replay_summary,
 )
 from workers.store.keys import Keys
 
@@ -84,7 +84,5 @@ def cli_dlq(settings: Settings, args: argparse.Namespace) -> int:
     for letter, new_id, note in results:
         target = f" -> {new_id}" if new_id else ""
         print(f"{letter.dlq_id} {note}{target}")
-    released = sum(1 for _, _, note in results if note == NOTE_RELEASED)
-    replayed = sum(1 for _, new_id, note in results if new_id and note != NOTE_RELEASED)
-    print(f"{replayed} replayed, {released} released, {len(results) - replayed - released} not")
+    print(replay_summary(results, notes=False))  # each letter's note is on its line above
     return 0

@@ -158,6 +158,16 @@ def replay_dead_letters(
 NOTE_RELEASED = "released: applies with its session's other dead letters, in their order"
 
 
+def replay_summary(results: list[tuple[DeadLetter, str | None, str]], *, notes: bool = True) -> str:
+    """What a replay did, in one line: how many were published again, how many released with
+    their session, and how many were not (with ``notes``, each one's: kept, or why not)."""
+    released = sum(1 for _, _, note in results if note == NOTE_RELEASED)
+    replayed = sum(1 for _, new_id, note in results if new_id and note != NOTE_RELEASED)
+    kept = [f"{letter.dlq_id}: {note}" for letter, new_id, note in results if not new_id and note != NOTE_RELEASED]
+    said = f"{replayed} replayed, {released} released, {len(kept)} not"
+    return said + (f" ({'; '.join(kept)})" if kept and notes else "")
+
+
 def drop_dead_letters(redis: redis_lib.Redis, settings: Settings, ids: list[str]) -> list[tuple[DeadLetter, str]]:
     """Delete the dead letters ``ids`` for good (a turn an operator gives up on). A parked
     session left with none is released (nothing of it waits any more)."""

@@ -7,7 +7,7 @@ import asyncio
 import time
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -20,7 +20,7 @@ from workers.rpc.console.views import REASONS, as_json, read_deployment, read_se
 from workers.rpc.context import RpcError, Services
 from workers.rpc.traces import TRACE_HEAD, TRACE_TAIL
 from workers.status import LAG_HISTORY_S
-from workers.store.dead_letters import replay_dead_letters
+from workers.store.dead_letters import replay_dead_letters, replay_summary
 
 FORM_MAX_BYTES = 64 * 1024
 
@@ -129,8 +129,8 @@ def install_console(app: FastAPI, svc: Services) -> None:
             return RedirectResponse(f"{CONSOLE_PATH}?message=Nothing+checked+to+replay.", status_code=303)
         started = time.monotonic()
         results = await asyncio.to_thread(replay_dead_letters, svc.commit_redis, settings, ids)
-        said = f"Replayed {len(results)} dead letter(s) in {time.monotonic() - started:.1f} s."
-        return RedirectResponse(f"{CONSOLE_PATH}?message={said.replace(' ', '+')}", status_code=303)
+        said = f"{replay_summary(results)}, in {time.monotonic() - started:.1f} s."
+        return RedirectResponse(f"{CONSOLE_PATH}?{urlencode({'message': said})}", status_code=303)
 
     @app.get("/v1/sessions/inspect", tags=["ops"])
     async def inspect(
