@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import subprocess
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import redis
 
-from tests.helpers.chaos import Deployment, Load, ov_answers, spawn_fake_ov
+from tests.helpers.chaos import Deployment, Load, fake_ov_process
 from tests.helpers.e2e import ovstream_command, unique
 from tests.helpers.waiting import wait_until
-from workers.dev.local_redis import free_port, start_redis_server
+from workers.dev.local_redis import start_redis_server
 from workers.status import read_backlog
 from workers.store.dead_letters import list_dead_letters
 
@@ -30,10 +31,8 @@ SESSIONS = [f"keyed-{i}" for i in range(6)]
 
 def test_a_wrong_ov_key_dead_letters_nothing_says_why_and_every_turn_lands_once_mended(tmp_path: Path) -> None:
     server = start_redis_server()
-    ov_port = free_port()
-    ov_url = f"http://127.0.0.1:{ov_port}"
-    ov = spawn_fake_ov(ov_port, tmp_path, "--api-key", f"{GOOD_KEY}=acme:alice")
-    wait_until(lambda: ov_answers(ov_url), "the fake OV answering")
+    stack = ExitStack()
+    ov_url = stack.enter_context(fake_ov_process(tmp_path, "--api-key", f"{GOOD_KEY}=acme:alice"))
     values = {
         "base_url": ov_url,
         "redis_url": server.url,
@@ -81,8 +80,7 @@ def test_a_wrong_ov_key_dead_letters_nothing_says_why_and_every_turn_lands_once_
             load.finishing.set()
         client.close()
         deploy.stop()
-        ov.terminate()
-        ov.wait(timeout=10)
+        stack.close()
         server.stop()
 
 

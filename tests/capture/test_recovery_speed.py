@@ -12,19 +12,21 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import redis
 
 from core.session import SessionAddress, shard_of
-from tests.helpers.chaos import Deployment, Load, ov_answers, spawn_fake_ov
+from tests.helpers.chaos import Deployment, Load, fake_ov_process
 from tests.helpers.e2e import unique
 from tests.helpers.ov_fault_proxy import ov_fault_proxy
 from tests.helpers.waiting import wait_until
 from workers.commits.records import CommitRecords
 from workers.commits.request import request_commit
-from workers.dev.local_redis import free_port, start_redis_server
+from workers.dev.local_redis import RedisServer, start_redis_server
 from workers.status import read_backlog
 
 RESUME_S = 2.0
@@ -58,19 +60,23 @@ def _deployment(redis_url: str, ov_url: str, workdir: Path, **extra: Any) -> Dep
     return Deployment(values, workdir)
 
 
+@contextmanager
+def _redis() -> Iterator[RedisServer]:
+    server = start_redis_server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def _caught_up(client: redis.Redis, deploy: Deployment) -> bool:
     return all(s.oldest_unapplied is None for s in read_backlog(client, deploy.settings))
 
 
 def test_every_shard_resumes_within_2_s_of_ov_taking_writes_again(tmp_path: Path) -> None:
-    server = start_redis_server()
-    ov_port = free_port()
-    ov = spawn_fake_ov(ov_port, tmp_path)
-    wait_until(lambda: ov_answers(f"http://127.0.0.1:{ov_port}"), "the fake OV answering")
     sessions = _sessions()
-    with ov_fault_proxy(f"http://127.0.0.1:{ov_port}") as (proxy, proxy_url):
+    with _redis() as server, fake_ov_process(tmp_path) as ov_url, ov_fault_proxy(ov_url) as (proxy, proxy_url):
         deploy = _deployment(server.url, proxy_url, tmp_path)
-        client = redis.Redis.from_url(server.url)
         load = None
         try:
             for name in ("capture-a", "capture-b", "worker"):
@@ -87,7 +93,9 @@ def test_every_shard_resumes_within_2_s_of_ov_taking_writes_again(tmp_path: Path
             assert not late, f"sessions not written within {RESUME_S} s of OV's return: {late}"
             load.finish(timeout_s=30)
             load = None
+            client = redis.Redis.from_url(server.url)
             wait_until(lambda: _caught_up(client, deploy), "every turn applied", timeout_s=60)
+            client.close()
             assert deploy.exited() == {}
             for name in ("capture-a", "capture-b"):
                 log = deploy.log(name, lines=100_000)
@@ -97,21 +105,12 @@ def test_every_shard_resumes_within_2_s_of_ov_taking_writes_again(tmp_path: Path
             if load is not None:
                 load.finishing.set()
             deploy.stop()
-            client.close()
-            ov.terminate()
-            ov.wait(timeout=10)
-            server.stop()
 
 
 def test_capture_and_the_worker_resume_within_2_s_of_redis_answering_again(tmp_path: Path) -> None:
-    server = start_redis_server()
-    ov_port = free_port()
-    ov = spawn_fake_ov(ov_port, tmp_path)
-    ov_url = f"http://127.0.0.1:{ov_port}"
-    wait_until(lambda: ov_answers(ov_url), "the fake OV answering")
-    with ov_fault_proxy(ov_url) as (proxy, proxy_url):
+    sessions = _sessions()
+    with _redis() as server, fake_ov_process(tmp_path) as ov_url, ov_fault_proxy(ov_url) as (proxy, proxy_url):
         deploy = _deployment(server.url, proxy_url, tmp_path)
-        sessions = _sessions()
         try:
             for name in ("capture-a", "worker"):
                 deploy.start(name)
@@ -149,42 +148,32 @@ def test_capture_and_the_worker_resume_within_2_s_of_redis_answering_again(tmp_p
             assert worker_log.count("could not connect to Redis") <= 1 and worker_log.count("Redis unreachable") <= 1
         finally:
             deploy.stop()
-            ov.terminate()
-            ov.wait(timeout=10)
-            server.stop()
 
 
 def test_a_capture_process_paused_past_its_socket_timeout_does_not_report_redis_away(tmp_path: Path) -> None:
     # SIGSTOP for longer than the Redis socket's timeout (capture_block_ms + 10 s): its reads
     # time out when it resumes, yet Redis is well. That is no outage, and not logged as one.
-    server = start_redis_server()
-    ov_port = free_port()
-    ov = spawn_fake_ov(ov_port, tmp_path)
-    ov_url = f"http://127.0.0.1:{ov_port}"
-    wait_until(lambda: ov_answers(ov_url), "the fake OV answering")
-    deploy = _deployment(server.url, ov_url, tmp_path, capture_block_ms=200)
     sessions = _sessions()
-    client = redis.Redis.from_url(server.url)
-    try:
-        deploy.start("capture")
-        load = Load(deploy.settings, sessions, rate=40).start()
-        time.sleep(0.5)
-        load.finish(timeout_s=30)
-        wait_until(lambda: _caught_up(client, deploy), "the first turns applied", timeout_s=30)
-        pid = deploy.procs["capture"].pid
-        os.killpg(pid, signal.SIGSTOP)
-        time.sleep(deploy.settings.capture_block_ms / 1000 + 10.0 + 2.0)
-        os.killpg(pid, signal.SIGCONT)
-        load = Load(deploy.settings, sessions, rate=40).start()
-        time.sleep(0.5)
-        load.finish(timeout_s=30)
-        wait_until(lambda: _caught_up(client, deploy), "the turns after the pause applied", timeout_s=60)
-        log = deploy.log("capture", lines=100_000)
-        assert "Redis unavailable" not in log and "Traceback" not in log, log
-        assert deploy.exited() == {}
-    finally:
-        client.close()
-        deploy.stop()
-        ov.terminate()
-        ov.wait(timeout=10)
-        server.stop()
+    with _redis() as server, fake_ov_process(tmp_path) as ov_url:
+        deploy = _deployment(server.url, ov_url, tmp_path, capture_block_ms=200)
+        client = redis.Redis.from_url(server.url)
+        try:
+            deploy.start("capture")
+            load = Load(deploy.settings, sessions, rate=40).start()
+            time.sleep(0.5)
+            load.finish(timeout_s=30)
+            wait_until(lambda: _caught_up(client, deploy), "the first turns applied", timeout_s=30)
+            pid = deploy.procs["capture"].pid
+            os.killpg(pid, signal.SIGSTOP)
+            time.sleep(deploy.settings.capture_block_ms / 1000 + 10.0 + 2.0)
+            os.killpg(pid, signal.SIGCONT)
+            load = Load(deploy.settings, sessions, rate=40).start()
+            time.sleep(0.5)
+            load.finish(timeout_s=30)
+            wait_until(lambda: _caught_up(client, deploy), "the turns after the pause applied", timeout_s=60)
+            log = deploy.log("capture", lines=100_000)
+            assert "Redis unavailable" not in log and "Traceback" not in log, log
+            assert deploy.exited() == {}
+        finally:
+            client.close()
+            deploy.stop()

@@ -18,7 +18,8 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from core.session import SessionAddress, shard_of
 from tests.helpers.e2e import ovstream_command, settings_env
 from tests.helpers.waiting import wait_until
 from workers.commits.records import CommitRecords
+from workers.dev.local_redis import free_port
 from workers.store.applied import parse_id
 from workers.store.connection import REDIS_ERRORS, connect, failing_over, text
 from workers.store.keys import Keys
@@ -352,6 +354,20 @@ def spawn_fake_ov(port: int, workdir: Path, *options: str) -> subprocess.Popen[b
     )
     log.close()
     return proc
+
+
+@contextmanager
+def fake_ov_process(workdir: Path, *options: str, port: int | None = None) -> Iterator[str]:
+    """``ovstream fake-ov`` (``options`` of the command) answering, until the block ends: its URL."""
+    port = port or free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = spawn_fake_ov(port, workdir, *options)
+    try:
+        wait_until(lambda: ov_answers(url), "the fake OV answering")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def answers(url: str) -> bool:
