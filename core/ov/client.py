@@ -91,6 +91,8 @@ class OVClient:
         self.retries = retries
         self.backoff = backoff
         self.batch_max = batch_max
+        self.probe_key: str | None = api_key
+        """The key ``key_check`` asks with when this client has none (``from_settings``)."""
         self._owns_http = _http is None
         self._http = _http or httpx.AsyncClient(
             base_url=self.base_url,
@@ -105,7 +107,7 @@ class OVClient:
 
     @classmethod
     def from_settings(cls, settings: Any, transport: httpx.AsyncBaseTransport | None = None) -> OVClient:
-        return cls(
+        client = cls(
             settings.base_url,
             api_key=settings.api_key,
             account=settings.account,
@@ -118,6 +120,9 @@ class OVClient:
             transport=transport,
             ca_file=settings.ov_ca_file,
         )
+        # with per-tenant keys alone (no apiKey) the key check asks as one of the tenants
+        client.probe_key = settings.api_key or next(iter(settings.user_api_keys.values()), None)
+        return client
 
     def scoped(self, *, peer: str | None = None, api_key: str | None = None) -> OVClient:
         """The same pool with another actor peer and/or API key (None keeps this client's)."""
@@ -219,8 +224,9 @@ class OVClient:
         """``ok``, or ``refuses key: ...`` when OV answers an authenticated call with 401: its
         ``/health`` is open to anyone, so a wrong or missing API key shows only here (a read of
         a session that does not exist: NOT_FOUND means the key was accepted)."""
+        asking = self if self.api_key or not self.probe_key else self.scoped(api_key=self.probe_key)
         try:
-            await asyncio.wait_for(self.get_session(KEY_PROBE_SESSION), timeout_s)
+            await asyncio.wait_for(asking.get_session(KEY_PROBE_SESSION), timeout_s)
         except OVRefused as exc:
             return f"refuses key: {exc}"
         except Exception:  # NOT_FOUND (accepted), or anything else: the key is not the problem

@@ -108,39 +108,58 @@ def test_a_commit_an_earlier_release_left_in_its_tenants_line_is_run_quietly(red
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and request.commit_id in r.getMessage()]
 
 
+def _commit_together(redis_client, settings, said: dict[str, str]) -> list[CommitRequest]:
+    """Sessions of one user (seeded in the fake OV already) committed together: overlapping."""
+    requests = [_request(redis_client, settings, sid) for sid in said]
+    assert drain_jobs(redis_client, settings, until=_final(redis_client, settings, *requests))
+    return requests
+
+
 def test_a_lost_extraction_is_flagged_and_repaired_once(redis_client, settings, fake_ov):
-    said = "We moved the launch to the ninth of March and Berta owns the budget."
-    _seed(fake_ov, "lost", said)  # nothing the fake OV extracts: the phase 2 writes no memory
-    request = _request(redis_client, settings, "lost")
-    assert drain_jobs(redis_client, settings, until=_final(redis_client, settings, request))
+    said = {
+        "lost": "We moved the launch to the ninth of March and Berta owns the budget.",
+        "lost-too": "The vendor contract renews in June; Dieter negotiates it this time.",
+    }
+    for sid, text in said.items():  # nothing the fake OV extracts: each phase 2 writes no memory
+        _seed(fake_ov, sid, text)
+    request, other = _commit_together(redis_client, settings, said)
     outcome = CommitRecords(redis_client, settings).outcome(request)
     assert (outcome.status, outcome.memories_extracted) == ("completed", 0)
-    repair = SessionAddress(repair_session_id(request.commit_id), "main", None)
+    repairs = [SessionAddress(repair_session_id(r.commit_id), "main", None) for r in (request, other)]
     repaired = CommitRecords(redis_client, settings)
 
-    def repair_final() -> bool:
-        outcomes = repaired.list(repair)
-        return bool(outcomes) and outcomes[-1].status in FINAL_STATUSES
+    def repairs_final() -> bool:
+        listed = [repaired.list(r) for r in repairs]
+        return all(outcomes and outcomes[-1].status in FINAL_STATUSES for outcomes in listed)
 
-    assert drain_jobs(redis_client, settings, until=repair_final)
+    assert drain_jobs(redis_client, settings, until=repairs_final)
     # the repair session holds the archive's user messages, and was committed alone
+    repair = repairs[0]
     written = [r for r in fake_ov.requests if r.url.path == f"/api/v1/sessions/{repair.ov_session_id}/messages/batch"]
-    assert len(written) == 1 and said in written[0].content.decode()
+    assert len(written) == 1 and said["lost"] in written[0].content.decode()
     assert [o.status for o in repaired.list(repair)] == ["completed"]
     lost = read_lost_extractions(redis_client, settings)
-    assert lost.lost_total == 1 and lost.repairs == {"completed": 1}
-    assert lost.newest[0][0].commit_id == request.commit_id
+    assert lost.lost_total == 2 and lost.repairs == {"completed": 2}
+    assert {entry.commit_id for entry, _, _ in lost.newest} == {request.commit_id, other.commit_id}
     # once per archive: looked at again, nothing more is written or committed
     assert run_check(redis_client, context_of(settings), request) == "already repaired"
-    assert read_lost_extractions(redis_client, settings).lost_total == 1
+    assert read_lost_extractions(redis_client, settings).lost_total == 2
     # the repair's own commit, which wrote no memory either, is not repaired in turn
     assert not redis_client.exists(Keys(settings.key_prefix).extraction_repair(repaired.list(repair)[0].commit_id))
 
 
+def test_a_lone_commit_that_wrote_nothing_had_nothing_to_lose(redis_client, settings, fake_ov):
+    # OV merges only a batch that spans sessions: a phase 2 alone cannot lose to the merge
+    _seed(fake_ov, "alone", "Please list the files in the project's build directory for me.")
+    [request] = _commit_together(redis_client, settings, {"alone": ""})
+    assert run_check(redis_client, context_of(settings), request) == "alone: nothing a merge could lose"
+    assert read_lost_extractions(redis_client, settings).lost_total == 0
+
+
 def test_a_commit_whose_user_said_nothing_substantive_is_not_repaired(redis_client, settings, fake_ov):
-    _seed(fake_ov, "greeting", "hi there")
-    request = _request(redis_client, settings, "greeting")
-    assert drain_jobs(redis_client, settings, until=_final(redis_client, settings, request))
+    for sid in ("greeting", "greeting-too"):
+        _seed(fake_ov, sid, "hi there")
+    request, _ = _commit_together(redis_client, settings, {"greeting": "", "greeting-too": ""})
     assert run_check(redis_client, context_of(settings), request) == "nothing lost"
     assert read_lost_extractions(redis_client, settings).lost_total == 0
 

@@ -28,8 +28,11 @@ def turns(n: int) -> list[dict[str, Any]]:
     ]
 
 
-def ov_commits(fake: FakeOV) -> int:
-    return sum(1 for method, path in fake.calls if method == "POST" and path.endswith("/commit"))
+def ov_commits(fake: FakeOV, session: str | None = None) -> int:
+    """Commits OV was asked for (of ``session`` only, when named: a repair of an extraction the
+    fake wrote nothing for commits a session of its own, workers.commits.repair)."""
+    ends = f"/sessions/{session}/commit" if session else "/commit"
+    return sum(1 for method, path in fake.calls if method == "POST" and path.endswith(ends))
 
 
 async def test_bypassed_session_is_not_compacted(make_rpc: Any, fake: FakeOV) -> None:
@@ -128,7 +131,7 @@ async def test_a_commit_in_flight_is_awaited_not_duplicated(rpc: Any) -> None:
     with running_worker(rpc):
         body = (await rpc.compact({"sessionId": SID})).json()
     assert body["reason"] == "commit_completed"
-    assert ov_commits(rpc.fake) == 1
+    assert ov_commits(rpc.fake, SID) == 1
     [outcome] = CommitRecords(rpc.redis, rpc.settings).list(SessionAddress(SID, "main", None))
     assert outcome.commit_id == pending.commit_id
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from core.config import Settings
 from core.ov.client import OVClient, OVError, OVRefused, OVUnavailable
 from core.ov.envelope import REFUSED_HINT
 from tests.helpers.ov import Recorder, client, err, ok
@@ -198,3 +199,21 @@ async def test_short_envelopes_of_the_fake_are_understood():
         with pytest.raises(OVError) as unknown:
             await ov.get_task("nope")
         assert unknown.value.details == {"resource": "nope", "type": "task"}
+
+
+@pytest.mark.parametrize(
+    ("keys", "said"),
+    [
+        ({"user_api_keys": {"alice": "key-a"}}, "ok"),  # tenant keys alone: asked as a tenant
+        ({"api_key": "key-a"}, "ok"),
+        ({"api_key": "not-a-key"}, "refuses key"),
+        ({}, "refuses key"),  # no key at all, against an OV in API-key mode
+    ],
+)
+async def test_the_key_check_asks_with_the_key_ovstream_acts_with(keys: dict, said: str) -> None:
+    fake = FakeOV(api_keys={"key-a": ("acme", "alice")})
+    ov = OVClient.from_settings(Settings(redis_url="fakeredis://", **keys), transport=fake.transport())
+    try:
+        assert (await ov.key_check(2.0)).startswith(said)
+    finally:
+        await ov.aclose()

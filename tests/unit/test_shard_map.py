@@ -58,7 +58,7 @@ def test_a_new_stream_waits_for_the_old_streams_of_its_tag_only() -> None:
         (ShardMap(1), 3, ShardMap(1, 1, 3, (0, 1))),
         (ShardMap(4), 6, "must be a multiple of 4"),
         (ShardMap(4), 2, "must be a multiple of 4"),
-        (ShardMap(4), 0, "must be a multiple of 4"),
+        (ShardMap(4), 0, "must be a positive count"),
         (ShardMap(4, 1, 8), 8, "already runs 8 shards"),
         (ShardMap(4, 1, 8, (0, 4)), 16, "generation 0 (4 shards) is still draining"),
     ],

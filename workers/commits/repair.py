@@ -18,26 +18,29 @@ unfinished looks again after ``REPAIR_WAIT_S``.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
+from typing import TypeVar
 
 import msgspec
 import redis as redis_lib
 
 from core.config import Settings
-from core.events import EVENT_VERSION, CommitRequest, EventDecodeError, decode, encode
+from core.events import EVENT_VERSION, CommitOutcome, CommitRequest, EventDecodeError, decode, encode
 from core.ov.client import OVError
 from core.ov.messages import OVMessage
-from core.repair import lost_extraction, repair_messages, repair_session_id, user_text
+from core.repair import lost_extraction, overlapped, repair_messages, repair_session_id, user_text
 from core.session import SessionAddress
 from workers import logs
 from workers.commits.context import JobContext, context_for
-from workers.commits.records import FINAL_STATUSES, CommitRecords
+from workers.commits.records import FINAL_STATUSES, OUTCOME_FIELD, CommitRecords
 from workers.commits.request import request_commit
 from workers.commits.run import schedule_extraction_check
 from workers.store.connection import optional_text, stream_entries
 from workers.store.keys import Keys
 
 log = logging.getLogger(__name__)
+_E = TypeVar("_E", bound=msgspec.Struct)
 
 REPAIR_WAIT_S = 5.0
 """How long a repair waits before looking again while another repair of its tenant runs."""
@@ -73,6 +76,8 @@ def run_check(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest) -
     outcome = CommitRecords(redis, settings).outcome(request)
     if outcome is None or not outcome.archive_uri:
         return "no archive"
+    if not overlapped((outcome.requested_at, outcome.finished_at or time.time()), _others(redis, settings, request)):
+        return "alone: nothing a merge could lose"
     ov, sid = ctx.ov(request.address), request.ov_session_id
     archive_id = outcome.archive_uri.rstrip("/").rsplit("/", 1)[-1]
     try:
@@ -131,6 +136,34 @@ async def _write_repair_session(
         await ov.add_messages(repair_sid, repair_messages(archive))
 
 
+OTHERS_READ = 500
+"""Most recent final outcomes, and in-flight commits, read for one that overlapped."""
+
+
+def _others(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) -> list[tuple[float, float | None]]:
+    """(asked for, final or None) of the other commits of ``request``'s OV user lately: the
+    newest final outcomes of the deployment and the commits in flight."""
+    keys = Keys(settings.key_prefix)
+    entries = stream_entries(redis.xrevrange(keys.commit_outcomes(), count=OTHERS_READ))
+    outcomes = [_decoded(fields.get(OUTCOME_FIELD.encode()), CommitOutcome) for _, fields in entries]
+    pipe = redis.pipeline(transaction=False)
+    for slot in redis.zrange(keys.commits_in_flight(), 0, OTHERS_READ - 1):
+        pipe.hget(optional_text(slot) or "", "req")
+    requests = [_decoded(raw, CommitRequest) for raw in pipe.execute()]
+    return [
+        (other.requested_at, other.finished_at if isinstance(other, CommitOutcome) else None)
+        for other in (*outcomes, *requests)
+        if other is not None and other.user == request.user and other.commit_id != request.commit_id
+    ]
+
+
+def _decoded(raw: bytes | None, kind: type[_E]) -> _E | None:
+    try:
+        return decode(raw, kind) if raw is not None else None
+    except EventDecodeError:
+        return None
+
+
 def _tenant(request: CommitRequest) -> str:
     return request.user or "-"
 
@@ -187,11 +220,7 @@ def read_lost_extractions(redis: redis_lib.Redis, settings: Settings, *, newest:
     by_state: dict[str, int] = {}
     shown: list[tuple[RepairEntry, str, int | None]] = []
     for _, fields in reversed(stream_entries(redis.xrevrange(keys.extraction_repairs(), count=200))):
-        raw = fields.get(b"e")
-        try:
-            entry = decode(raw, RepairEntry) if raw is not None else None
-        except EventDecodeError:
-            entry = None
+        entry = _decoded(fields.get(b"e"), RepairEntry)
         if entry is None:
             continue
         outcome = records.outcome(entry.repair)
