@@ -1,12 +1,13 @@
 """Lost memory extractions: found, said, and repaired once per archive (core.repair).
 
 A commit whose phase 2 completed with no memories has its archive looked at by the job
-``check_extraction`` (scheduled by the poller, workers.commits.run). When the archive held
-substantive user text the extraction counts as lost: it is counted (``Keys.extractions_lost``,
-``ovstream_extractions_lost_total``), listed (``Keys.extraction_repairs``: ``ovstream
-status``, the console), logged once, and repaired: the archive's user messages go to a repair
-session of the same user and agent, whose commit (an ordinary one, reason ``manual``) is
-recorded and followed as any other.
+``check_extraction`` (scheduled by the poller, workers.commits.run). When its phase 2
+overlapped another of its OV user (``core.repair.overlapped``: only then does OV merge
+extractions) and the archive held substantive user text, the extraction counts as lost: it
+is counted (``Keys.extractions_lost``, ``ovstream_extractions_lost_total``), listed
+(``Keys.extraction_repairs``: ``ovstream status``, the console), logged once, and repaired:
+the archive's user messages go to a repair session of the same user and agent, whose commit
+(an ordinary one, reason ``manual``) is recorded and followed as any other.
 
 Once per archive: a claim (``Keys.extraction_repair``, a string with the session state's
 lifetime) names the repair commit, and a job run again finds it. Repairs of one tenant run
