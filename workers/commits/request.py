@@ -85,12 +85,6 @@ def resume(
     """Put a lost in-flight commit back on the queue at the step it had reached (under a new
     job id: the lost job's may still exist). ``state`` "waiting": one an earlier release left
     in its tenant's line, enqueued now (logged at INFO: nothing was lost)."""
-    if state == "waiting":
-        log.info("commit %s waited in its tenant's line (an earlier release); enqueueing it", request.commit_id)
-        job_id = f"{request.commit_id}_again{int(now() * 1000)}"
-        redis.hset(inflight_key(settings, request), "job", job_id)
-        enqueue_commit(redis, settings, request, job_id=job_id)
-        return
     if outcome is not None and outcome.task_id:
         log.warning("commit %s lost its poll job; scheduling a new poll", request.commit_id)
         schedule_poll(
@@ -102,7 +96,10 @@ def resume(
             attempt=int(now() * 1000),
         )
     else:
-        log.warning("commit %s lost its job; enqueueing it again", request.commit_id)
+        if state == "waiting":  # an earlier release's line: nothing was lost
+            log.info("commit %s waited in its tenant's line (an earlier release); enqueueing it", request.commit_id)
+        else:
+            log.warning("commit %s lost its job; enqueueing it again", request.commit_id)
         job_id = f"{request.commit_id}_again{int(now() * 1000)}"
         redis.hset(inflight_key(settings, request), "job", job_id)
         enqueue_commit(redis, settings, request, job_id=job_id)
