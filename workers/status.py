@@ -18,10 +18,9 @@ from typing import Any
 import redis
 
 from core.config import Settings
-from core.events import CommitRequest, EventDecodeError, decode
 from core.scaling import CAPTURE_LAG_PER_REPLICA, capture_replicas
 from core.shard_map import ShardMap, StreamShard
-from workers.commits.api import commit_queue, outcome_status, read_lost_extractions
+from workers.commits.api import commit_queue, in_flight_requests, outcome_status, read_lost_extractions
 from workers.store.applied import parse_id
 from workers.store.connection import consumer_group, optional_text, stream_entries, text
 from workers.store.deployment import SHARDS_FIELD
@@ -207,22 +206,10 @@ def stalled_commits(oldest_s: float, oldest: str, jobs: dict[str, int], processe
 def oldest_in_flight(client: redis.Redis, settings: Settings, now: float) -> tuple[float, str]:
     """(seconds since the oldest in-flight commit was asked for, its id and session) among the
     first ``COMMIT_INDEX_SAMPLE`` of the index; (0, "") when none is in flight."""
-    slots = client.zrange(Keys(settings.key_prefix).commits_in_flight(), 0, COMMIT_INDEX_SAMPLE - 1)
-    if not slots:
+    requests = in_flight_requests(client, settings, COMMIT_INDEX_SAMPLE)
+    if not requests:
         return 0.0, ""
-    pipe = client.pipeline(transaction=False)
-    for slot in slots:
-        pipe.hget(text(slot), "req")
-    oldest: CommitRequest | None = None
-    for raw in pipe.execute():
-        try:
-            request = decode(raw, CommitRequest) if raw is not None else None
-        except EventDecodeError:
-            continue
-        if request is not None and (oldest is None or request.requested_at < oldest.requested_at):
-            oldest = request
-    if oldest is None:
-        return 0.0, ""
+    oldest = min(requests, key=lambda r: r.requested_at)
     return max(0.0, now - oldest.requested_at), f"{oldest.commit_id} of session {oldest.ov_session_id}"
 
 

@@ -1,7 +1,8 @@
 """What capture, the RPC and the status read model may use of the commit chain (an import
 contract keeps it so): ask for a commit (``request_commit``), wait for its outcome
 (``wait_commit_outcome``), read the record of truth (``CommitRecords``, ``FINAL_STATUSES``,
-``final_or_timeout``, ``outcome_status``, ``outcome_statuses_after``), count the queue's jobs
+``final_or_timeout``, ``outcome_status``, ``outcome_statuses_after``, ``in_flight_requests``),
+count the queue's jobs
 (``commit_queue``) and read the lost extractions and their repairs (``read_lost_extractions``).
 Everything else in ``workers.commits`` (the jobs, the repairs, the sweep, the worker) is the
 commit workers' own.
@@ -12,6 +13,7 @@ from workers.commits.records import (
     FINAL_STATUSES,
     CommitRecords,
     final_or_timeout,
+    in_flight_requests,
     outcome_status,
     outcome_statuses_after,
 )
@@ -24,6 +26,7 @@ __all__ = [
     "LostExtractions",
     "commit_queue",
     "final_or_timeout",
+    "in_flight_requests",
     "outcome_status",
     "outcome_statuses_after",
     "read_lost_extractions",

@@ -90,6 +90,25 @@ def load_outcome(redis: Any, commits_key: str, commit_id: str) -> CommitOutcome 
     return _parsed(redis.hget(commits_key, commit_id))
 
 
+def in_flight_requests(redis: redis_lib.Redis, settings: Settings, limit: int) -> list[CommitRequest]:
+    """The requests of the commits in flight (their slots named by ``Keys.commits_in_flight``),
+    at most ``limit``, in one pipelined read; a slot gone or unreadable is left out."""
+    slots = redis.zrange(Keys(settings.key_prefix).commits_in_flight(), 0, limit - 1)
+    if not slots:
+        return []
+    pipe = redis.pipeline(transaction=False)
+    for slot in slots:
+        pipe.hget(text(slot), "req")
+    requests = []
+    for raw in pipe.execute():
+        try:
+            if raw is not None:
+                requests.append(decode(raw, CommitRequest))
+        except EventDecodeError:
+            continue
+    return requests
+
+
 class CommitRecords:
     """The commit records of one deployment (``Settings.key_prefix``), bound to a connection."""
 

@@ -34,7 +34,7 @@ from core.repair import lost_extraction, overlapped, repair_messages, repair_ses
 from core.session import SessionAddress
 from workers import logs
 from workers.commits.context import JobContext, context_for
-from workers.commits.records import FINAL_STATUSES, OUTCOME_FIELD, CommitRecords
+from workers.commits.records import FINAL_STATUSES, OUTCOME_FIELD, CommitRecords, in_flight_requests
 from workers.commits.request import request_commit
 from workers.commits.run import schedule_extraction_check
 from workers.store.connection import optional_text, stream_entries
@@ -144,13 +144,9 @@ OTHERS_READ = 500
 def _others(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) -> list[tuple[float, float | None]]:
     """(asked for, final or None) of the other commits of ``request``'s OV user lately: the
     newest final outcomes of the deployment and the commits in flight."""
-    keys = Keys(settings.key_prefix)
-    entries = stream_entries(redis.xrevrange(keys.commit_outcomes(), count=OTHERS_READ))
+    entries = stream_entries(redis.xrevrange(Keys(settings.key_prefix).commit_outcomes(), count=OTHERS_READ))
     outcomes = [_decoded(fields.get(OUTCOME_FIELD.encode()), CommitOutcome) for _, fields in entries]
-    pipe = redis.pipeline(transaction=False)
-    for slot in redis.zrange(keys.commits_in_flight(), 0, OTHERS_READ - 1):
-        pipe.hget(optional_text(slot) or "", "req")
-    requests = [_decoded(raw, CommitRequest) for raw in pipe.execute()]
+    requests = in_flight_requests(redis, settings, OTHERS_READ)
     return [
         (other.requested_at, other.finished_at if isinstance(other, CommitOutcome) else None)
         for other in (*outcomes, *requests)
