@@ -2,11 +2,12 @@
 expire, through real ovstream processes on a Redis Cluster. Prints figures per simulated
 hour and draws them (bench/fleet.png); not a test.
 
-The day is compressed ``--minutes`` of wall time (a simulated hour is a 24th of it), and so
-are the lifetimes: ``sessionStateTtlS`` and ``snapshotTtlS`` are ``--state-ttl-hours`` of
-simulated time (at least a minute of wall time), a turn's recall block its 15 minutes, so
-sessions that ended expire within the run and Redis memory must level off while new
-sessions keep coming. Processes: a 3-master Redis Cluster (the store) and a
+Each day is compressed into ``--minutes`` of wall time (a simulated hour is a 24th of it),
+``--days`` of them (two by default: the second day shows the plateau), and so is every
+lifetime (``simulated_lifetimes``: each setting whose name ends ``_ttl_s`` or ``_max_age_s``,
+its default capped at ``--state-ttl-hours``, on the simulated clock; tests/unit check that
+none is left out), so sessions that ended expire within the run and Redis memory must level
+off while new sessions keep coming. Processes: a 3-master Redis Cluster (the store) and a
 plain Redis (the commit queue), ``--captures`` capture processes, ``--workers`` commit
 workers, ``--rpcs`` RPC processes, and the fake OV over HTTP in API-key mode (one user key
 per tenant) answering every call after 50-250 ms (``--ov-latency-ms``). The bench publishes
@@ -18,11 +19,16 @@ to assemble after a share of them, and samples every simulated hour:
 - OV requests per turn (the fake OV's own count, ``GET /_stats``);
 - XADD -> snapshot p99 (a sample of turns, until the session's snapshot holds them),
   assemble p99, commit latency p99 (requested -> final, from the outcome stream);
-- RQ jobs per commit (jobs the queue Redis keeps / commits: run it shorter than RQ's 500 s
-  result TTL, or the figure undercounts).
+- RQ jobs per commit (jobs the queue Redis keeps / commits);
+- sessions started, alive (a turn or commit within the state lifetime) and expired, and
+  Redis memory held for sessions alive, for sessions gone (must be ~0) and for the
+  deployment (streams, outcomes, process records);
+- each process's RSS.
 
-    .venv/bin/python bench/fleet.py [--sessions 3000] [--agents 300] [--tenants 10] [--turns 30000]
-                                    [--minutes 6] [--state-ttl-hours 3] [--captures 4] [--workers 2] [--rpcs 2]
+    .venv/bin/python bench/fleet.py [--sessions 2000] [--agents 300] [--tenants 10] [--turns 20000] [--days 2]
+                                    [--minutes 5] [--state-ttl-hours 3] [--captures 4] [--workers 2] [--rpcs 2]
+
+(``--sessions`` and ``--turns`` are per day.) The chart is drawn by bench/fleet_chart.py.
 
 The issue's full day is ``--sessions 100000 --agents 2000 --tenants 50 --turns 1000000``:
 more than two cores carry in ten minutes.
@@ -51,11 +57,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
 import redis
-from processes import OVSTREAM, spawn, stop, wait_http  # bench/processes.py
+from fleet_chart import draw  # bench/fleet_chart.py
+from processes import OVSTREAM, group_rss_bytes, spawn, stop, wait_http  # bench/processes.py
 from redis.cluster import RedisCluster
 
 from core.config import Settings
-from core.events import TurnEvent
+from core.events import CommitOutcome, TurnEvent, decode
 from core.turns import address_of
 from workers.commits.records import OUTCOME_FIELD
 from workers.dev.local_redis import free_port, start_redis_cluster, start_redis_server
@@ -68,6 +75,25 @@ from workers.store.streams import publish_turn
 
 SIM_DAY_S = 86_400
 HOURS = 24
+NOT_IN_REDIS = {"missing_session_ttl_s": "an RPC's memory of OV's 'no such session': seconds, in process"}
+"""Lifetime settings of nothing Redis keeps: not on the simulated clock."""
+
+
+def lifetime_settings() -> list[str]:
+    """Every setting that gives something kept in Redis its lifetime."""
+    return [n for n in Settings.model_fields if n.endswith(("_ttl_s", "_max_age_s")) and n not in NOT_IN_REDIS]
+
+
+def simulated_lifetimes(state_ttl_s: float, compression: float) -> dict[str, str]:
+    """The environment putting every lifetime on the simulated clock: its default, at most
+    ``state_ttl_s`` (simulated), compressed as the day is; at least 1 s and what the setting allows."""
+    env = {}
+    for name in lifetime_settings():
+        info = Settings.model_fields[name]
+        floor = max([1, *(int(m.ge) for m in info.metadata if getattr(m, "ge", None) is not None)])
+        simulated = min(float(info.default), state_ttl_s)
+        env[f"OVSTREAM_{name.upper()}"] = str(max(floor, math.ceil(simulated / compression)))
+    return env
 
 
 def arrival_weight(hour: float) -> float:
@@ -86,6 +112,9 @@ class Session:
     gap_s: float
     """Simulated seconds between its turns."""
     sent: int = 0
+    last_s: float = -math.inf
+    """Simulated second of its newest turn."""
+    ov_session_id: str = ""
     transcript: list[dict[str, Any]] = field(default_factory=list)
 
     def due_s(self) -> float:
@@ -98,8 +127,8 @@ def plan_sessions(args: argparse.Namespace, rng: random.Random) -> list[Session]
     weights = [arrival_weight(h) for h in hours]
     mean_turns = max(1.0, args.turns / args.sessions)
     sessions = []
-    for i in range(args.sessions):
-        hour = rng.choices(range(HOURS), weights)[0]
+    for i in range(args.sessions * args.days):
+        hour = rng.choices(range(HOURS), weights)[0] + HOURS * (i // args.sessions)
         turns = max(1, min(int(rng.expovariate(1 / mean_turns)) + 1, int(mean_turns * 6)))
         sessions.append(
             Session(
@@ -114,7 +143,7 @@ def plan_sessions(args: argparse.Namespace, rng: random.Random) -> list[Session]
     return sessions
 
 
-def next_turn(session: Session) -> TurnEvent:
+def next_turn(session: Session, now_s: float) -> TurnEvent:
     i = session.sent
     before = len(session.transcript)
     session.transcript += [
@@ -122,6 +151,7 @@ def next_turn(session: Session) -> TurnEvent:
         {"role": "assistant", "content": [{"type": "text", "text": f"answer {i}: " + "shards, leases, queues. " * 16}]},
     ]
     session.sent += 1
+    session.last_s = now_s
     return TurnEvent(
         event_id=uuid.uuid4().hex,
         session_id=session.sid,
@@ -140,6 +170,7 @@ class Hourly:
     turns: int = 0
     snapshot_ms: list[float] = field(default_factory=list)
     assemble_ms: list[float] = field(default_factory=list)
+    commit_ms: list[float] = field(default_factory=list)
 
 
 def p99(values: list[float]) -> float:
@@ -170,7 +201,10 @@ class Fleet:
 
     def _start(self, args: argparse.Namespace, work: Path) -> None:
         self.prefix = f"fleet{uuid.uuid4().hex[:6]}"
-        ttl_s = max(60, int(args.state_ttl_hours * 3600 / self.compression))
+        lifetimes = simulated_lifetimes(args.state_ttl_hours * 3600, self.compression)
+        ttl_s = int(lifetimes["OVSTREAM_SESSION_STATE_TTL_S"])
+        self.alive_s = max(ttl_s, int(lifetimes["OVSTREAM_SNAPSHOT_TTL_S"])) * self.compression
+        """A session's keys outlive its last turn or commit by this much simulated time."""
         keys = {f"t{t}": f"key-t{t}" for t in range(args.tenants)}
         self.ov_port = free_port()
         base = {k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")}
@@ -185,10 +219,7 @@ class Fleet:
             "OVSTREAM_USER_API_KEYS": json.dumps(keys),
             "OVSTREAM_API_KEY": "key-t0",
             "OVSTREAM_COMMIT_TOKEN_THRESHOLD": str(args.commit_tokens),
-            "OVSTREAM_SESSION_STATE_TTL_S": str(ttl_s),
-            "OVSTREAM_SNAPSHOT_TTL_S": str(ttl_s),
-            # a turn's recall block: its 15 minutes, in the day's compressed time
-            "OVSTREAM_RECALL_TURN_TTL_S": str(max(1, int(900 / self.compression))),
+            **lifetimes,
             "OVSTREAM_PHASE2_POLL_INTERVAL_S": "0.5",
         }
         self.settings = Settings(
@@ -223,6 +254,22 @@ class Fleet:
     def cpu(self) -> dict[str, float]:
         return {kind: sum(cpu_seconds(p.pid) for p in procs) for kind, procs in self.procs.items()}
 
+    def rss(self) -> dict[str, int]:
+        """Each ovstream process's resident memory (its process group's), by name."""
+        return {
+            f"{kind}{n}": group_rss_bytes(p.pid)
+            for kind in ("rpc", "capture", "worker")
+            for n, p in enumerate(self.procs[kind])
+        }
+
+    def last_commits(self) -> dict[str, float]:
+        """OV session id -> wall time its newest recorded commit finished (touching its state)."""
+        out: dict[str, float] = {}
+        for outcome in outcomes(self):
+            if outcome.finished_at:
+                out[outcome.ov_session_id] = max(out.get(outcome.ov_session_id, 0.0), outcome.finished_at)
+        return out
+
     def ov_requests(self) -> int:
         return int(httpx.get(f"http://127.0.0.1:{self.ov_port}/_stats", timeout=5).json()["requests"])
 
@@ -247,13 +294,52 @@ def snapshot_holds(store: RedisCluster, settings: Settings, event: TurnEvent, en
     return stored is not None and parse_id(stored.decode()) >= parse_id(entry_id)
 
 
+class Census:
+    """Which sessions have started, which are alive (their keys may be kept), which expired."""
+
+    def __init__(self, fleet: Fleet, started_wall: float) -> None:
+        self.fleet, self.started_wall = fleet, started_wall
+        self.grace_s = GRACE_WALL_S * fleet.compression
+        self.seen: dict[str, Session] = {}
+        self.touched: dict[str, float] = {}
+
+    def count(self, now_s: float, sessions: list[Session]) -> dict[str, int]:
+        for session in sessions:
+            if session.ov_session_id:
+                self.seen[session.ov_session_id] = session
+        for sid, wall in self.fleet.last_commits().items():
+            self.touched[sid] = (wall - self.started_wall) * self.fleet.compression
+        alive = sum(1 for sid in self.seen if self.alive(sid, now_s))
+        return {"started": len(self.seen), "alive": alive, "expired": len(self.seen) - alive}
+
+    def alive(self, ov_session_id: str, now_s: float) -> bool:
+        session = self.seen[ov_session_id]
+        touched = max(session.last_s, self.touched.get(ov_session_id, -math.inf))
+        return touched + self.fleet.alive_s + self.grace_s > now_s
+
+    def owner(self, now_s: float):  # type: ignore[no-untyped-def]
+        """Whose a key is: ``alive``, ``gone`` (a session past its lifetime) or ``deployment``."""
+
+        def of(key: str) -> str:
+            for part in key.rsplit(":", 2)[-2:]:
+                if part in self.seen:
+                    return "alive" if self.alive(part, now_s) else "gone"
+            return "deployment"
+
+        return of
+
+
+GRACE_WALL_S = 5.0
+"""A session's keys may be written this long (wall time) after its last turn or commit."""
+
+
 def run(args: argparse.Namespace) -> None:
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"ovstream-fleet-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)
     sessions = sorted(plan_sessions(args, rng), key=lambda s: s.start_s)
     fleet = Fleet(args, work)
-    hours: list[Hourly] = [Hourly() for _ in range(HOURS)]
+    hours: list[Hourly] = [Hourly() for _ in range(HOURS * args.days)]
     samples: list[dict[str, Any]] = []
     watched: list[tuple[TurnEvent, str, float, int]] = []
     watched_lock = threading.Lock()
@@ -290,21 +376,47 @@ def run(args: argparse.Namespace) -> None:
                         watched.remove(item)
             time.sleep(0.02)
 
+    def sample(hour: float, now_s: float, sent_total: int, active: int) -> None:
+        counts = census.count(now_s, sessions)
+        memory = read_memory(fleet.store, fleet.settings, sample=2_000_000, owner=census.owner(now_s))
+        cpu = fleet.cpu()
+        samples.append(
+            {
+                "hour": hour,
+                "turns": sent_total,
+                **counts,
+                "memory": {k: v.bytes for k, v in memory.families.items()},
+                "owners": memory.by_owner,
+                "rss": fleet.rss(),
+                "cpu": {k: cpu[k] - cpu0.get(k, 0.0) for k in cpu},
+                "ov_requests": fleet.ov_requests() - ov0,
+            }
+        )
+        h = samples[-1]
+        print(
+            f"hour {h['hour']:>5.1f}: {h['turns']:>7,} turns, redis {sum(h['memory'].values()) / 1e6:7.2f} MB "
+            f"({h['owners'].get('gone', 0) / 1e6:.2f} of sessions gone), {counts['alive']:>5} sessions alive, "
+            f"{active:>5} mid-conversation",
+            flush=True,
+        )
+
     watcher = threading.Thread(target=watch_snapshots, daemon=True)
     watcher.start()
     try:
-        started, next_sample_h = time.monotonic(), 1
+        started, started_wall, next_sample_h = time.monotonic(), time.time(), 1
+        census = Census(fleet, started_wall)
         active: list[Session] = []
         upcoming = list(sessions)
         sent_total, cpu0, ov0 = 0, fleet.cpu(), fleet.ov_requests()
-        while True:
+        while upcoming or active:
             now_s = fleet.sim_now(started)
-            hour = min(HOURS - 1, int(now_s // 3600))
+            hour = min(len(hours) - 1, int(now_s // 3600))
             while upcoming and upcoming[0].start_s <= now_s:
                 active.append(upcoming.pop(0))
-            due = [s for s in active if s.due_s() <= now_s]
-            for session in due:
-                event = next_turn(session)
+            for session in [s for s in active if s.due_s() <= now_s]:
+                event = next_turn(session, now_s)
+                if not session.ov_session_id:
+                    session.ov_session_id = address_of(event, fleet.settings.agent_prefix).ov_session_id
                 sent_at = time.monotonic()
                 entry_id = publish_turn(fleet.store, fleet.settings, event)
                 sent_total += 1
@@ -316,34 +428,18 @@ def run(args: argparse.Namespace) -> None:
                     callers.submit(assemble, session, list(session.transcript), hour)
                 if session.sent >= session.turns:
                     active.remove(session)
-            if now_s >= next_sample_h * 3600 or (not upcoming and not active):
-                memory = read_memory(fleet.store, fleet.settings, sample=2_000_000)
-                cpu = fleet.cpu()
-                samples.append(
-                    {
-                        "hour": next_sample_h,
-                        "turns": sent_total,
-                        "memory": {k: v.bytes for k, v in memory.families.items()},
-                        "cpu": {k: cpu[k] - cpu0.get(k, 0.0) for k in cpu},
-                        "ov_requests": fleet.ov_requests() - ov0,
-                    }
-                )
-                h = samples[-1]
-                print(
-                    f"hour {h['hour']:>2}: {h['turns']:>7,} turns, redis {sum(h['memory'].values()) / 1e6:7.2f} MB, "
-                    f"{len(active):>5} sessions mid-conversation",
-                    flush=True,
-                )
+            if now_s >= next_sample_h * 3600:
+                sample(next_sample_h, now_s, sent_total, len(active))
                 next_sample_h += 1
-                if not upcoming and not active:
-                    break
             time.sleep(0.005)
         callers.shutdown(wait=True)
-        time.sleep(5)  # the last turns' snapshots and commits
+        time.sleep(GRACE_WALL_S)  # the last turns' snapshots and commits
+        now_s = fleet.sim_now(started)
+        sample(now_s / 3600, now_s, sent_total, 0)
         stop_watch.set()
         if failures:
             raise SystemExit(f"{len(failures)} assemble(s) answered 5xx, the first: {failures[0]}")
-        report(args, fleet, sessions, hours, samples, sent_total, started)
+        report(args, fleet, sessions, hours, samples, sent_total, started, started_wall)
     finally:
         stop_watch.set()
         callers.shutdown(wait=False, cancel_futures=True)
@@ -351,16 +447,9 @@ def run(args: argparse.Namespace) -> None:
         fleet.close()
 
 
-def commit_latencies(fleet: Fleet) -> list[float]:
-    from core.events import CommitOutcome, decode
-
-    out = []
+def outcomes(fleet: Fleet) -> list[CommitOutcome]:
     entries = stream_entries(fleet.store.xrange(Keys(fleet.prefix).commit_outcomes()))
-    for _, fields in entries:
-        outcome = decode(fields[OUTCOME_FIELD.encode()], CommitOutcome)
-        if outcome.finished_at and outcome.requested_at:
-            out.append((outcome.finished_at - outcome.requested_at) * 1000)
-    return out
+    return [decode(fields[OUTCOME_FIELD.encode()], CommitOutcome) for _, fields in entries]
 
 
 def report(
@@ -371,14 +460,20 @@ def report(
     samples: list[dict[str, Any]],
     turns: int,
     started: float,
+    started_wall: float,
 ) -> None:
-    commits = commit_latencies(fleet)
+    done = [o for o in outcomes(fleet) if o.finished_at and o.requested_at]
+    for o in done:  # each commit's latency in the simulated hour it was asked for
+        hour = int((o.requested_at - started_wall) * fleet.compression // 3600)
+        hours[min(max(hour, 0), len(hours) - 1)].commit_ms.append((o.finished_at - o.requested_at) * 1000)  # type: ignore[operator]
+    commits = [v for h in hours for v in h.commit_ms]
     jobs = sum(1 for _ in fleet.queue_client.scan_iter(match="rq:job:*", count=1000))
     last = samples[-1]
     print()
     print(
-        f"fleet day: {len(sessions):,} sessions, {args.agents:,} agents, {args.tenants} tenants, {turns:,} turns in "
-        f"{time.monotonic() - started:.0f} s ({fleet.compression:.0f}x), state kept {args.state_ttl_hours:g} h"
+        f"fleet: {args.days} day(s), {len(sessions):,} sessions, {args.agents:,} agents, {args.tenants} tenants, "
+        f"{turns:,} turns run in {time.monotonic() - started:.0f} s ({fleet.compression:.0f}x), "
+        f"state kept {fleet.alive_s / 3600:.1f} simulated h"
     )
     for kind, seconds in sorted(last["cpu"].items()):
         print(f"  CPU s per 1,000 turns, {kind:<8} {seconds / max(1, turns) * 1000:8.2f}")
@@ -388,52 +483,44 @@ def report(
     print(f"  XADD -> snapshot p99 ms       {p99(snap):8.1f}  ({len(snap)} turns watched)")
     print(f"  assemble p99 ms               {p99(asm):8.1f}  ({len(asm)} calls)")
     print(f"  commit latency p99 ms         {p99(commits):8.1f}  ({len(commits)} commits)")
-    print(f"  RQ jobs per commit            {jobs / max(1, len(commits)):8.2f}")
+    print(f"  RQ jobs per commit            {jobs / max(1, len(commits)):8.2f}  (RQ keeps a job's result 500 s)")
+    for s in samples:
+        if s is last or s["hour"] % HOURS == 0:
+            total, owners = sum(s["memory"].values()), s["owners"]
+            need, gone = owners.get("alive", 0) + owners.get("deployment", 0), owners.get("gone", 0)
+            print(
+                f"  hour {s['hour']:5.1f}: Redis {total / 1e6:6.2f} MB for {s['alive']:,} sessions alive, they need "
+                f"{need / 1e6:6.2f} MB ({total / max(1, need):.2f}x; sessions gone {gone / 1e6:.2f} MB)"
+            )
     peak = max(sum(s["memory"].values()) for s in samples)
     print(f"  Redis memory: peak {peak / 1e6:.2f} MB, end {sum(last['memory'].values()) / 1e6:.2f} MB")
+    rss = {name: [s["rss"][name] for s in samples if name in s["rss"]] for name in last["rss"]}
+    print(
+        "  RSS MiB, first hour -> end (peak): "
+        + ", ".join(f"{n} {v[0] / 2**20:.0f} -> {v[-1] / 2**20:.0f} ({max(v) / 2**20:.0f})" for n, v in rss.items())
+    )
     out = Path(__file__).with_name("fleet.json")
-    out.write_text(json.dumps({"args": vars(args), "samples": samples}, indent=1))
-    draw(args, hours, samples)
-
-
-def draw(args: argparse.Namespace, hours: list[Hourly], samples: list[dict[str, Any]]) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("  (no chart: pip install matplotlib)")
-        return
-    fig, axes = plt.subplots(3, 1, figsize=(9, 10), sharex=True)
-    xs = [s["hour"] for s in samples]
-    peak = {f: max(s["memory"].get(f, 0) for s in samples) for s in samples for f in s["memory"]}
-    shown = sorted(peak, key=lambda f: -peak[f])[:6]
-    series = [[s["memory"].get(f, 0) / 1e6 for s in samples] for f in shown]
-    series.append([sum(v for f, v in s["memory"].items() if f not in shown) / 1e6 for s in samples])
-    axes[0].stackplot(xs, series, labels=[*shown, "every other family"])
-    axes[0].set_ylabel("Redis MB by key family")
-    axes[0].legend(loc="upper left", fontsize=8, ncol=2, framealpha=0.6)
-    axes[1].bar(range(1, HOURS + 1), [h.turns for h in hours], color="tab:gray")
-    axes[1].set_ylabel("turns per simulated hour")
-    axes[2].plot(range(1, HOURS + 1), [p99(h.snapshot_ms) for h in hours], label="XADD -> snapshot p99")
-    axes[2].plot(range(1, HOURS + 1), [p99(h.assemble_ms) for h in hours], label="assemble p99")
-    axes[2].set_ylabel("ms")
-    axes[2].set_xlabel("simulated hour")
-    axes[2].legend()
-    fig.suptitle(f"ovstream, a simulated day: {args.sessions:,} sessions, {args.turns:,} turns")
-    out = Path(__file__).with_name("fleet.png")
-    fig.savefig(out, dpi=90)
-    print(f"  chart: {out}")
+    hourly = [
+        {
+            "turns": h.turns,
+            "commit_p99_ms": p99(h.commit_ms),
+            "snapshot_p99_ms": p99(h.snapshot_ms),
+            "assemble_p99_ms": p99(h.assemble_ms),
+        }
+        for h in hours
+    ]
+    out.write_text(json.dumps({"args": vars(args), "turns": turns, "samples": samples, "hours": hourly}, indent=1))
+    draw(args, turns, hourly, samples, Path(__file__).with_name("fleet.png"))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=3000)
+    parser.add_argument("--sessions", type=int, default=2000, help="sessions a day")
     parser.add_argument("--agents", type=int, default=300)
     parser.add_argument("--tenants", type=int, default=10)
-    parser.add_argument("--turns", type=int, default=30000)
-    parser.add_argument("--minutes", type=float, default=6.0, help="wall time of the simulated day")
+    parser.add_argument("--turns", type=int, default=20000, help="turns a day")
+    parser.add_argument("--days", type=int, default=2)
+    parser.add_argument("--minutes", type=float, default=5.0, help="wall time of each simulated day")
     parser.add_argument("--state-ttl-hours", type=float, default=3.0, help="simulated hours state is kept")
     parser.add_argument("--captures", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)

@@ -43,15 +43,31 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-def group_cpu_seconds(pgid: int) -> float:
-    """CPU seconds (user + system) used so far by the live processes of group ``pgid``
-    (a process started by ``spawn`` and every worker it forked), from /proc."""
-    total = 0
+def _group(pgid: int) -> list[tuple[str, list[str]]]:
+    """(pid, the fields of /proc/<pid>/stat after the name) of each live process of group ``pgid``."""
+    found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue  # gone meanwhile
         if int(fields[2]) == pgid:  # fields after the name: state ppid pgrp ... utime(12) stime(13)
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+            found.append((stat.parent.name, fields))
+    return found
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """CPU seconds (user + system) used so far by the live processes of group ``pgid``
+    (a process started by ``spawn`` and every worker it forked), from /proc."""
+    return sum(int(f[11]) + int(f[12]) for _, f in _group(pgid)) / os.sysconf("SC_CLK_TCK")
+
+
+def group_rss_bytes(pgid: int) -> int:
+    """Resident memory of the live processes of group ``pgid`` (/proc/<pid>/statm)."""
+    total = 0
+    for pid, _ in _group(pgid):
+        try:
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+        except (OSError, IndexError):
+            continue
+    return total * os.sysconf("SC_PAGE_SIZE")

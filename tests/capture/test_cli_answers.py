@@ -57,3 +57,31 @@ def test_version_is_the_packages(env: dict[str, str]) -> None:
         if line.startswith("version = ")
     )
     assert _run(env, "--version")[1] == [f"ovstream {version}"]
+
+
+def _demo(env: dict[str, str], *argv: str) -> tuple[int, str]:
+    done = subprocess.run(
+        [*ovstream_command(), "demo", "--fake-ov", *argv], env=env, capture_output=True, text=True, timeout=240
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_the_demo_leaves_no_key_in_a_redis_it_did_not_start(env: dict[str, str], redis_client: Any) -> None:
+    before = set(redis_client.scan_iter(count=1000))
+    code, text = _demo(env)
+    assert code == 0, text
+    assert "removed the demo's" in text and "--keep leaves them" in text
+    assert set(redis_client.scan_iter(count=1000)) - before == set(), text  # nothing of its own left behind
+
+
+def test_the_demo_kept_prints_a_commits_command_that_finds_them(env: dict[str, str], redis_client: Any) -> None:
+    code, text = _demo(env, "--keep")
+    assert code == 0, text
+    line = next(line for line in text.splitlines() if "its commits: " in line)
+    command = line.split("its commits: ", 1)[1].split()
+    assignments = dict(word.split("=", 1) for word in command if "=" in word and not word.startswith("-"))
+    argv = command[command.index("ovstream") + 1 :]
+    code, _, said = _run({**env, **assignments}, *argv)  # pasted as printed
+    assert code == 0 and "completed" in said and "no commits recorded" not in said, said
+    prefix = assignments["OVSTREAM_KEY_PREFIX"]
+    assert any(redis_client.scan_iter(match=f"{prefix}:*", count=1000))

@@ -22,6 +22,10 @@ from tests.helpers.console import (
     CREDENTIALS,
     KEY,
     OPS_TOKEN,
+    OTHER_AGENT_SESSION,
+    TENANT_SESSION,
+    TENANT_TOKEN,
+    USER_API_KEYS,
     VIEWER_TOKEN,
     browser_or_skip,
     seed,
@@ -41,7 +45,9 @@ PAGE_WAIT_S = 60
 @pytest.fixture
 def console(redis_settings: dict[str, Any]) -> Iterator[tuple[str, Any]]:
     """The RPC served on a loopback port with something to show; (its URL, the seeding's facts)."""
-    settings = Settings(**{**TEST_SETTINGS, **redis_settings, "rpc_credentials": CREDENTIALS})
+    settings = Settings(
+        **{**TEST_SETTINGS, **redis_settings, "rpc_credentials": CREDENTIALS, "user_api_keys": USER_API_KEYS}
+    )
     fake = FakeOV()
     client = connect(settings)
     app = create_app(settings, ov_transport=fake.transport())
@@ -107,7 +113,7 @@ def test_the_deployment_page_shows_what_the_status_api_says(console: Any, browse
     url, seeded = console
     _sign_in(browser, url, OPS_TOKEN)
     api = httpx.get(f"{url}/v1/status", headers={"authorization": f"Bearer {OPS_TOKEN}"}).json()
-    assert int(_text(browser, "#dead-letters")) == api["dead_letters"] == 1
+    assert int(_text(browser, "#dead-letters")) == api["dead_letters"] == 3
     assert int(_text(browser, "#in-flight")) == api["commits_in_flight"]
     assert int(_text(browser, "#shards")) == len(api["shards"])
     waiting = sum((s["unread"] or 0) + s["pending"] for s in api["shards"])
@@ -126,7 +132,30 @@ def test_the_deployment_page_shows_what_the_status_api_says(console: Any, browse
     browser.find_element(By.CSS_SELECTOR, f"input[value='{seeded.dead_letter_id}']").click()
     _submit(browser, browser.find_element(By.ID, "replay"))  # ops acts as the service: it may replay
     assert "1 replayed, 0 released, 0 not" in _text(browser, "#message")  # what happened, as the CLI says it
-    assert httpx.get(f"{url}/v1/status", headers={"authorization": f"Bearer {OPS_TOKEN}"}).json()["dead_letters"] == 0
+    assert _dead_letters(url) == 2
+    assert not _errors(browser)
+
+
+def _dead_letters(url: str) -> int:
+    return int(httpx.get(f"{url}/v1/status", headers={"authorization": f"Bearer {OPS_TOKEN}"}).json()["dead_letters"])
+
+
+def test_replay_and_drop_say_what_they_did(console: Any, browser: webdriver.Chrome) -> None:
+    url, seeded = console
+    _sign_in(browser, url, OPS_TOKEN)
+    browser.find_element(By.CSS_SELECTOR, f"input[value='{seeded.undecodable_id}']").click()
+    _submit(browser, browser.find_element(By.ID, "replay"))
+    said = _text(browser, "#message")
+    assert said.startswith("0 replayed, 0 released, 1 not") and "kept: not replayable" in said  # kept, and why
+    assert seeded.undecodable_id in _text(browser, "#dead-letter-table") and _dead_letters(url) == 3
+    browser.execute_script("window.confirm = () => true")  # the drop asks first
+    browser.find_element(By.CSS_SELECTOR, f"input[value='{seeded.undecodable_id}']").click()
+    _submit(browser, browser.find_element(By.ID, "drop"))
+    assert _text(browser, "#message").startswith("1 dropped")
+    assert seeded.undecodable_id not in _text(browser, "#dead-letter-table") and _dead_letters(url) == 2
+    cookies = {c["name"]: c["value"] for c in browser.get_cookies()}
+    gone = httpx.post(f"{url}/console/dead-letters/drop", data={"id": seeded.undecodable_id}, cookies=cookies)
+    assert "0 dropped; 1 not found" in httpx.URL(gone.headers["location"]).params["message"]
     assert not _errors(browser)
 
 
@@ -170,6 +199,54 @@ def test_the_session_inspector_shows_what_the_model_got_and_why(console: Any, br
     _shot(browser, "subagent")
 
 
+def test_the_inspector_lists_recent_sessions_and_finds_one_by_id_for_any_agent(
+    console: Any, browser: webdriver.Chrome
+) -> None:
+    url, _ = console
+    _sign_in(browser, url, OPS_TOKEN)
+    browser.get(f"{url}/console/session")
+    listed = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#recent-table tr.recent td:first-child")]
+    assert OTHER_AGENT_SESSION in listed and TENANT_SESSION in listed  # newest first, every tenant for ops
+    browser.find_element(By.NAME, "id").send_keys(OTHER_AGENT_SESSION)  # the id alone: agent demo's session
+    _submit(browser, browser.find_element(By.CSS_SELECTOR, "form[action='/console/session'] button"))
+    assert _text(browser, "#agent") == "demo" and _text(browser, "#ov-session") == OTHER_AGENT_SESSION
+    assert _text(browser, "#answer-reason")  # its answer, not an empty page for agent main
+    browser.get(f"{url}/console/session")
+    link = browser.find_element(By.XPATH, f"//table[@id='recent-table']//a[code='{TENANT_SESSION}']")
+    _submit(browser, link)
+    assert _text(browser, "#ov-session") == TENANT_SESSION and "tenant acme" in _text(browser, "main p")
+    assert not _errors(browser)
+    _shot(browser, "recent")
+
+
+def test_a_tenant_credential_sees_only_its_tenant(console: Any, browser: webdriver.Chrome) -> None:
+    url, seeded = console
+    _sign_in(browser, url, TENANT_TOKEN)
+    letters = _text(browser, "#dead-letter-table")
+    assert seeded.tenant_letter_id in letters and seeded.dead_letter_id not in letters
+    assert seeded.undecodable_id not in letters
+    browser.get(f"{url}/console/session")
+    listed = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#recent-table tr.recent td:first-child")]
+    assert listed == [TENANT_SESSION]
+    browser.get(f"{url}/console/session?key={KEY}")  # another tenant's session, by its key
+    assert "No answer kept" in _text(browser, "main") and "No commits recorded" in _text(browser, "main")
+    assert not browser.find_elements(By.ID, "answer-table")
+    headers = {"authorization": f"Bearer {TENANT_TOKEN}"}
+    theirs = httpx.get(f"{url}/v1/sessions/inspect", params={"sessionKey": KEY}, headers=headers).json()
+    unknown = httpx.get(f"{url}/v1/sessions/inspect", params={"sessionKey": "agent:main:never"}, headers=headers)
+    assert {k: v for k, v in theirs.items() if k not in ("ov_session_id", "session_key", "now")} == {
+        k: v for k, v in unknown.json().items() if k not in ("ov_session_id", "session_key", "now")
+    }  # answered as an unknown session is
+    assert theirs["assembled"] is None and theirs["commits"] == []
+    by_id = httpx.get(f"{url}/v1/sessions/inspect", params={"sessionId": OTHER_AGENT_SESSION}, headers=headers)
+    assert by_id.json()["assembled"] is None
+    mine = httpx.get(f"{url}/v1/sessions/inspect", params={"sessionId": TENANT_SESSION}, headers=headers).json()
+    assert mine["assembled"] is not None and mine["tenant"] == "acme"
+    recent = httpx.get(f"{url}/v1/sessions/recent", headers=headers).json()["sessions"]
+    assert [r["ov_session_id"] for r in recent] == [TENANT_SESSION]
+    assert not _errors(browser)
+
+
 def test_a_viewer_may_look_but_not_act(console: Any, browser: webdriver.Chrome) -> None:
     url, seeded = console
     _sign_in(browser, url, VIEWER_TOKEN)
@@ -180,7 +257,7 @@ def test_a_viewer_may_look_but_not_act(console: Any, browser: webdriver.Chrome) 
     cookies = {c["name"]: c["value"] for c in browser.get_cookies()}
     refused = httpx.post(f"{url}/console/dead-letters/replay", data={"all": "1"}, cookies=cookies)
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "read_only"
-    assert httpx.get(f"{url}/v1/status", headers={"authorization": f"Bearer {OPS_TOKEN}"}).json()["dead_letters"] == 1
+    assert _dead_letters(url) == 3
 
 
 def test_a_wrong_token_is_refused_at_the_form(console: Any, browser: webdriver.Chrome) -> None:

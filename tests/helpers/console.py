@@ -33,12 +33,20 @@ CHILD = "44444444-4444-4444-8444-444444444444"
 CHILD_KEY = "agent:main:subagent:console-helper"
 OPS_TOKEN = "ops-token-0123456789abcdef"
 VIEWER_TOKEN = "viewer-token-0123456789abcdef"
+TENANT_TOKEN = "acme-token-0123456789abcdef"
+TENANT_OV_KEY = "acme-ov-key-0123"
+OTHER_AGENT_SESSION = "55555555-5555-4555-8555-555555555555"
+OTHER_AGENT_KEY = "agent:demo:console-other"
+TENANT_SESSION = "66666666-6666-4666-8666-666666666666"
+TENANT_KEY = "agent:main:acme-chat"
 ARTIFACTS = Path(os.environ.get("OVSTREAM_ARTIFACTS", Path(__file__).resolve().parents[2] / ".artifacts")) / "console"
 
 CREDENTIALS: dict[str, Any] = {
     "ops": {"token": OPS_TOKEN},  # acts as the service: may replay dead letters
-    "viewer": {"token": VIEWER_TOKEN, "ovKeys": ["viewer-ov-key-0123"]},  # may only look
+    "viewer": {"token": VIEWER_TOKEN, "serviceKey": False},  # sees every tenant, may only look
+    "acme": {"token": TENANT_TOKEN, "ovKeys": [TENANT_OV_KEY]},  # sees tenant acme's sessions only
 }
+USER_API_KEYS = {"acme": TENANT_OV_KEY}
 
 
 def browser_or_skip() -> tuple[str, str]:
@@ -55,6 +63,8 @@ def browser_or_skip() -> tuple[str, str]:
 class Seeded:
     recall_prompt: str
     dead_letter_id: str
+    undecodable_id: str
+    tenant_letter_id: str
 
 
 def _captured(client: redis.Redis, settings: Settings, sid: str, through: int) -> None:
@@ -102,10 +112,29 @@ def seed(base_url: str, fake: FakeOV, client: redis.Redis, settings: Settings, a
             consumer="capture-1",
         ),
     )
+    other = {"sessionId": OTHER_AGENT_SESSION, "sessionKey": OTHER_AGENT_KEY, "messages": oc_turns("hi"), "prompt": "x"}
+    assert rpc.post("/v1/assemble", json=other).status_code == 200  # agent demo's: found by id alone
+    acme = {"sessionId": TENANT_SESSION, "sessionKey": TENANT_KEY, "messages": oc_turns("acme's"), "prompt": "y"}
+    assert rpc.post("/v1/assemble", json=acme, headers={"x-openviking-api-key": TENANT_OV_KEY}).status_code == 200
+    undecodable = _dead_letter(client, settings, b"{not a turn")
+    tenant_letter = _dead_letter(client, settings, encode(turn("acme-dead", 0, user="acme")))
     _lag_samples(client, settings)
-    inspect = f"/v1/sessions/inspect?sessionKey={KEY}"
-    wait_for(lambda: rpc.get(inspect).json()["assembled"] is not None, "the answer's trace kept")
-    return Seeded(prompt, dead.decode())
+    for query in (f"sessionKey={KEY}", f"sessionId={OTHER_AGENT_SESSION}", f"sessionId={TENANT_SESSION}&user=acme"):
+        wait_for(lambda q=query: rpc.get(f"/v1/sessions/inspect?{q}").json()["assembled"] is not None, f"{query} kept")
+    return Seeded(prompt, dead.decode(), undecodable, tenant_letter)
+
+
+def _dead_letter(client: redis.Redis, settings: Settings, payload: bytes) -> str:
+    fields = dead_letter_fields(
+        stream=Keys(settings.key_prefix).stream(0),
+        entry_id="1700000000001-0",
+        payload=payload,
+        reason="failed",
+        error="OV answered 500 (3 deliveries)",
+        deliveries=3,
+        consumer="capture-1",
+    )
+    return client.xadd(Keys(settings.key_prefix).dead_letters(), fields).decode()
 
 
 def _lag_samples(client: redis.Redis, settings: Settings) -> None:

@@ -13,7 +13,7 @@ from core.config import Settings
 from tests.helpers.waiting import eventually
 from workers.store import versions as versions_module
 from workers.store.connection import connect_async
-from workers.store.versions import SnapshotVersions
+from workers.store.versions import SnapshotVersions, _entry_bytes
 
 SNAP = "ovstream:{s1}:snapshot:-.main:sess"
 TURN = "ovstream:{s1}:last-turn:sess"
@@ -147,10 +147,15 @@ async def test_a_new_turn_drops_the_kept_answer_of_every_agent_of_the_session(ve
     writer.close()
 
 
-def test_kept_answers_are_bounded() -> None:
-    kept = SnapshotVersions(connect_async(Settings()), Settings(), capacity=2)
+def test_kept_answers_are_bounded_by_bytes() -> None:
+    one = _entry_bytes("snap-0", "turn", [b"1-0", b"17", 9, b"t"])
+    kept = SnapshotVersions(connect_async(Settings()), Settings(), max_bytes=2 * one)
     for i in range(5):
-        kept._keep(f"snap-{i}", "turn", [i])
+        kept._keep(f"snap-{i}", "turn", [b"1-0", b"17", 9, b"t"])
     assert list(kept._kept) == ["snap-3", "snap-4"] and kept._owners == {"turn": {"snap-3", "snap-4"}}
+    assert kept.bytes == 2 * one
+    kept._keep("snap-4", "turn", [b"1-0", b"17", 9, b"t" * 2 * one])  # one larger answer pushes out the rest
+    assert list(kept._kept) == [] and kept.bytes == 0 and not kept._owners
+    kept._keep("snap-5", "turn", [b"1-0", b"17", 9, b"t"])
     kept.invalidate([b"turn"])
-    assert not kept._kept and not kept._owners
+    assert not kept._kept and not kept._owners and kept.bytes == 0

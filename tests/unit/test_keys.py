@@ -58,7 +58,7 @@ def test_the_commits_glob_finds_the_sessions_commits_under_every_scope_and_no_ot
         redis.hset(keys.commits(3, scope, sid), "c", "x")
     redis.hset(keys.commits(3, scope_of(None, "main"), sid + "-other"), "c", "x")
     redis.hset(keys.snapshot(3, scope_of(None, "main"), sid), "c", "x")
-    found = {keys.scope_of_commits(k, 3, sid) for k in redis.scan_iter(match=keys.commits_glob(3, sid))}
+    found = {keys.scope_in("commits", k, 3, sid) for k in redis.scan_iter(match=keys.session_glob("commits", 3, sid))}
     assert found == scopes
 
 

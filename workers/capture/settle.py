@@ -19,6 +19,7 @@ the entries being applied is there already.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from cachetools import LRUCache
@@ -29,8 +30,11 @@ from workers.store.applied import AppliedState, Intent, parse_id
 
 log = logging.getLogger("ovstream.capture")
 
-RECORDED_SESSIONS = 100_000
-"""Sessions whose last record one capture process remembers (about 100 bytes each)."""
+RECORDED_BYTES = 32 * 1024 * 1024
+"""Most bytes one capture process keeps of what it last recorded of each session."""
+RECORD_BYTES = 300
+"""One record besides its key: the tuples, their ints and the cache's own entry (measured
+~430 bytes with a 70-character key)."""
 
 
 async def ov_total(ov: OVClient, ov_session_id: str) -> int:
@@ -64,12 +68,13 @@ async def settled_total(ov: OVClient, ov_session_id: str, recheck_s: float) -> i
 class RecordedStates:
     """What this process last recorded of each session: its applied stream id and OV total."""
 
-    def __init__(self, size: int = RECORDED_SESSIONS) -> None:
-        self._records: LRUCache[str, tuple[tuple[int, int], int]] = LRUCache(size)
+    def __init__(self, max_bytes: int = RECORDED_BYTES) -> None:
+        self._records: LRUCache[str, tuple[tuple[int, int], int, int]] = LRUCache(max_bytes, getsizeof=lambda r: r[2])
 
     def remember(self, applied_key: str, state: AppliedState) -> None:
         if state.last_id is not None and state.total is not None:
-            self._records[applied_key] = (parse_id(state.last_id), state.total)
+            with contextlib.suppress(ValueError):  # larger than the whole budget: read again next time
+                self._records[applied_key] = (parse_id(state.last_id), state.total, len(applied_key) + RECORD_BYTES)
 
     def unconfirmed(self, applied_key: str, state: AppliedState) -> bool:
         """Whether ``state``, read from Redis, may lack writes: older than what this process
@@ -77,7 +82,7 @@ class RecordedStates:
         recorded = self._records.get(applied_key)
         if recorded is None:
             return True
-        last_id, total = recorded
+        last_id, total, _ = recorded
         return state.last_id is None or parse_id(state.last_id) < last_id or (state.total or 0) < total
 
 

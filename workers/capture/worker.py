@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 import redis as redis_lib
 import redis.asyncio as aioredis
+from cachetools import LRUCache
 
 from core import defaults
 from core.config import Settings
@@ -60,6 +61,9 @@ from workers.store.health import forget_health, record_health
 from workers.store.keys import Keys
 from workers.store.shard_map import follow_map
 from workers.store.strays import adopt_strays
+
+SCOPED_CLIENTS = 4096
+"""(tenant, agent) pairs whose OV client one capture process keeps (~1 KB each)."""
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +149,8 @@ class CaptureWorker:
         """Shard -> crashes of its consumer in a row."""
         self.restart_at: dict[StreamShard, float] = {}
         """Shard -> ``clock()`` time before which its crashed consumer is not started again."""
-        self._scoped: dict[tuple[str | None, str], OVClient] = {}
+        self._scoped: LRUCache[tuple[str | None, str], OVClient] = LRUCache(SCOPED_CLIENTS)
+        """(tenant, agent) -> its OV client (a view of the one pool, ~1 KB): the recent ones."""
         self.leases = ShardLeases(self.redis, self.keys, self.consumer, self.lease_ms, self.stats)
         self._redis_away_since: float | None = None
 

@@ -26,9 +26,10 @@ import redis.asyncio as aioredis
 
 from core.config import Settings
 from core.events import CommitOutcome, CommitRequest, CommitStatus, EventDecodeError, decode, encode
-from core.session import SessionAddress, shard_of, tenant_and_agent
+from core.session import SessionAddress
 from workers.store.connection import stream_entries, text
 from workers.store.keys import Keys, SessionKeys
+from workers.store.recent import addresses_by_keys
 from workers.store.scripts import CLAIM_STALE, DROP_IF_SCORE
 
 log = logging.getLogger(__name__)
@@ -257,11 +258,7 @@ class CommitRecords:
     def addresses_of(self, ov_session_id: str) -> builtins.list[SessionAddress]:
         """Every agent and tenant with commits recorded for the OV session ``ov_session_id``
         (an operator who knows the session id but not the agent its key names)."""
-        shard = shard_of(ov_session_id, self.settings.shards)
-        found = []
-        for key in self.redis.scan_iter(match=self.keys.commits_glob(shard, ov_session_id), count=1000):
-            tenant, agent_id = tenant_and_agent(self.keys.scope_of_commits(text(key), shard, ov_session_id))
-            found.append(SessionAddress(ov_session_id, agent_id, tenant))
+        found = addresses_by_keys(self.redis, self.settings, ov_session_id, ("commits",))
         return sorted(found, key=lambda a: (a.tenant or "", a.agent_id))
 
 

@@ -22,12 +22,13 @@ from contextlib import ExitStack
 from typing import Any
 
 import httpx
+import redis as redis_lib
 
 from core.config import Settings
 from core.ov.client import OVClient
 from workers.dev.demo_replay import DemoFailure, DemoInterrupted, DemoResult, Replay, load_sample
 from workers.dev.demo_report import format_assemble, format_outcomes, format_recall
-from workers.dev.demo_services import REPO_ROOT, ServiceError, provide_ov, provide_redis
+from workers.dev.demo_services import REPO_ROOT, ServiceError, forget_demo_keys, provide_ov, provide_redis
 from workers.dev.local_redis import port_free
 from workers.store.connection import connect
 
@@ -73,6 +74,11 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"commitKeepRecentCount for the demo (default {DEFAULT_KEEP_RECENT})",
     )
     parser.add_argument("--verbose", action="store_true", help="show the service's INFO logs on stderr")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave the demo's keys in a Redis it did not start (for `ovstream commits` afterwards)",
+    )
 
 
 def demo_settings(settings: Settings, **updates: Any) -> Settings:
@@ -180,7 +186,7 @@ def print_result(result: DemoResult) -> None:
             )
         )
         say()
-    say(f"== recorded commit outcomes (ovstream commits {result.session_id} --session-key {result.session_key}) ==")
+    say("== recorded commit outcomes ==")
     say(format_outcomes(result.outcomes))
     for note in result.notes:
         say(f"note: {note}")
@@ -226,11 +232,7 @@ async def serve_until_stopped(
         f"{'in-memory FakeOV (in this process)' if fake_ov else settings.base_url}"
     )
     if not settings.embedded_redis:
-        prefix = f" OVSTREAM_KEY_PREFIX={settings.key_prefix}" if settings.key_prefix.endswith(DEMO_SUFFIX) else ""
-        say(
-            f"         OVSTREAM_REDIS_URL={settings.redis_url}{prefix} ovstream commits {result.session_id} "
-            f"--session-key {result.session_key}"
-        )
+        say(f"         {commits_command(settings, result)}")
     say("         Ctrl-C stops everything the demo started")
     waiter = asyncio.create_task(stop.event.wait())
     try:
@@ -238,6 +240,24 @@ async def serve_until_stopped(
     finally:
         waiter.cancel()
     say("stopping")
+
+
+def _forget(redis_url: str, key_prefix: str, queue: str) -> None:
+    try:
+        gone = forget_demo_keys(redis_url, key_prefix, queue)
+    except redis_lib.RedisError as exc:
+        say(f"Redis: the demo's keys under {key_prefix}:* stay (removing them failed: {exc})")
+        return
+    say(f"Redis: removed the demo's {gone} key(s) under {key_prefix}:* and its queue (--keep leaves them)")
+
+
+def commits_command(settings: Settings, result: DemoResult) -> str:
+    """The command that lists the demo session's commits, with the Redis and prefix it ran with."""
+    prefix = f" OVSTREAM_KEY_PREFIX={settings.key_prefix}" if settings.key_prefix.endswith(DEMO_SUFFIX) else ""
+    return (
+        f"OVSTREAM_REDIS_URL={settings.redis_url}{prefix} ovstream commits {result.session_id} "
+        f"--session-key {result.session_key}"
+    )
 
 
 def _quiet_logs(args: argparse.Namespace) -> None:
@@ -275,6 +295,8 @@ def cli_demo(settings: Settings, args: argparse.Namespace) -> int:
                     f"Redis: the demo's keys go under {isolation['key_prefix']}:*, its jobs on queue "
                     f"{isolation['commit_queue']} (a service on that Redis is left alone)"
                 )
+                if not args.keep:
+                    stack.callback(_forget, redis_url, isolation["key_prefix"], isolation["commit_queue"])
             run_settings = demo_settings(
                 settings,
                 redis_url=redis_url,
@@ -300,6 +322,8 @@ def cli_demo(settings: Settings, args: argparse.Namespace) -> int:
             print(f"ovstream demo: FAILED: {exc}", file=sys.stderr, flush=True)
             say("stopping what the demo started")
             return 1
+        if redis_kind == "configured" and args.keep and not args.serve:
+            say(f"the demo's keys stay; its commits: {commits_command(run_settings, result)}")
         if result.failures:
             for failure in result.failures:
                 print(f"ovstream demo: FAILED: {failure}", file=sys.stderr, flush=True)

@@ -25,10 +25,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis as redis_lib
+from rq import Queue
+from rq.job import Job
+from rq.results import Result
+from rq.worker_registration import WORKERS_BY_QUEUE_KEY
+from rq.worker_registration import get_keys as worker_keys
 
 from workers.dev.local_ov import INSTALL_HINT, LocalOV, LocalOVError, find_openviking_server, start_local_ov
 from workers.dev.local_redis import LocalRedisError, free_port, redis_answers, start_redis_server
 from workers.dev.model_server import start_model_server
+from workers.store.keys import Keys
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORK_ROOT = REPO_ROOT / ".ovstream"
@@ -177,3 +184,32 @@ def provide_ov(base_url: str, stack: ExitStack, say: Say, *, fake: bool = False)
         return base_url, "fake"
     say(f"OV: {base_url} does not answer")
     return start_local_stack(stack, say), "local"
+
+
+def forget_demo_keys(redis_url: str, key_prefix: str, queue_name: str) -> int:
+    """Delete what the demo wrote to a Redis it did not start: every key under its own
+    ``key_prefix`` and its RQ queue, registries and jobs. Returns how many keys went."""
+    client = redis_lib.Redis.from_url(redis_url)
+    try:
+        queue = Queue(queue_name, connection=client)
+        registries = [
+            queue.started_job_registry,
+            queue.finished_job_registry,
+            queue.failed_job_registry,
+            queue.deferred_job_registry,
+            queue.scheduled_job_registry,
+            queue.canceled_job_registry,
+        ]
+        jobs = {*queue.get_job_ids(), *(job for r in registries for job in r.get_job_ids())}
+        doomed = [key for job in jobs for key in (Job.key_for(job), Result.get_key(job))]  # type: ignore[no-untyped-call]
+        doomed += [r.key for r in registries] + [queue.key, WORKERS_BY_QUEUE_KEY % queue.name]
+        doomed += list(worker_keys(queue=queue))
+        for key in client.scan_iter(match="rq:worker:*", count=1000):  # stopped ones keep theirs a minute
+            if client.type(key) == b"hash" and client.hget(key, "queues") == queue.name.encode():
+                doomed.append(key)
+        doomed += list(client.scan_iter(match=Keys(key_prefix).every_key(), count=1000))
+        gone = sum(int(client.delete(*doomed[i : i + 500])) for i in range(0, len(doomed), 500))
+        client.srem("rq:queues", queue.key)
+        return gone
+    finally:
+        client.close()

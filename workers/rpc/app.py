@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -60,6 +61,7 @@ from workers.rpc.tools.registry import run_tool, tools
 from workers.status import LAG_SAMPLE_INTERVAL_S, read_scaling, read_status, sample_lag
 from workers.store.connection import REDIS_ERRORS, connect, connect_async
 from workers.store.deployment import DeploymentMismatch, check_deployment
+from workers.store.health import forget_health, record_health
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +109,15 @@ def create_app(
             svc.ov = OVClient.from_settings(settings, transport=ov_transport)
             ov_closed = False
         svc.versions.start()
-        sampler = asyncio.get_running_loop().create_task(_sample_lag(svc))
+        loop = asyncio.get_running_loop()
+        name = f"rpc-{socket.gethostname()}-{os.getpid()}"
+        sampler, beat = loop.create_task(_sample_lag(svc)), loop.create_task(_beat(svc, name))
         yield
         sampler.cancel()
+        beat.cancel()
+        await asyncio.gather(beat, return_exceptions=True)
+        with contextlib.suppress(*REDIS_ERRORS, TimeoutError):  # a stopping process waits on no Redis
+            await asyncio.wait_for(asyncio.to_thread(_health_pipe(svc, forget_health, name)), RPC_BEAT_S)
         await svc.versions.stop()
         await svc.ov.aclose()
         ov_closed = True
@@ -268,6 +276,34 @@ async def _sample_lag(svc: Services) -> None:
         except Exception:  # a chart's sample is never worth the sampler: say why, go on
             log.exception("lag not sampled")
         await asyncio.sleep(LAG_SAMPLE_INTERVAL_S)
+
+
+RPC_BEAT_S = 2.0
+"""How often an RPC process says it is alive (``ovstream status``, the console's processes)."""
+
+
+async def _beat(svc: Services, name: str) -> None:
+    """The process's health record, every ``RPC_BEAT_S`` from its event loop (a loop that
+    stalls goes stale there too)."""
+    while True:
+        facts = {"ov": "ok" if svc.ov_breaker.allows() else "unreachable"}
+        try:
+            await asyncio.to_thread(_health_pipe(svc, record_health, "rpc", name, **facts))
+        except REDIS_ERRORS as exc:
+            log.debug("health not recorded: %s", exc)
+        await asyncio.sleep(RPC_BEAT_S)
+
+
+def _health_pipe(svc: Services, write: Any, *args: Any, **facts: str) -> Any:
+    """A call writing the health record with ``write`` (on the sync client, as the lag
+    sampler does: the app's asyncio client belongs to the loop that made it)."""
+
+    def run() -> None:
+        with svc.commit_redis.pipeline(transaction=False) as pipe:
+            write(pipe, svc.settings, *args, **facts)
+            pipe.execute()
+
+    return run
 
 
 async def _redis_health(svc: Services) -> str:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -121,7 +122,8 @@ def recall_key(
 
 
 def _remember_block(svc: Services, key: str, block: str) -> str:
-    svc.recalls[key] = (time.monotonic() + svc.settings.recall_turn_ttl_s, block)
+    with contextlib.suppress(ValueError):  # larger than the whole cache: used, not kept
+        svc.recalls[key] = (time.monotonic() + svc.settings.recall_turn_ttl_s, block)
     return block
 
 

@@ -23,7 +23,7 @@ from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core.config import RpcCredential, Settings
-from workers.rpc.context import RpcError, bearer_token
+from workers.rpc.context import RpcError, bearer_token, tenant_for_api_key
 from workers.rpc.metrics import RpcMetrics
 from workers.rpc.responses import error_response
 
@@ -120,6 +120,19 @@ def may_act(credential: RpcCredential | None) -> bool:
     credential acting as the service itself (``may_use_service_identity``), or any caller
     of an RPC without credentials (loopback, trusted)."""
     return credential is None or credential.may_use_service_identity
+
+
+def visible_tenants(settings: Settings, credential: RpcCredential | None) -> frozenset[str | None] | None:
+    """The tenants whose sessions and dead letters a caller sees (the console, ``/v1/sessions/
+    inspect``): those of the OV keys its credential lists, and the service's own (None) when
+    it may act as the service. None: every tenant (no credentials configured, or a credential
+    that may send any key)."""
+    if credential is None or not credential.ov_keys:
+        return None
+    tenants: set[str | None] = {tenant_for_api_key(settings, key) for key in credential.ov_keys}
+    if credential.may_use_service_identity:
+        tenants.add(None)
+    return frozenset(tenants)
 
 
 def is_loopback(host: str) -> bool:

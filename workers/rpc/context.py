@@ -196,8 +196,10 @@ class MissingSessions:
 BASE_BYTES_PER_STORED_BYTE = 4
 """A converted base takes about this many bytes of memory per byte of its snapshot in Redis
 (Python objects for every message and block; measured ~3x on 60-message sessions)."""
-BASE_CACHE_SHARE = 0.75
-"""Of ``rpcCacheBytes``, the converted bases' part; the finished answers get the rest."""
+BASE_CACHE_SHARE = 0.70
+RESULT_CACHE_SHARE = 0.20
+"""Of ``rpcCacheBytes``, the converted bases' part and the finished answers'; the recall
+blocks of recent turns and the snapshot versions Redis tracks share the rest."""
 
 
 def base_bytes(snap: Any) -> int:
@@ -213,10 +215,15 @@ def answer_bytes(answer: Any) -> int:
     return len(body) + 2048
 
 
+def recall_bytes(kept: tuple[float, str]) -> int:
+    """What one turn's recall block costs in memory: its text (up to 4 bytes a character) and
+    the entry around it, its key (a turn key of bounded length) among it."""
+    return 4 * len(kept[1]) + 512
+
+
 CALLER_CACHE_SIZE = 4096
-"""Identities resolved to callers kept in process (``Callers``)."""
-RECALL_CACHE_SIZE = 4096
-"""Recall blocks of recent user turns kept in process (as settled in Redis; see assemble_turn)."""
+"""Identities resolved to callers kept in process (``Callers``): ids bounded by
+``SESSION_ID_MAX``, so a few KB each at most, ~10 MiB in all."""
 
 
 class Callers:
@@ -276,8 +283,8 @@ class Services:
     """Converted session bases, per (session, agent, tenant) version: bounded by bytes."""
     results: LRUCache[Any, Any] = field(init=False)
     """Finished main-call answers, per snapshot version and budget: bounded by bytes."""
-    recalls: LRUCache[str, tuple[float, str]] = field(default_factory=lambda: LRUCache(RECALL_CACHE_SIZE))
-    """turn key -> (expiry on the monotonic clock, block): the turn's settled block."""
+    recalls: LRUCache[str, tuple[float, str]] = field(init=False)
+    """turn key -> (expiry on the monotonic clock, block): the turn's settled block (bytes-bounded)."""
     refreshing: dict[SessionAddress, asyncio.Future[ContextSnapshot]] = field(default_factory=dict)
     """Snapshot reads from OV in flight, one per session (workers.rpc.assemble._refresh)."""
     missing: MissingSessions = field(init=False)
@@ -292,10 +299,12 @@ class Services:
     def __post_init__(self) -> None:
         budget = self.settings.rpc_cache_bytes
         self.bases = LRUCache(int(budget * BASE_CACHE_SHARE), getsizeof=base_bytes)
-        self.results = LRUCache(budget - int(budget * BASE_CACHE_SHARE), getsizeof=answer_bytes)
+        self.results = LRUCache(int(budget * RESULT_CACHE_SHARE), getsizeof=answer_bytes)
+        rest = budget - int(budget * BASE_CACHE_SHARE) - int(budget * RESULT_CACHE_SHARE)
+        self.recalls = LRUCache(rest // 2, getsizeof=recall_bytes)
         self.callers = Callers(self.settings)
         self.missing = MissingSessions(self.settings.missing_session_ttl_s)
-        self.versions = SnapshotVersions(self.redis, self.settings)
+        self.versions = SnapshotVersions(self.redis, self.settings, max_bytes=rest - rest // 2)
         self.keys = Keys(self.settings.key_prefix)
         self.traces = TraceRecorder(self.redis, self.settings)
 

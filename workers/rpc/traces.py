@@ -21,6 +21,7 @@ from core.recall.hits import recall_category, to_hit
 from core.session import SessionAddress
 from workers.store.keys import Keys
 from workers.store.lineage import lineage_address
+from workers.store.recent import note_session
 from workers.store.traces import AssembleTrace, MessageLine, RecalledMemory, RecallTrace, write_trace
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,7 @@ class TraceRecorder:
             by_key = lineage_address(session_key, address)  # the address the key alone names
             for where in dict.fromkeys((address, by_key)):
                 await write_trace(self.redis, self.keys.session(where, self.settings.shards).assembled, trace, ttl_s)
+            await note_session(self.redis, self.keys, address, session_key, at, ttl_s)
 
         self._spawn(keep())
 

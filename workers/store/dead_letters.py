@@ -195,6 +195,14 @@ def drop_dead_letters(redis: redis_lib.Redis, settings: Settings, ids: list[str]
 _STREAM_ID = re.compile(r"\d{1,20}-\d{1,20}")
 
 
+def find_dead_letter(redis: redis_lib.Redis, settings: Settings, dlq_id: str) -> DeadLetter | None:
+    """The dead letter ``dlq_id``, None when there is none (or the id is no stream id)."""
+    try:
+        return _one_letter(redis, Keys(settings.key_prefix).dead_letters(), dlq_id)
+    except KeyError:
+        return None
+
+
 def _one_letter(redis: redis_lib.Redis, key: str, dlq_id: str) -> DeadLetter:
     """The dead letter ``dlq_id``; KeyError when there is none (an id not shaped as a stream
     id, ``<ms>-<seq>``, included: Redis would refuse it as "Invalid stream ID")."""

@@ -164,14 +164,23 @@ class Keys:
         """Hash: commit_id -> CommitOutcome JSON, the record of truth for that session."""
         return self._session("commits", shard, scope, ov_session_id)
 
-    def commits_glob(self, shard: int, ov_session_id: str) -> str:
-        """A SCAN glob over ``commits`` of one OV session under every scope: each agent and
-        tenant that recorded commits of it."""
-        return f"{_glob_escape(self._kind('commits', shard))}*:{_glob_escape(ov_session_id)}"
+    def session_glob(self, kind: str, shard: int, ov_session_id: str) -> str:
+        """A SCAN glob over the ``kind`` keys (``commits``, ``applied``, ``assembled``) of one
+        OV session under every scope: each agent and tenant that has one."""
+        return f"{_glob_escape(self._kind(kind, shard))}*:{_glob_escape(ov_session_id)}"
 
-    def scope_of_commits(self, key: str, shard: int, ov_session_id: str) -> str:
-        """The scope in a ``commits`` key of ``ov_session_id`` (a ``commits_glob`` match)."""
-        return key[len(self._kind("commits", shard)) : -len(ov_session_id) - 1]
+    def scope_in(self, kind: str, key: str, shard: int, ov_session_id: str) -> str:
+        """The scope in a ``kind`` key of ``ov_session_id`` (a ``session_glob`` match)."""
+        return key[len(self._kind(kind, shard)) : -len(ov_session_id) - 1]
+
+    def recent_sessions(self, tenant: str | None) -> str:
+        """Sorted set with the console trace's lifetime: a tenant's sessions assemble answered
+        most recently (member: the session's address and key, score: when), the console's list
+        (workers.store.recent)."""
+        return f"{self.prefix}:recent-sessions:{tenant or '-'}"
+
+    def recent_sessions_glob(self) -> str:
+        return f"{_glob_escape(self.prefix)}:recent-sessions:*"
 
     def commit_generation(self, shard: int, scope: str, ov_session_id: str) -> str:
         """Counter naming the session's current commit generation."""

@@ -8,6 +8,7 @@ without a turn: with ``sessionStateTtlS`` it never passes that lifetime.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,8 @@ class MemoryReport:
     complete: bool = True
     problem: str | None = None
     """Why nothing could be measured (e.g. an embedded Redis without ``MEMORY USAGE``)."""
+    by_owner: dict[str, int] = field(default_factory=dict)
+    """Bytes by what ``read_memory``'s ``owner`` said of each key (empty without one)."""
 
     @property
     def keys(self) -> int:
@@ -65,21 +68,28 @@ class MemoryReport:
         }
 
 
-def read_memory(client: redis.Redis, settings: Settings, *, sample: int = MEMORY_SAMPLE_KEYS) -> MemoryReport:
-    """Sample the deployment's keys and sum them by family."""
+def read_memory(
+    client: redis.Redis,
+    settings: Settings,
+    *,
+    sample: int = MEMORY_SAMPLE_KEYS,
+    owner: Callable[[str], str] | None = None,
+) -> MemoryReport:
+    """Sample the deployment's keys and sum them by family (and by ``owner(key)``, when given:
+    a bench tells the keys of sessions alive from those of sessions gone)."""
     keys, report = Keys(settings.key_prefix), MemoryReport()
     batch: list[str] = []
     try:
         for seen, raw in enumerate(client.scan_iter(match=keys.every_key(), count=1000), start=1):
             batch.append(text(raw))
             if len(batch) >= _BATCH:
-                _measure(client, keys, batch, report)
+                _measure(client, keys, batch, report, owner)
                 batch = []
             if seen >= sample:
                 report.complete = False
                 break
         if batch:
-            _measure(client, keys, batch, report)
+            _measure(client, keys, batch, report, owner)
     except redis.ResponseError as exc:
         if redis_went_away(exc):  # a cluster's "not now": Redis away, not a refusal
             raise
@@ -87,7 +97,9 @@ def read_memory(client: redis.Redis, settings: Settings, *, sample: int = MEMORY
     return report
 
 
-def _measure(client: redis.Redis, keys: Keys, batch: list[str], report: MemoryReport) -> None:
+def _measure(
+    client: redis.Redis, keys: Keys, batch: list[str], report: MemoryReport, owner: Callable[[str], str] | None
+) -> None:
     with client.pipeline(transaction=False) as pipe:
         for key in batch:
             pipe.memory_usage(key, samples=0)
@@ -101,3 +113,6 @@ def _measure(client: redis.Redis, keys: Keys, batch: list[str], report: MemoryRe
         family.keys += 1
         family.bytes += int(used)
         family.oldest_idle_s = max(family.oldest_idle_s, int(idle or 0))
+        if owner is not None:
+            whose = owner(key)
+            report.by_owner[whose] = report.by_owner.get(whose, 0) + int(used)

@@ -34,11 +34,18 @@ from workers.store.scripts import SNAPSHOT_VERSION
 
 log = logging.getLogger(__name__)
 
-KEPT_VERSIONS = 65_536
-"""Sessions whose snapshot version a process keeps (a few hundred bytes each)."""
+KEPT_VERSIONS_BYTES = 16 * 1024 * 1024
+"""Most bytes of snapshot versions one process keeps (an entry: its two keys, the four short
+fields of the answer and ~600 bytes of objects around them): about 20,000 sessions."""
+ENTRY_OVERHEAD = 600
 PING_EVERY_S = 1.0
 """A watch connection silent this long is pinged; silent twice as long, it is taken for dead."""
 RECONNECT_AFTER_S = 1.0
+
+
+def _entry_bytes(snapshot_key: str, last_turn_key: str, answer: Any) -> int:
+    fields = answer if isinstance(answer, (list, tuple)) else ()
+    return len(snapshot_key) + len(last_turn_key) + sum(len(f) for f in fields if isinstance(f, bytes)) + ENTRY_OVERHEAD
 
 
 class NotTracked(Exception):
@@ -48,13 +55,15 @@ class NotTracked(Exception):
 class SnapshotVersions:
     """``SNAPSHOT_VERSION`` answers for assemble, kept while Redis tracks their keys for us."""
 
-    def __init__(self, client: aioredis.Redis, settings: Settings, capacity: int = KEPT_VERSIONS) -> None:
+    def __init__(self, client: aioredis.Redis, settings: Settings, max_bytes: int = KEPT_VERSIONS_BYTES) -> None:
         self.client = client
         self.settings = settings
-        self.capacity = capacity
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        """What the kept entries cost, by ``_entry_bytes``."""
         self.tracks = not settings.redis_cluster and not settings.embedded_redis
-        self._kept: OrderedDict[str, tuple[Any, str]] = OrderedDict()
-        """snapshot key -> (answer, its last-turn key)."""
+        self._kept: OrderedDict[str, tuple[Any, str, int]] = OrderedDict()
+        """snapshot key -> (answer, its last-turn key, the entry's bytes)."""
         self._owners: dict[str, set[str]] = {}
         """last-turn key -> the snapshot keys whose answers hold it (one per agent of the session)."""
         self._live = 0
@@ -83,15 +92,18 @@ class SnapshotVersions:
         return answer
 
     def _keep(self, snapshot_key: str, last_turn_key: str, answer: Any) -> None:
-        self._kept[snapshot_key] = (answer, last_turn_key)
-        self._kept.move_to_end(snapshot_key)
+        self._drop(snapshot_key)
+        size = _entry_bytes(snapshot_key, last_turn_key, answer)
+        self._kept[snapshot_key] = (answer, last_turn_key, size)
+        self.bytes += size
         self._owners.setdefault(last_turn_key, set()).add(snapshot_key)
-        while len(self._kept) > self.capacity:
+        while self.bytes > self.max_bytes and self._kept:
             self._drop(next(iter(self._kept)))
 
     def _drop(self, snapshot_key: str) -> None:
         kept = self._kept.pop(snapshot_key, None)
         if kept is not None:
+            self.bytes -= kept[2]
             owners = self._owners.get(kept[1])
             if owners is not None:
                 owners.discard(snapshot_key)
@@ -107,12 +119,13 @@ class SnapshotVersions:
         for raw in keys:
             key = raw.decode() if isinstance(raw, bytes) else str(raw)
             self._drop(key)
-            for snapshot_key in self._owners.pop(key, set()):
-                self._kept.pop(snapshot_key, None)
+            for snapshot_key in list(self._owners.get(key, ())):
+                self._drop(snapshot_key)
 
     def _forget(self) -> None:
         self._kept.clear()
         self._owners.clear()
+        self.bytes = 0
 
     # --- the watch connection ------------------------------------------------------------------
 

@@ -9,18 +9,33 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
+import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
-from workers.rpc.auth import CONSOLE_COOKIE, CONSOLE_LOGIN_PATH, CONSOLE_PATH, CREDENTIAL_STATE, match, may_act
+from workers.rpc.auth import (
+    CONSOLE_COOKIE,
+    CONSOLE_LOGIN_PATH,
+    CONSOLE_PATH,
+    CREDENTIAL_STATE,
+    match,
+    may_act,
+    visible_tenants,
+)
 from workers.rpc.console.chart import lag_chart
-from workers.rpc.console.views import REASONS, as_json, read_deployment, read_session, session_address
+from workers.rpc.console.views import (
+    REASONS,
+    act_on_letters,
+    as_json,
+    inspect_session,
+    read_deployment,
+    recent_sessions,
+)
 from workers.rpc.context import RpcError, Services
 from workers.rpc.traces import TRACE_HEAD, TRACE_TAIL
 from workers.status import LAG_HISTORY_S
-from workers.store.dead_letters import replay_dead_letters, replay_summary
 
 FORM_MAX_BYTES = 64 * 1024
 
@@ -63,7 +78,9 @@ def install_console(app: FastAPI, svc: Services) -> None:
 
     @app.get(CONSOLE_PATH, include_in_schema=False)
     async def deployment(request: Request) -> Response:
-        view = await asyncio.to_thread(read_deployment, svc.commit_redis, settings)
+        credential = _credential(request)
+        tenants = visible_tenants(settings, credential)
+        view = await asyncio.to_thread(read_deployment, svc.commit_redis, settings, tenants)
         now_ms = view.status.now_ms
         chart = Markup(lag_chart(view.lag, now_ms=now_ms, span_s=LAG_HISTORY_S))
         backlog = sum((s.unread or 0) + s.pending for s in view.status.shards)
@@ -76,7 +93,8 @@ def install_console(app: FastAPI, svc: Services) -> None:
             backlog=backlog,
             live=live,
             dead_letters=view.dead_letters,
-            may_act=may_act(_credential(request)),
+            scoped=tenants is not None,
+            may_act=may_act(credential),
             message=request.query_params.get("message"),
         )
 
@@ -84,13 +102,27 @@ def install_console(app: FastAPI, svc: Services) -> None:
     async def session(request: Request) -> Response:
         q = request.query_params
         query = {k: q.get(k, "").strip() for k in ("key", "id", "agent", "user")}
+        tenants = visible_tenants(settings, _credential(request))
         if not query["key"] and not query["id"]:
-            return _page(request, "session.html", query=query, view=None, reasons=REASONS)
-        address = session_address(
-            settings, session_key=query["key"], session_id=query["id"], agent=query["agent"], user=query["user"]
+            recent = await asyncio.to_thread(recent_sessions, svc.commit_redis, settings, tenants)
+            return _page(request, "session.html", query=query, view=None, recent=recent, now=time.time())
+        view = await inspect_session(
+            svc,
+            tenants,
+            session_key=query["key"] or None,
+            session_id=query["id"] or None,
+            agent=query["agent"] or None,
+            user=query["user"] or None,
         )
-        view = await read_session(svc, address, query["key"] or None, by_key=not query["id"])
-        return _page(request, "session.html", query=query, view=view, reasons=REASONS, head=TRACE_HEAD, tail=TRACE_TAIL)
+        return _page(
+            request,
+            "session.html",
+            query=query,
+            view=view,
+            reasons=REASONS,
+            head=TRACE_HEAD,
+            tail=TRACE_TAIL,
+        )
 
     @app.get(CONSOLE_LOGIN_PATH, include_in_schema=False)
     async def login_form(request: Request) -> Response:
@@ -119,25 +151,48 @@ def install_console(app: FastAPI, svc: Services) -> None:
         answer.delete_cookie(CONSOLE_COOKIE, path=CONSOLE_PATH)
         return answer
 
-    @app.post(CONSOLE_PATH + "/dead-letters/replay", include_in_schema=False)
-    async def replay(request: Request) -> Response:
-        if not may_act(_credential(request)):
+    @app.post(CONSOLE_PATH + "/dead-letters/{action}", include_in_schema=False)
+    async def act(request: Request, action: str) -> Response:
+        """Replay (the checked, or all) or drop (the checked) dead letters; the page says what was done."""
+        if action not in ("replay", "drop"):
+            raise RpcError(404, "not_found", f"no console action {action!r} (replay or drop)")
+        credential = _credential(request)
+        if not may_act(credential):
             raise RpcError(403, "read_only", "this credential may look at the console, not act in it")
         form = await _form(request)
-        ids = None if form.get("all") else form.get("id", [])
+        ids = None if form.get("all") and action == "replay" else form.get("id", [])
         if ids == []:
-            return RedirectResponse(f"{CONSOLE_PATH}?message=Nothing+checked+to+replay.", status_code=303)
+            return RedirectResponse(f"{CONSOLE_PATH}?message=Nothing+checked+to+{action}.", status_code=303)
         started = time.monotonic()
-        results = await asyncio.to_thread(replay_dead_letters, svc.commit_redis, settings, ids)
-        said = f"{replay_summary(results)}, in {time.monotonic() - started:.1f} s."
+        tenants = visible_tenants(settings, credential)
+        said = await asyncio.to_thread(act_on_letters, svc.commit_redis, settings, tenants, action, ids)
+        said = f"{said[0].upper()}{said[1:]}, in {time.monotonic() - started:.1f} s."
         return RedirectResponse(f"{CONSOLE_PATH}?{urlencode({'message': said})}", status_code=303)
 
     @app.get("/v1/sessions/inspect", tags=["ops"])
     async def inspect(
-        sessionKey: str | None = None, sessionId: str | None = None, agent: str | None = None, user: str | None = None
+        request: Request,
+        sessionKey: str | None = None,
+        sessionId: str | None = None,
+        agent: str | None = None,
+        user: str | None = None,
     ) -> dict[str, Any]:
         """One session as the console's inspector shows it: what assemble answered last (message
         previews, budget, why), the last recall's memories with their scores, the snapshot's
-        version and age, the commits (newest first) and the subagent lineage."""
-        address = session_address(settings, session_key=sessionKey, session_id=sessionId, agent=agent, user=user)
-        return as_json(await read_session(svc, address, sessionKey, by_key=not sessionId))
+        version and age, the commits (newest first) and the subagent lineage. Named by its id
+        alone, the session is found under whichever agent has it (``others``: the rest). A
+        credential limited to some tenants' OV keys sees only their sessions: another
+        tenant's answers as an unknown session does."""
+        tenants = visible_tenants(settings, _credential(request))
+        view = await inspect_session(
+            svc, tenants, session_key=sessionKey, session_id=sessionId, agent=agent or None, user=user or None
+        )
+        return as_json(view)
+
+    @app.get("/v1/sessions/recent", tags=["ops"])
+    async def recent(request: Request) -> dict[str, Any]:
+        """The sessions assemble answered most recently (newest first), of the tenants the
+        caller's credential sees: what the console's inspector lists."""
+        tenants = visible_tenants(settings, _credential(request))
+        found = await asyncio.to_thread(recent_sessions, svc.commit_redis, settings, tenants)
+        return {"sessions": msgspec.to_builtins(found)}

@@ -13,18 +13,30 @@ import msgspec
 import redis as redis_lib
 
 from core.config import Settings
-from core.events import CommitOutcome, ContextSnapshot
+from core.events import CommitOutcome, ContextSnapshot, EventDecodeError
 from core.ids import ov_session_id, resolve_agent_id
 from core.session import SessionAddress
 from workers.commits.api import CommitRecords
 from workers.rpc.context import RpcError, Services
 from workers.status import DeploymentStatus, LagSample, read_lag_history, read_status
-from workers.store.dead_letters import DeadLetter, list_dead_letters
+from workers.store.dead_letters import (
+    DeadLetter,
+    drop_dead_letters,
+    find_dead_letter,
+    list_dead_letters,
+    replay_dead_letters,
+    replay_summary,
+)
 from workers.store.lineage import Lineage, lineage_address, read_lineage
+from workers.store.recent import RecentSession, find_sessions, read_recent
 from workers.store.snapshots import read_snapshot
 from workers.store.traces import AssembleTrace, RecallTrace, read_assemble_trace, read_recall_trace
 
 DEAD_LETTERS_SHOWN = 50
+DEAD_LETTERS_READ = 1000
+"""Dead letters read to find a tenant-scoped caller's (oldest first)."""
+Tenants = frozenset[str | None] | None
+"""The tenants a caller sees (workers.rpc.auth.visible_tenants); None: all."""
 
 REASONS = {
     "assembled": "the session's snapshot (archive overview and recent turns), trimmed to the budget",
@@ -46,13 +58,53 @@ class DeploymentView:
     dead_letters: list[DeadLetter]
 
 
-def read_deployment(client: redis_lib.Redis, settings: Settings) -> DeploymentView:
-    """The deployment page's figures (sync: run in a thread)."""
+def read_deployment(client: redis_lib.Redis, settings: Settings, tenants: Tenants) -> DeploymentView:
+    """The deployment page's figures (sync: run in a thread); of the dead letters, those of
+    ``tenants`` (None: all)."""
+    letters = list_dead_letters(client, settings, limit=DEAD_LETTERS_SHOWN if tenants is None else DEAD_LETTERS_READ)
     return DeploymentView(
         status=read_status(client, settings),
         lag=read_lag_history(client, settings),
-        dead_letters=list_dead_letters(client, settings, limit=DEAD_LETTERS_SHOWN),
+        dead_letters=[d for d in letters if tenants is None or _tenant_of(d) in tenants][:DEAD_LETTERS_SHOWN],
     )
+
+
+_NO_TENANT = object()
+
+
+def _tenant_of(letter: DeadLetter) -> object:
+    """The tenant of a dead letter's turn (a letter that does not decode belongs to none)."""
+    try:
+        return letter.event().user
+    except (EventDecodeError, ValueError):
+        return _NO_TENANT
+
+
+def act_on_letters(
+    client: redis_lib.Redis, settings: Settings, tenants: Tenants, action: str, ids: list[str] | None
+) -> str:
+    """Replay or drop the dead letters ``ids`` (None: all) the caller sees, and say what was
+    done in one line. An id of another tenant's letter is answered as one that does not exist."""
+    missing: list[str] = []
+    if ids is None:
+        letters = list_dead_letters(client, settings, limit=settings.dead_letter_maxlen)
+        ids = [d.dlq_id for d in letters if tenants is None or _tenant_of(d) in tenants]
+    else:
+        found = {i: find_dead_letter(client, settings, i) for i in dict.fromkeys(ids)}
+        missing = [i for i, d in found.items() if d is None or (tenants is not None and _tenant_of(d) not in tenants)]
+        ids = [i for i in found if i not in missing]
+    try:
+        if action == "drop":
+            dropped = drop_dead_letters(client, settings, ids)
+            released = sum(1 for _, note in dropped if "released" in note)
+            said = f"{len(dropped)} dropped" + (f" ({released} session(s) released)" if released else "")
+        else:
+            said = replay_summary(replay_dead_letters(client, settings, ids)) if ids else "0 replayed"
+    except KeyError as exc:  # handled by someone else between the look and the act
+        said = f"dead letter {exc.args[0]} is gone meanwhile (reload the page)"
+    if missing:
+        said += f"; {len(missing)} not found: {', '.join(missing[:5])}"
+    return said
 
 
 class SessionView(msgspec.Struct, kw_only=True):
@@ -68,6 +120,8 @@ class SessionView(msgspec.Struct, kw_only=True):
     commits: list[CommitOutcome]
     lineage: LineageFacts | None
     now: float
+    others: list[RecentSession] = msgspec.field(default_factory=list)
+    """Other agents or tenants the same session id has (named by its id alone)."""
 
 
 class SnapshotFacts(msgspec.Struct, kw_only=True):
@@ -87,6 +141,57 @@ class LineageFacts(msgspec.Struct, kw_only=True):
     fork_at: int | None
     ended_at: float | None
     end_reason: str | None
+
+
+async def inspect_session(
+    svc: Services,
+    tenants: Tenants,
+    *,
+    session_key: str | None,
+    session_id: str | None,
+    agent: str | None,
+    user: str | None,
+) -> SessionView:
+    """The session a console query names, as the inspector shows it. Named by its id alone,
+    it is looked up among the agents and tenants that have it (the most recent first); a
+    session of a tenant the caller does not see answers as an unknown one."""
+    if not user and tenants is not None and len(tenants) == 1:
+        user = next(iter(tenants))  # a credential of one tenant: its sessions by default
+    address = session_address(svc.settings, session_key=session_key, session_id=session_id, agent=agent, user=user)
+    found: list[RecentSession] = []
+    if session_id and not session_key and not agent:
+        found = await asyncio.to_thread(find_sessions, svc.commit_redis, svc.settings, address.ov_session_id, tenants)
+        found = [f for f in found if not user or f.tenant == user]
+        if found:
+            address, session_key = found[0].address, found[0].session_key
+    if tenants is not None and address.tenant not in tenants:
+        return _unknown(address, session_key)
+    view = await read_session(svc, address, session_key, by_key=not session_id)
+    view.others = found[1:]
+    return view
+
+
+def _unknown(address: SessionAddress, session_key: str | None) -> SessionView:
+    return SessionView(
+        ov_session_id=address.ov_session_id,
+        agent_id=address.agent_id,
+        tenant=address.tenant,
+        session_key=session_key,
+        assembled=None,
+        recalled=None,
+        snapshot=None,
+        commits=[],
+        lineage=None,
+        now=time.time(),
+    )
+
+
+def recent_sessions(client: redis_lib.Redis, settings: Settings, tenants: Tenants) -> list[RecentSession]:
+    """The sessions assemble answered most recently, of the tenants the caller sees."""
+    return read_recent(client, settings, tenants, limit=RECENT_SHOWN)
+
+
+RECENT_SHOWN = 50
 
 
 def session_address(
