@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ def draw(
     except ImportError:
         print("  (no chart: pip install matplotlib)")
         return
-    fig, axes = plt.subplots(5, 1, figsize=(10, 17), sharex=True)
+    fig, axes = plt.subplots(5, 1, figsize=(14, 18), sharex=True)
     xs = [s["hour"] for s in samples]
     sessions, load = axes[0], axes[0].twinx()
     load.bar(range(1, len(hourly) + 1), [h["turns"] for h in hourly], color="0.85", label="turns run per hour")
@@ -48,22 +49,22 @@ def draw(
     families = sorted(
         {f for s in samples for f in s["memory"]}, key=lambda f: -max(s["memory"].get(f, 0) for s in samples)
     )
-    for family in families:
-        memory.plot(xs, [max(s["memory"].get(family, 0), 1) / 1e6 for s in samples], lw=1, label=family)
+    for family in families:  # a family with no key at a sample: a gap, not a dive to zero
+        memory.plot(xs, [s["memory"].get(family, 0) / 1e6 or math.nan for s in samples], lw=1, label=family)
     total = [sum(s["memory"].values()) / 1e6 for s in samples]
     need = [(s["owners"].get("alive", 0) + s["owners"].get("deployment", 0)) / 1e6 for s in samples]
     memory.plot(xs, total, "k-", lw=2, label="all")
     memory.plot(xs, need, "k:", lw=2, label="what sessions alive + the deployment need")
     memory.set_yscale("log")
     memory.set_ylabel("Redis MB by key family (log)")
-    memory.legend(loc="lower right", fontsize=7, ncol=3, framealpha=0.6)
+    memory.legend(loc="upper left", bbox_to_anchor=(1.01, 1.05), fontsize=6, ncol=2)
 
     rss = axes[2]
     for name in samples[-1]["rss"]:
         rss.plot(xs, [s["rss"].get(name, 0) / 2**20 for s in samples], label=name)
     rss.set_ylabel("RSS MiB")
     rss.set_ylim(bottom=0)
-    rss.legend(loc="lower right", fontsize=8, ncol=4)
+    rss.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
 
     latency = axes[3]
     hours = range(1, len(hourly) + 1)
@@ -72,7 +73,7 @@ def draw(
         ("assemble_p99_ms", "assemble p99"),
         ("commit_p99_ms", "commit p99 (requested -> final)"),
     ):
-        latency.plot(hours, [max(h[key], 0.1) for h in hourly], label=label)
+        latency.plot(hours, [h[key] or math.nan for h in hourly], marker=".", label=label)  # gap: none that hour
     latency.set_yscale("log")
     latency.set_ylabel("ms (log)")
     latency.legend(loc="upper left", fontsize=8)
@@ -93,7 +94,7 @@ def draw(
     cost.legend(loc="upper left", fontsize=7)
     ov.legend(loc="upper right", fontsize=7)
     fig.suptitle(f"ovstream, {args.days} simulated day(s): {args.sessions * args.days:,} sessions, {turns:,} turns run")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.07, right=0.72, top=0.96, bottom=0.04, hspace=0.18)
     fig.savefig(out, dpi=80)
     print(f"  chart: {out}")
 
