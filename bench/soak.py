@@ -8,8 +8,9 @@ own turn) and asks the RPC to assemble after every one, with its whole transcrip
 host sends it. Most sessions are short (``--short-turns`` turns of 4 messages); every
 ``--long-every``-th grows to ``--long-messages`` messages in turns of 20 (a tool loop).
 ``--commit-tokens`` is low enough that every session commits (the worker sees each one).
-RSS (the process group's, /proc) is read every ``--every`` sessions, and once more after
-capture and the commit queue have drained.
+RSS (the process group's, /proc) is read every ``--every`` sessions, each time once capture
+and the commit queue have caught up (so a sample measures the sessions served, not a backlog
+held), and once more at the end.
 
     .venv/bin/python bench/soak.py [--sessions 20000] [--every 1000] [--long-every 100] [--long-messages 500]
 """
@@ -106,6 +107,12 @@ class Soak:
                 groups += int(group.get("lag") or 0) + int(group.get("pending") or 0)
         return groups, self.queue.count + self.queue.started_job_registry.count
 
+    def settle(self, at_most_s: float) -> None:
+        """Until capture has applied every turn and the commit queue is empty (or ``at_most_s``)."""
+        deadline = time.monotonic() + at_most_s
+        while self.backlog() != (0, 0) and time.monotonic() < deadline:
+            time.sleep(0.5)
+
     def close(self) -> None:
         for proc in [*self.procs.values(), getattr(self, "ov", None)]:
             if proc is not None:
@@ -153,6 +160,7 @@ def run(args: argparse.Namespace) -> None:
             for first in range(0, args.sessions, args.every):
                 last = min(args.sessions, first + args.every)
                 list(pool.map(lambda n: serve(soak, http, n, failures), range(first, last)))
+                soak.settle(args.settle_s)  # each sample at rest: memory per session served, not per backlog
                 lag, jobs = soak.backlog()
                 samples.append({"sessions": last, "rss": soak.rss(), "lag": lag, "jobs": jobs})
                 print(
@@ -161,9 +169,7 @@ def run(args: argparse.Namespace) -> None:
                     + f"  (turns behind {lag:,}, commit jobs waiting {jobs:,})",
                     flush=True,
                 )
-        deadline = time.monotonic() + args.drain_s
-        while soak.backlog() != (0, 0) and time.monotonic() < deadline:
-            time.sleep(1)
+        soak.settle(args.drain_s)
         lag, jobs = soak.backlog()
         samples.append({"sessions": args.sessions, "rss": soak.rss(), "lag": lag, "jobs": jobs, "drained": True})
         samples[-1]["commits"] = soak.client.xlen(Keys(soak.prefix).commit_outcomes())
@@ -227,6 +233,7 @@ def main() -> None:
     parser.add_argument("--long-messages", type=int, default=500)
     parser.add_argument("--commit-tokens", type=int, default=200, help="commitTokenThreshold")
     parser.add_argument("--callers", type=int, default=8, help="sessions served at once")
+    parser.add_argument("--settle-s", type=float, default=120.0, help="longest wait for the queues before a sample")
     parser.add_argument("--drain-s", type=float, default=900.0, help="longest wait for capture and commits at the end")
     run(parser.parse_args())
 

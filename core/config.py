@@ -281,10 +281,13 @@ class Settings(BaseSettings):
     """Serve a non-loopback ``rpcHost`` without any token (refused otherwise)."""
     log_format: Literal["text", "json"] = Field("text")
     """``json``: one JSON object per log line (workers.logs), for a log aggregator."""
-    rpc_cache_bytes: int = Field(128 * 1024 * 1024, ge=1024 * 1024)
-    """Most bytes one RPC process keeps of converted snapshots and finished answers (least
-    recently used go first): what lets assemble answer without converting. The default fits
-    a 512 MiB container beside the process's own ~120 MiB."""
+    rpc_cache_bytes: int = Field(32 * 1024 * 1024, ge=1024 * 1024)
+    """Most bytes one RPC process keeps of converted snapshots, finished answers, recall blocks
+    and snapshot versions (least recently used go first; sizes as estimated on insert, above
+    what they take): what lets assemble answer a session's repeated calls within a turn
+    without converting. The default holds a few thousand short sessions or ~50 of 500
+    messages, and keeps an RPC near 110 MiB however many sessions it serves (bench/soak.py);
+    raise it for many long sessions talking at once through one process."""
     liveness_dir: str = Field("/tmp", min_length=1)
     """Where capture and worker processes touch a file every second, for ``ovstream health
     --probe live`` (workers.liveness): a writable directory (an emptyDir on Kubernetes)."""

@@ -126,6 +126,11 @@ def test_the_deployment_page_shows_what_the_status_api_says(console: Any, browse
     outcomes = {c.get_attribute("data-status"): c.text for c in browser.find_elements(By.CSS_SELECTOR, ".outcome")}
     assert set(outcomes) == set(api["outcomes_last_hour"]) and "completed" in outcomes
     assert seeded.dead_letter_id in _text(browser, "#dead-letter-table")
+    roles = [
+        r.find_elements(By.TAG_NAME, "td")[0].text
+        for r in browser.find_elements(By.CSS_SELECTOR, "#process-table tr")[1:]
+    ]
+    assert "rpc" in roles and [p["role"] for p in api["processes"]].count("rpc") == roles.count("rpc")  # the RPC too
     assert not _errors(browser)
     _shot(browser, "deployment")
 

@@ -19,8 +19,10 @@ __all__ = ["Keys", "SessionKeys", "scope_of", "session_keys", "shard_of"]
 SNAPSHOT = "snapshot"
 LAST_TURN = "last-turn"
 
-SESSION_KEYS_CACHE_SIZE = 8192
-"""Sessions whose keys stay derived in each process (a few KB each at most)."""
+SESSION_KEYS_CACHE_SIZE = 2048
+"""Sessions whose keys stay derived in each process: ~1.5 KB each with ids of a usual length,
+~3 MiB in all (ids are bounded: ``SESSION_ID_MAX``). Deriving them again costs microseconds;
+the cache is for assemble's repeated calls within a turn."""
 
 
 @dataclass(frozen=True, slots=True)
