@@ -114,12 +114,12 @@ class SessionView(msgspec.Struct, kw_only=True):
     agent_id: str
     tenant: str | None
     session_key: str | None
-    assembled: AssembleTrace | None
-    recalled: RecallTrace | None
-    snapshot: SnapshotFacts | None
-    commits: list[CommitOutcome]
-    lineage: LineageFacts | None
-    now: float
+    assembled: AssembleTrace | None = None
+    recalled: RecallTrace | None = None
+    snapshot: SnapshotFacts | None = None
+    commits: list[CommitOutcome] = msgspec.field(default_factory=list)
+    lineage: LineageFacts | None = None
+    now: float = msgspec.field(default_factory=time.time)
     others: list[RecentSession] = msgspec.field(default_factory=list)
     """Other agents or tenants the same session id has (named by its id alone)."""
 
@@ -172,17 +172,9 @@ async def inspect_session(
 
 
 def _unknown(address: SessionAddress, session_key: str | None) -> SessionView:
+    """What an unknown session shows: its name, nothing else."""
     return SessionView(
-        ov_session_id=address.ov_session_id,
-        agent_id=address.agent_id,
-        tenant=address.tenant,
-        session_key=session_key,
-        assembled=None,
-        recalled=None,
-        snapshot=None,
-        commits=[],
-        lineage=None,
-        now=time.time(),
+        ov_session_id=address.ov_session_id, agent_id=address.agent_id, tenant=address.tenant, session_key=session_key
     )
 
 
@@ -233,7 +225,6 @@ async def read_session(
         snapshot=None if snapshot is None else _snapshot_facts(snapshot),
         commits=list(reversed(commits)),  # newest first
         lineage=None if lineage is None else _lineage_facts(lineage),
-        now=time.time(),
     )
 
 
