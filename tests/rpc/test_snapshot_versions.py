@@ -82,8 +82,8 @@ async def test_nothing_kept_is_used_while_the_watch_is_down_and_it_comes_back(ve
     await _reads(versions)
     await _reads(versions)
     assert versions.hits == 1
-    watch = [c for c in writer.client_list() if "t" in c.get("flags", "")]
-    assert len(watch) == 1
+    watch = [c for c in writer.client_list() if c.get("name") == versions.watch_name]  # not another test's
+    assert len(watch) == 1 and "t" in watch[0]["flags"]  # the watch, tracking
     writer.client_kill_filter(_id=watch[0]["id"])
     await eventually(lambda: not versions.live, "the watch seen gone")
     writer.set(TURN, "while-down")  # no one tells us: nothing kept may be used

@@ -115,16 +115,17 @@ def create_app(
         yield
         sampler.cancel()
         beat.cancel()
-        await asyncio.gather(beat, return_exceptions=True)
-        with contextlib.suppress(*REDIS_ERRORS, TimeoutError):  # a stopping process waits on no Redis
-            await asyncio.wait_for(asyncio.to_thread(_health_pipe(svc, forget_health, name)), RPC_BEAT_S)
-        await svc.versions.stop()
-        await svc.ov.aclose()
-        ov_closed = True
-        if own_redis:
-            await redis_client.aclose()
-        if own_commit_redis:
-            commit_client.close()
+        try:
+            await svc.versions.stop()
+            await svc.ov.aclose()
+            ov_closed = True
+            with contextlib.suppress(*REDIS_ERRORS, TimeoutError):  # a stopping process waits on no Redis
+                await asyncio.wait_for(asyncio.to_thread(_health_pipe(svc, forget_health, name)), RPC_BEAT_S)
+        finally:  # closed even when the shutdown is cancelled midway
+            if own_redis:
+                await redis_client.aclose()
+            if own_commit_redis:
+                commit_client.close()
 
     app = RpcApp(
         title="ovstream",

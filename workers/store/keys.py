@@ -181,8 +181,9 @@ class Keys:
         (workers.store.recent)."""
         return f"{self.prefix}:recent-sessions:{tenant or '-'}"
 
-    def recent_sessions_glob(self) -> str:
-        return f"{_glob_escape(self.prefix)}:recent-sessions:*"
+    def recent_tenants(self) -> str:
+        """Set with the console trace's lifetime: the tenants with a ``recent_sessions`` list."""
+        return f"{self.prefix}:recent-tenants"
 
     def commit_generation(self, shard: int, scope: str, ov_session_id: str) -> str:
         """Counter naming the session's current commit generation."""

@@ -23,6 +23,8 @@ from workers.store.keys import Keys
 
 RECENT_PER_TENANT = 100
 """Sessions each tenant's list keeps (a member is ~150 bytes)."""
+NO_TENANT = "-"
+"""The default tenant's name in ``Keys.recent_tenants``."""
 FOUND_BY = ("assembled", "applied", "commits")
 """The key families whose scope tells which agents and tenants a session id has."""
 
@@ -55,6 +57,8 @@ async def note_session(
         pipe.zremrangebyrank(key, 0, -RECENT_PER_TENANT - 1)
         pipe.zremrangebyscore(key, "-inf", at - ttl_s)
         pipe.expire(key, ttl_s)
+        pipe.sadd(keys.recent_tenants(), address.tenant or NO_TENANT)
+        pipe.expire(keys.recent_tenants(), ttl_s)
         await pipe.execute()
 
 
@@ -67,10 +71,9 @@ def read_recent(
 ) -> list[RecentSession]:
     """The sessions answered most recently, newest first, of ``tenants`` (None: every tenant)."""
     keys = Keys(settings.key_prefix)
-    if tenants is None:
-        names = [text(k) for k in client.scan_iter(match=keys.recent_sessions_glob(), count=1000)]
-    else:
-        names = [keys.recent_sessions(t) for t in tenants]
+    if tenants is None:  # every tenant that had a list (an expired one's name reads as empty)
+        tenants = frozenset(None if t == NO_TENANT else t for t in map(text, client.smembers(keys.recent_tenants())))
+    names = [keys.recent_sessions(t) for t in tenants]
     found = []
     for name in names:
         members: list[tuple[bytes, float]] = client.zrevrange(name, 0, limit - 1, withscores=True)  # type: ignore[assignment]

@@ -20,7 +20,9 @@ or is deleted (``CLIENT TRACKING ON BCAST PREFIX ...``), and pings when it hears
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 from collections import OrderedDict
 from typing import Any
 
@@ -41,6 +43,9 @@ ENTRY_OVERHEAD = 600
 PING_EVERY_S = 1.0
 """A watch connection silent this long is pinged; silent twice as long, it is taken for dead."""
 RECONNECT_AFTER_S = 1.0
+WATCH_NAME = "ovstream-versions"
+"""The watch connection's client name starts with this (then the key prefix, the pid and
+which of the process's watches it is)."""
 
 
 def _entry_bytes(snapshot_key: str, last_turn_key: str, answer: Any) -> int:
@@ -61,6 +66,7 @@ class SnapshotVersions:
         self.max_bytes = max_bytes
         self.bytes = 0
         """What the kept entries cost, by ``_entry_bytes``."""
+        self.watch_name = f"{WATCH_NAME}-{settings.key_prefix}-{os.getpid()}-{id(self):x}"
         self.tracks = not settings.redis_cluster and not settings.embedded_redis
         self._kept: OrderedDict[str, tuple[Any, str, int]] = OrderedDict()
         """snapshot key -> (answer, its last-turn key, the entry's bytes)."""
@@ -178,6 +184,9 @@ class SnapshotVersions:
         # redis-py hands RESP3 invalidation messages to this parser hook (its own client-side
         # cache uses it the same way); a message it gets no handler for is dropped.
         conn._parser.set_invalidation_push_handler(self._pushed)
+        await conn.send_command("CLIENT", "SETNAME", self.watch_name)
+        with contextlib.suppress(redis.ResponseError):  # named, so CLIENT LIST tells whose it is;
+            await conn.read_response()  # a user not allowed CLIENT is refused TRACKING next, and told why
         tracking = ["CLIENT", "TRACKING", "ON", "BCAST"]
         for prefix in Keys(self.settings.key_prefix).version_prefixes(self.settings.shards):
             tracking += ["PREFIX", prefix]
