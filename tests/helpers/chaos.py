@@ -279,11 +279,16 @@ class Ledger:
         self.redis.close()
         self.ov.close()
 
-    def caught_up(self, marks: dict[int, str]) -> bool:
-        """Every entry up to ``marks`` (shard -> stream id) read and acked by capture."""
+    def caught_up(self, marks: dict[int, str], *, some_lost: bool = False) -> bool:
+        """Every entry up to ``marks`` (shard -> stream id) read and acked by capture. With
+        ``some_lost`` (a failover without ``publishReplicas`` may lose a stream's newest
+        entries), up to what the stream still has of them."""
         try:
             for shard, mark in marks.items():
                 stream = Keys(self.settings.key_prefix).stream(shard)
+                if some_lost:
+                    kept = text(self.redis.xinfo_stream(stream)["last-generated-id"])
+                    mark = min(mark, kept, key=parse_id)
                 groups = {g["name"].decode(): g for g in self.redis.xinfo_groups(stream)}
                 group = groups.get(self.settings.consumer_group)
                 if group is None or parse_id(text(group["last-delivered-id"])) < parse_id(mark):
