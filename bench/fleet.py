@@ -47,6 +47,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -317,7 +318,7 @@ class Census:
         touched = max(session.last_s, self.touched.get(ov_session_id, -math.inf))
         return touched + self.fleet.alive_s + self.grace_s > now_s
 
-    def owner(self, now_s: float):  # type: ignore[no-untyped-def]
+    def owner(self, now_s: float) -> Callable[[str], str]:
         """Whose a key is: ``alive``, ``gone`` (a session past its lifetime) or ``deployment``."""
 
         def of(key: str) -> str:
