@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
 import redis
-from processes import OVSTREAM, group_cpu_seconds, spawn, stop  # bench/processes.py
+from processes import OVSTREAM, fake_ov_requests, group_cpu_seconds, spawn, stop  # bench/processes.py
 
 from core.config import Settings
 from core.events import TurnEvent
@@ -153,7 +153,7 @@ def run(processes: int, args: argparse.Namespace, redis_url: str, work: Path) ->
             time.sleep(0.05)
         offsets = [log.stat().st_size for log in logs]
         cpu0, ov_cpu0 = sum(group_cpu_seconds(w.pid) for w in workers), group_cpu_seconds(ov.pid)
-        calls0, ov0, polls = redis_calls(client), ov_requests(ov_port), 0
+        calls0, ov0, polls = redis_calls(client), fake_ov_requests(ov_port), 0
         started = time.monotonic()
         last_ids = {event.session_id: publish_turn(client, settings, event) for event in events}
         while any(s.oldest_unapplied is not None for s in read_backlog(client, settings)):
@@ -166,7 +166,7 @@ def run(processes: int, args: argparse.Namespace, redis_url: str, work: Path) ->
         cpu = sum(group_cpu_seconds(w.pid) for w in workers) - cpu0
         ours = n * args.publish_calls + (polls + 1) * args.poll_calls + 1  # the bench's own, and INFO
         commands = (redis_calls(client) - calls0 - ours) / n
-        ov_cpu, requests = group_cpu_seconds(ov.pid) - ov_cpu0, (ov_requests(ov_port) - ov0) / n
+        ov_cpu, requests = group_cpu_seconds(ov.pid) - ov_cpu0, (fake_ov_requests(ov_port) - ov0) / n
         handovers = acquisitions(logs, offsets)
         time.sleep(1.0)  # the last round's snapshot writes follow its ack
         complete = snapshots_complete(client, settings, last_ids)
@@ -175,10 +175,6 @@ def run(processes: int, args: argparse.Namespace, redis_url: str, work: Path) ->
         for proc in [*workers, ov]:
             stop(proc)
         client.close()
-
-
-def ov_requests(port: int) -> int:
-    return int(httpx.get(f"http://127.0.0.1:{port}/_stats", timeout=5).json()["requests"])
 
 
 def own_calls(client: redis.Redis, redis_url: str) -> tuple[int, int]:

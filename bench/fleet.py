@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx
 import redis
 from fleet_chart import draw  # bench/fleet_chart.py
-from processes import OVSTREAM, group_rss_bytes, spawn, stop, wait_http  # bench/processes.py
+from processes import OVSTREAM, fake_ov_requests, group_rss_bytes, spawn, stop, wait_http  # bench/processes.py
 from redis.cluster import RedisCluster
 
 from core.config import Settings
@@ -272,7 +272,7 @@ class Fleet:
         return out
 
     def ov_requests(self) -> int:
-        return int(httpx.get(f"http://127.0.0.1:{self.ov_port}/_stats", timeout=5).json()["requests"])
+        return fake_ov_requests(self.ov_port)
 
     def sim_now(self, started: float) -> float:
         return (time.monotonic() - started) * self.compression

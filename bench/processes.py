@@ -43,6 +43,11 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
+def fake_ov_requests(port: int) -> int:
+    """Requests the fake OV (``ovstream fake-ov``) on ``port`` has answered so far."""
+    return int(httpx.get(f"http://127.0.0.1:{port}/_stats", timeout=5).json()["requests"])
+
+
 def _group(pgid: int) -> list[tuple[str, list[str]]]:
     """(pid, the fields of /proc/<pid>/stat after the name) of each live process of group ``pgid``."""
     found = []

@@ -18,7 +18,7 @@ from __future__ import annotations
 import builtins
 import logging
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import redis as redis_lib
@@ -33,6 +33,7 @@ from workers.store.recent import addresses_by_keys
 from workers.store.scripts import CLAIM_STALE, DROP_IF_SCORE
 
 log = logging.getLogger(__name__)
+_E = TypeVar("_E", bound=msgspec.Struct)
 
 FINAL_STATUSES = frozenset({"completed", "failed", "timeout", "skipped"})
 ANNOUNCE_GRACE_S = 10.0
@@ -91,6 +92,14 @@ def load_outcome(redis: Any, commits_key: str, commit_id: str) -> CommitOutcome 
     return _parsed(redis.hget(commits_key, commit_id))
 
 
+def decoded(raw: bytes | None, kind: type[_E]) -> _E | None:
+    """``raw`` decoded as ``kind``; None when it is absent or no ``kind`` (another release's)."""
+    try:
+        return decode(raw, kind) if raw is not None else None
+    except EventDecodeError:
+        return None
+
+
 def in_flight_requests(redis: redis_lib.Redis, settings: Settings, limit: int) -> list[CommitRequest]:
     """The requests of the commits in flight (their slots named by ``Keys.commits_in_flight``),
     at most ``limit``, in one pipelined read; a slot gone or unreadable is left out."""
@@ -100,14 +109,7 @@ def in_flight_requests(redis: redis_lib.Redis, settings: Settings, limit: int) -
     pipe = redis.pipeline(transaction=False)
     for slot in slots:
         pipe.hget(text(slot), "req")
-    requests = []
-    for raw in pipe.execute():
-        try:
-            if raw is not None:
-                requests.append(decode(raw, CommitRequest))
-        except EventDecodeError:
-            continue
-    return requests
+    return [r for r in (decoded(raw, CommitRequest) for raw in pipe.execute()) if r is not None]
 
 
 class CommitRecords:

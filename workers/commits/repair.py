@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TypeVar
 
 import msgspec
 import redis as redis_lib
@@ -34,14 +33,13 @@ from core.repair import lost_extraction, overlapped, repair_messages, repair_ses
 from core.session import SessionAddress
 from workers import logs
 from workers.commits.context import JobContext, context_for
-from workers.commits.records import FINAL_STATUSES, OUTCOME_FIELD, CommitRecords, in_flight_requests
+from workers.commits.records import FINAL_STATUSES, OUTCOME_FIELD, CommitRecords, decoded, in_flight_requests
 from workers.commits.request import request_commit
 from workers.commits.run import schedule_extraction_check
 from workers.store.connection import optional_text, stream_entries
 from workers.store.keys import Keys
 
 log = logging.getLogger(__name__)
-_E = TypeVar("_E", bound=msgspec.Struct)
 
 REPAIR_WAIT_S = 5.0
 """How long a repair waits before looking again while another repair of its tenant runs."""
@@ -145,20 +143,13 @@ def _others(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) 
     """(asked for, final or None) of the other commits of ``request``'s OV user lately: the
     newest final outcomes of the deployment and the commits in flight."""
     entries = stream_entries(redis.xrevrange(Keys(settings.key_prefix).commit_outcomes(), count=OTHERS_READ))
-    outcomes = [_decoded(fields.get(OUTCOME_FIELD.encode()), CommitOutcome) for _, fields in entries]
+    outcomes = [decoded(fields.get(OUTCOME_FIELD.encode()), CommitOutcome) for _, fields in entries]
     requests = in_flight_requests(redis, settings, OTHERS_READ)
     return [
         (other.requested_at, other.finished_at if isinstance(other, CommitOutcome) else None)
         for other in (*outcomes, *requests)
         if other is not None and other.user == request.user and other.commit_id != request.commit_id
     ]
-
-
-def _decoded(raw: bytes | None, kind: type[_E]) -> _E | None:
-    try:
-        return decode(raw, kind) if raw is not None else None
-    except EventDecodeError:
-        return None
 
 
 def _tenant(request: CommitRequest) -> str:
@@ -217,7 +208,7 @@ def read_lost_extractions(redis: redis_lib.Redis, settings: Settings, *, newest:
     by_state: dict[str, int] = {}
     shown: list[tuple[RepairEntry, str, int | None]] = []
     for _, fields in reversed(stream_entries(redis.xrevrange(keys.extraction_repairs(), count=200))):
-        entry = _decoded(fields.get(b"e"), RepairEntry)
+        entry = decoded(fields.get(b"e"), RepairEntry)
         if entry is None:
             continue
         outcome = records.outcome(entry.repair)

@@ -30,7 +30,6 @@ from rq import Queue
 from rq.job import Job
 from rq.results import Result
 from rq.worker_registration import WORKERS_BY_QUEUE_KEY
-from rq.worker_registration import get_keys as worker_keys
 
 from workers.dev.local_ov import INSTALL_HINT, LocalOV, LocalOVError, find_openviking_server, start_local_ov
 from workers.dev.local_redis import LocalRedisError, free_port, redis_answers, start_redis_server
@@ -203,8 +202,7 @@ def forget_demo_keys(redis_url: str, key_prefix: str, queue_name: str) -> int:
         jobs = {*queue.get_job_ids(), *(job for r in registries for job in r.get_job_ids())}
         doomed = [key for job in jobs for key in (Job.key_for(job), Result.get_key(job))]  # type: ignore[no-untyped-call]
         doomed += [r.key for r in registries] + [queue.key, WORKERS_BY_QUEUE_KEY % queue.name]
-        doomed += list(worker_keys(queue=queue))
-        for key in client.scan_iter(match="rq:worker:*", count=1000):  # stopped ones keep theirs a minute
+        for key in client.scan_iter(match="rq:worker:*", count=1000):  # live ones, and stopped ones (kept a minute)
             if client.type(key) == b"hash" and client.hget(key, "queues") == queue.name.encode():
                 doomed.append(key)
         doomed += list(client.scan_iter(match=Keys(key_prefix).every_key(), count=1000))

@@ -120,7 +120,7 @@ def create_app(
             await svc.ov.aclose()
             ov_closed = True
             with contextlib.suppress(*REDIS_ERRORS, TimeoutError):  # a stopping process waits on no Redis
-                await asyncio.wait_for(asyncio.to_thread(_health_pipe(svc, forget_health, name)), RPC_BEAT_S)
+                await asyncio.wait_for(asyncio.to_thread(_write_health, svc, forget_health, name), RPC_BEAT_S)
         finally:  # closed even when the shutdown is cancelled midway
             if own_redis:
                 await redis_client.aclose()
@@ -289,22 +289,19 @@ async def _beat(svc: Services, name: str) -> None:
     while True:
         facts = {"ov": "ok" if svc.ov_breaker.allows() else "unreachable"}
         try:
-            await asyncio.to_thread(_health_pipe(svc, record_health, "rpc", name, **facts))
+            await asyncio.to_thread(_write_health, svc, record_health, "rpc", name, **facts)
         except REDIS_ERRORS as exc:
             log.debug("health not recorded: %s", exc)
         await asyncio.sleep(RPC_BEAT_S)
 
 
-def _health_pipe(svc: Services, write: Any, *args: Any, **facts: str) -> Any:
-    """A call writing the health record with ``write`` (on the sync client, as the lag
-    sampler does: the app's asyncio client belongs to the loop that made it)."""
-
-    def run() -> None:
-        with svc.commit_redis.pipeline(transaction=False) as pipe:
-            write(pipe, svc.settings, *args, **facts)
-            pipe.execute()
-
-    return run
+def _write_health(svc: Services, write: Any, *args: Any, **facts: str) -> None:
+    """Write (``record_health``) or remove (``forget_health``) the health record, on the sync
+    client in a thread, as the lag sampler does: the app's asyncio client belongs to the loop
+    that made it."""
+    with svc.commit_redis.pipeline(transaction=False) as pipe:
+        write(pipe, svc.settings, *args, **facts)
+        pipe.execute()
 
 
 async def _redis_health(svc: Services) -> str:
