@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import redis
 
 ROOT = Path(__file__).resolve().parents[1]
 OVSTREAM = [sys.executable, "-m", "workers.cli"]
@@ -48,6 +50,17 @@ def fake_ov_requests(port: int) -> int:
     return int(httpx.get(f"http://127.0.0.1:{port}/_stats", timeout=5).json()["requests"])
 
 
+def redis_cpu_seconds(client: redis.Redis) -> float:
+    """CPU seconds the Redis server has used so far (``INFO cpu``: its main thread's user + sys)."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+def redis_calls(client: redis.Redis) -> int:
+    """Commands Redis has run so far (every command's calls, ``INFO commandstats``)."""
+    return sum(int(v["calls"]) for v in client.info("commandstats").values())
+
+
 def _group(pgid: int) -> list[tuple[str, list[str]]]:
     """(pid, the fields of /proc/<pid>/stat after the name) of each live process of group ``pgid``."""
     found = []
@@ -76,3 +89,38 @@ def group_rss_bytes(pgid: int) -> int:
         except (OSError, IndexError):
             continue
     return total * os.sysconf("SC_PAGE_SIZE")
+
+
+CGROUP_CPU_V1 = Path("/sys/fs/cgroup/cpu")
+"""cgroup v1's cpu controller (v2 keeps ``cpu.max`` in each group under /sys/fs/cgroup)."""
+
+
+def cap_cpu(pid: int, percent: float, name: str) -> Path | None:
+    """Put process ``pid`` (and what it forks later) in a cgroup of its own allowed ``percent``
+    of one CPU; None where this machine lets us make none (not root, no cpu controller)."""
+    period_us = 100_000
+    quota_us = max(1_000, int(period_us * percent / 100))
+    v2 = Path("/sys/fs/cgroup/cgroup.controllers")
+    try:
+        if v2.exists() and "cpu" in v2.read_text().split():
+            group = Path("/sys/fs/cgroup") / name
+            group.mkdir(exist_ok=True)
+            (group / "cpu.max").write_text(f"{quota_us} {period_us}")
+        elif (CGROUP_CPU_V1 / "cpu.cfs_quota_us").exists():
+            group = CGROUP_CPU_V1 / name
+            group.mkdir(exist_ok=True)
+            (group / "cpu.cfs_period_us").write_text(str(period_us))
+            (group / "cpu.cfs_quota_us").write_text(str(quota_us))
+        else:
+            return None
+        (group / "cgroup.procs").write_text(str(pid))
+    except OSError:
+        return None
+    return group
+
+
+def uncap(group: Path | None) -> None:
+    """Remove a group ``cap_cpu`` made (its processes gone: a group with members stays)."""
+    if group is not None:
+        with contextlib.suppress(OSError):
+            group.rmdir()

@@ -26,6 +26,10 @@ class EventDecodeError(ValueError):
     nesting too deep to decode."""
 
 
+CommitReason = Literal["threshold", "compact", "memory_store", "manual", "session_end"]
+"""Why a commit was asked for; a request naming any other is refused where it is made."""
+
+
 class TurnEvent(msgspec.Struct, kw_only=True):
     """One afterTurn (or commitTurn) call of OpenClaw."""
 
@@ -49,7 +53,7 @@ class TurnEvent(msgspec.Struct, kw_only=True):
     """commitTurn's key (OpenClaw >= 2026.8.1); capture dedupes on it."""
     user: str | None = None
     """Tenant label selecting the OV user key (Settings.user_api_keys); None: the default."""
-    commit: str | None = None
+    commit: CommitReason | None = None
     """A commit marker (no messages): once every earlier entry of the session is
     in OV, capture asks for a commit with this reason (``session_end``: the
     conversation was reset, replaced or ended)."""
@@ -71,7 +75,7 @@ class CommitRequest(msgspec.Struct, kw_only=True):
     ov_session_id: str
     agent_id: str
     user: str | None = None
-    reason: Literal["threshold", "compact", "memory_store", "manual", "session_end"] = "threshold"
+    reason: CommitReason = "threshold"
     keep_recent_count: int
     generation: int
     requested_at: float

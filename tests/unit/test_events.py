@@ -64,6 +64,9 @@ def test_round_trip_and_version_on_the_wire(obj):
         (b'{"v": 1, "event_id": "e", "session_id": "s", "published_at": 1, "messages": "x"}', "messages"),
         (b'{"v": 1, "messages": [{"content": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]}", "nested too deeply"),
         (b'{"a": ' * 5_000 + b"1" + b"}" * 5_000, "nested too deeply"),
+        # a commit marker naming a reason no commit can carry is refused here, not as a job
+        # that no worker can decode
+        (b'{"v": 1, "event_id": "e", "session_id": "s", "published_at": 1, "commit": "bench"}', "commit"),
     ],
 )
 def test_decoding_garbage_raises_one_typed_error(data, reason):

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.config import Settings
-from core.events import TurnEvent
+from core.events import CommitReason, TurnEvent
 from core.messages.convert import turn_to_ov_messages
 from core.ov.layout import ov_message_count
 from core.ov.messages import OVMessage
@@ -229,7 +229,7 @@ def plan_round(
     return plan
 
 
-def commit_markers(plan: SessionRound) -> list[str]:
+def commit_markers(plan: SessionRound) -> list[CommitReason]:
     """Reasons of the commit markers this round takes (duplicates left out)."""
     return [
         u.entry.event.commit

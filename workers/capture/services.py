@@ -15,7 +15,7 @@ from typing import Protocol
 import redis.asyncio as aioredis
 
 from core.config import Settings
-from core.events import ContextSnapshot
+from core.events import CommitReason, ContextSnapshot
 from core.ov.client import OVClient
 from core.shard_map import ShardMap, StreamShard
 from workers.capture.ov_watch import Pausable
@@ -76,7 +76,7 @@ class CaptureServices(Protocol):
     async def ensure_group(self, shard: int | StreamShard) -> None:
         """Create the shard's consumer group when it is missing."""
 
-    async def request_commit(self, session: SessionRef, reason: str = "threshold") -> None:
+    async def request_commit(self, session: SessionRef, reason: CommitReason = "threshold") -> None:
         """Ask for a commit of the session."""
 
     def ov_pause_s(self, shard: Pausable, backoff_s: float) -> float:

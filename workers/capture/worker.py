@@ -37,7 +37,7 @@ from cachetools import LRUCache
 
 from core import defaults
 from core.config import Settings
-from core.events import ContextSnapshot
+from core.events import CommitReason, ContextSnapshot
 from core.ov.client import OVClient
 from core.shard_map import ShardMap, StreamShard
 from core.shard_split import fair_share, preference
@@ -183,7 +183,7 @@ class CaptureWorker:
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    async def request_commit(self, session: SessionRef, reason: str = "threshold") -> None:
+    async def request_commit(self, session: SessionRef, reason: CommitReason = "threshold") -> None:
         """A threshold commit keeps the recent messages; a session-end commit archives all."""
         keep = self.settings.commit_keep_recent_count if reason == "threshold" else 0
         await asyncio.to_thread(

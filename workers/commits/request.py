@@ -18,7 +18,7 @@ import redis as redis_lib
 from rq.job import Job
 
 from core.config import Settings
-from core.events import CommitOutcome, CommitRequest, decode, encode
+from core.events import CommitOutcome, CommitReason, CommitRequest, decode, encode
 from core.session import SessionAddress
 from workers.commits.queue import (
     commit_job_id,
@@ -125,7 +125,7 @@ def owes_follow_up(reason: str, keep_recent_count: int, joined: CommitRequest, r
 
 
 def request_commit(
-    redis: redis_lib.Redis, settings: Settings, address: SessionAddress, *, reason: str, keep_recent_count: int
+    redis: redis_lib.Redis, settings: Settings, address: SessionAddress, *, reason: CommitReason, keep_recent_count: int
 ) -> CommitRequest:
     """Enqueue a commit of the session, or return the one already in flight (marking that one
     to be followed by another when it cannot take what ``reason`` needs: ``owes_follow_up``)."""
@@ -161,7 +161,7 @@ def request_commit(
                     ov_session_id=address.ov_session_id,
                     agent_id=address.agent_id,
                     user=address.tenant,
-                    reason=reason,  # type: ignore[arg-type]
+                    reason=reason,
                     keep_recent_count=keep_recent_count,
                     generation=generation,
                     requested_at=now(),

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import cast
 
 import redis as redis_lib
 
 from core.config import Settings
-from core.events import CommitRequest, decode
+from core.events import CommitReason, CommitRequest, decode
 from workers.commits.records import FINAL_STATUSES, FOLLOW_KEEP, FOLLOW_REASON, load_outcome
 from workers.commits.request import commit_state, fail_crashed, request_commit, resume
 from workers.store.connection import optional_text, text
@@ -69,9 +70,14 @@ def _look(redis: redis_lib.Redis, settings: Settings, index: str, inflight_key: 
         if follow_reason is None:
             redis.zrem(index, inflight_key)
             return False
-        # it ended owing a commit (records.FOLLOW_REASON): start it; its request re-indexes the slot
+        # it ended owing a commit (records.FOLLOW_REASON, written from a request's reason): start it;
+        # its request re-indexes the slot
         followed = request_commit(
-            redis, settings, request.address, reason=text(follow_reason), keep_recent_count=int(follow_keep or 0)
+            redis,
+            settings,
+            request.address,
+            reason=cast(CommitReason, text(follow_reason)),
+            keep_recent_count=int(follow_keep or 0),
         )
         log.info("commit %s ended; %s follows it (%s)", request.commit_id, followed.commit_id, text(follow_reason))
         return True

@@ -23,7 +23,7 @@ import msgspec
 
 from core.assemble_plan import FullContext, build_full_context, snapshot_base
 from core.defaults import PHASE2_READ_BACKOFF_MAX_S
-from core.events import CommitOutcome, CommitRequest, ContextSnapshot
+from core.events import CommitOutcome, CommitReason, CommitRequest, ContextSnapshot
 from core.ov.client import OVError, OVUnavailable
 from core.ov.tasks import judge_phase2_read, next_read_delay
 from workers.commits.api import FINAL_STATUSES, CommitRecords, final_or_timeout, request_commit
@@ -51,7 +51,7 @@ def workers_can_act_for(svc: Services, caller: Caller) -> bool:
     return caller.tenant is None or caller.tenant in svc.settings.user_api_keys
 
 
-async def commit_and_wait(svc: Services, caller: Caller, ov_session_id: str, *, reason: str) -> CommitOutcome:
+async def commit_and_wait(svc: Services, caller: Caller, ov_session_id: str, *, reason: CommitReason) -> CommitOutcome:
     """Commit the session (keeping nothing) and wait for phase 2, at most compact_wait_s."""
     settings = svc.settings
     if not workers_can_act_for(svc, caller):
@@ -85,7 +85,7 @@ async def _await_outcome(svc: Services, request: CommitRequest) -> CommitOutcome
         await asyncio.sleep(min(OUTCOME_POLL_S, remaining))
 
 
-async def _inline_commit(svc: Services, caller: Caller, ov_session_id: str, *, reason: str) -> CommitOutcome:
+async def _inline_commit(svc: Services, caller: Caller, ov_session_id: str, *, reason: CommitReason) -> CommitOutcome:
     settings = svc.settings
     ov = svc.ov_for(caller)
     # Working memory on, as the queued commits do: it is what writes the archive overview.

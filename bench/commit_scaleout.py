@@ -1,0 +1,219 @@
+"""Commit workers scale-out: commits per second with 1, 2, 4 and 8 ``ovstream worker``
+processes, as ratios to one, measured in one run. Prints figures (``--json`` keeps them for
+bench/scaleout_chart.py); not a test.
+
+Per row: a fresh key prefix, a fresh fake OV over HTTP (``ovstream fake-ov``) in API-key
+mode with ``--tenants`` users, each call answering after ``--ov-latency-ms`` and each
+commit's phase 2 answering "running" to its first ``--phase2-reads`` task reads (a slow phase
+2, polled every ``--poll-s``); ``--commits`` sessions spread over the tenants, each holding a
+few messages in OV. The workers start and register; then every session asks for a commit at
+once (``request_commit``, as capture does at the threshold) and the clock runs until every
+commit has its final outcome. Per commit: the workers' CPU (/proc), Redis commands (``INFO
+commandstats``: the request, RQ's bookkeeping and the polls; the bench's own outcome reads
+measured alone and left out) and Redis's CPU, OV requests. With ``--cpu-cap PCT`` each worker
+runs in a cgroup of its own allowed PCT of one CPU (where this machine lets us).
+
+    .venv/bin/python bench/commit_scaleout.py [--commits 200] [--tenants 20] [--ov-latency-ms 50]
+        [--phase2-reads 3] [--poll-s 0.2] [--processes 1,2,4,8] [--cpu-cap 10] [--json out.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import httpx
+import redis
+from processes import (  # bench/processes.py
+    OVSTREAM,
+    cap_cpu,
+    fake_ov_requests,
+    group_cpu_seconds,
+    redis_calls,
+    redis_cpu_seconds,
+    spawn,
+    stop,
+    uncap,
+    wait_http,
+)
+from rq import Worker
+
+from core.config import Settings
+from core.events import CommitOutcome
+from core.session import SessionAddress
+from workers.commits.api import FINAL_STATUSES, CommitRecords, request_commit
+from workers.commits.queue import commit_queue
+from workers.dev.local_redis import free_port, start_redis_server
+
+
+@dataclass
+class Row:
+    bench: str
+    ov_latency_ms: float
+    cpu_cap_percent: float | None
+    processes: int
+    rate: float
+    """Commits per second, each to its final outcome."""
+    ratio: float
+    worker_cpu_ms: float
+    """Per commit, every worker process together."""
+    redis_commands: float
+    redis_cpu_ms: float
+    ov_requests: float
+    statuses: str
+
+
+def tenant_keys(tenants: int) -> dict[str, str]:
+    return {f"t{i}": f"key-{i}" for i in range(tenants)}
+
+
+def seed(ov_url: str, keys: dict[str, str], sessions: list[SessionAddress]) -> None:
+    """A user and an assistant message in each session, written as its tenant."""
+    with httpx.Client(base_url=ov_url, timeout=30) as client:
+        for address in sessions:
+            messages = [
+                {"role": "user", "content": f"{address.ov_session_id}: remember that I like tea " * 4},
+                {"role": "assistant", "content": "Noted."},
+            ]
+            client.post(
+                f"/api/v1/sessions/{address.ov_session_id}/messages/batch",
+                json={"messages": messages},
+                headers={"X-API-Key": keys[address.tenant or ""]},
+            ).raise_for_status()
+
+
+def read_calls(client: redis.Redis, read: Callable[[], object]) -> int:
+    """Redis commands of one ``read``, measured alone."""
+    before = redis_calls(client)
+    read()
+    return redis_calls(client) - before - 1  # 1: the INFO before
+
+
+def measure(processes: int, args: argparse.Namespace, redis_url: str, work: Path) -> Row:
+    work = work / f"{processes}"
+    work.mkdir(parents=True, exist_ok=True)
+    ov_port, prefix, keys = free_port(), f"commits{processes}x{uuid.uuid4().hex[:6]}", tenant_keys(args.tenants)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")},
+        "OVSTREAM_REDIS_URL": redis_url,
+        "OVSTREAM_BASE_URL": f"http://127.0.0.1:{ov_port}",
+        "OVSTREAM_KEY_PREFIX": prefix,
+        "OVSTREAM_USER_API_KEYS": json.dumps(keys),
+        "OVSTREAM_PHASE2_POLL_INTERVAL_S": str(args.poll_s),
+    }
+    api_keys = [a for tenant, key in keys.items() for a in ("--api-key", f"{key}=acct:{tenant}")]
+    latency = ["--latency-ms", str(args.ov_latency_ms), "--phase2-reads", str(args.phase2_reads)]
+    ov = spawn([*OVSTREAM, "fake-ov", "--port", str(ov_port), *latency, *api_keys], env, work / "ov.log")
+    settings = Settings(redis_url=redis_url, key_prefix=prefix, user_api_keys=keys, phase2_poll_interval_s=args.poll_s)
+    client = redis.Redis.from_url(redis_url)
+    workers: list[subprocess.Popen[bytes]] = []
+    groups: list[Path | None] = []
+    try:
+        wait_http(f"http://127.0.0.1:{ov_port}/health", 30)
+        sessions = [SessionAddress(f"c{i}", "main", f"t{i % args.tenants}") for i in range(args.commits)]
+        seed(f"http://127.0.0.1:{ov_port}", keys, sessions)
+        for n in range(processes):
+            workers.append(spawn([*OVSTREAM, "worker"], env, work / f"worker{n}.log"))
+            if args.cpu_cap:
+                groups.append(cap_cpu(workers[-1].pid, args.cpu_cap, f"ovstream-bench-{os.getpid()}-{n}"))
+                if groups[-1] is None:
+                    raise SystemExit("--cpu-cap: this machine lets us make no cgroup (root and a cpu controller)")
+        queue = commit_queue(client, settings)
+        deadline = time.monotonic() + 60
+        while len(Worker.all(queue=queue)) < processes:
+            if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
+                raise RuntimeError(f"the workers did not start; see {work}")
+            time.sleep(0.05)
+        records = CommitRecords(client, settings)
+        cpu0, calls0 = sum(group_cpu_seconds(w.pid) for w in workers), redis_calls(client)
+        redis_cpu0, ov0, reads = redis_cpu_seconds(client), fake_ov_requests(ov_port), 0
+        started = time.monotonic()
+        requests = [request_commit(client, settings, a, reason="manual", keep_recent_count=0) for a in sessions]
+        outcomes: dict[int, CommitOutcome] = {}  # the final ones
+        while len(outcomes) < len(requests):
+            if any(w.poll() is not None for w in workers):
+                raise RuntimeError(f"a worker exited; see {work}")
+            time.sleep(0.05)
+            for i, request in enumerate(requests):
+                if i not in outcomes:
+                    reads += 1
+                    if (outcome := records.outcome(request)) is not None and outcome.status in FINAL_STATUSES:
+                        outcomes[i] = outcome
+        elapsed = time.monotonic() - started
+        n, calls = len(requests), redis_calls(client) - calls0 - 3  # 3: the INFOs
+        commands = (calls - reads * read_calls(client, partial(records.outcome, requests[0]))) / n
+        return Row(
+            bench="commits",
+            ov_latency_ms=args.ov_latency_ms,
+            cpu_cap_percent=args.cpu_cap,
+            processes=processes,
+            rate=n / elapsed,
+            ratio=0.0,
+            worker_cpu_ms=(sum(group_cpu_seconds(w.pid) for w in workers) - cpu0) / n * 1000,
+            redis_commands=commands,
+            redis_cpu_ms=(redis_cpu_seconds(client) - redis_cpu0) / n * 1000,
+            ov_requests=(fake_ov_requests(ov_port) - ov0) / n,
+            statuses=",".join(sorted({o.status for o in outcomes.values()})),
+        )
+    finally:
+        for proc in [*workers, ov]:
+            stop(proc)
+        for group in groups:
+            uncap(group)
+        client.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--commits", type=int, default=200)
+    parser.add_argument("--tenants", type=int, default=20)
+    parser.add_argument("--ov-latency-ms", type=float, default=50.0)
+    parser.add_argument("--phase2-reads", type=int, default=3)
+    parser.add_argument("--poll-s", type=float, default=0.2, help="phase2PollIntervalS")
+    parser.add_argument("--processes", default="1,2,4,8")
+    parser.add_argument("--cpu-cap", type=float, default=None, help="percent of one CPU per worker process")
+    parser.add_argument("--json", type=Path, default=None, help="append each row here (JSON lines)")
+    args = parser.parse_args()
+    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"ovstream-commit-scaleout-{os.getpid()}"
+    server = start_redis_server()
+    try:
+        rows = [measure(int(n), args, server.url, work) for n in args.processes.split(",")]
+    finally:
+        server.stop()
+    for row in rows:
+        row.ratio = row.rate / rows[0].rate
+    cap = f", each worker capped at {args.cpu_cap:g}% of a CPU" if args.cpu_cap else ""
+    print(
+        f"commit workers scale-out: {args.commits} commits of {args.tenants} tenants at once,"
+        f" OV {args.ov_latency_ms:g} ms per call, phase 2 'running' to {args.phase2_reads} reads"
+        f" polled every {args.poll_s:g} s,"
+        f" {os.cpu_count()} CPUs{cap}"
+    )
+    print(
+        f"{'workers':>7} {'commits/s':>9} {'x one':>6} {'worker CPU ms/commit':>20} {'Redis cmds/commit':>17}"
+        f" {'Redis CPU ms/commit':>19} {'OV reqs/commit':>14} {'outcomes':>10}"
+    )
+    for r in rows:
+        print(
+            f"{r.processes:>7} {r.rate:>9.1f} {r.ratio:>6.2f} {r.worker_cpu_ms:>20.2f} {r.redis_commands:>17.1f}"
+            f" {r.redis_cpu_ms:>19.3f} {r.ov_requests:>14.2f} {r.statuses:>10}"
+        )
+    if args.json is not None:
+        with args.json.open("a") as out:
+            out.writelines(json.dumps(asdict(r)) + "\n" for r in rows)
+
+
+if __name__ == "__main__":
+    main()
