@@ -31,14 +31,13 @@ after the clock started (hand-overs, per minute: 0 when the split holds).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import time
 import uuid
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -47,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import redis
 from processes import (  # bench/processes.py
     OVSTREAM,
+    append_rows,
     cap_cpu,
     fake_ov_requests,
     group_cpu_seconds,
@@ -391,8 +391,7 @@ def main() -> None:
         server.stop()
     print_rows(rows, args)
     if args.json is not None:
-        with args.json.open("a") as out:
-            out.writelines(json.dumps(asdict(r)) + "\n" for r in rows)
+        append_rows(args.json, rows)
 
 
 if __name__ == "__main__":

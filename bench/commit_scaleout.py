@@ -27,7 +27,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -38,6 +38,7 @@ import httpx
 import redis
 from processes import (  # bench/processes.py
     OVSTREAM,
+    append_rows,
     cap_cpu,
     fake_ov_requests,
     group_cpu_seconds,
@@ -211,8 +212,7 @@ def main() -> None:
             f" {r.redis_cpu_ms:>19.3f} {r.ov_requests:>14.2f} {r.statuses:>10}"
         )
     if args.json is not None:
-        with args.json.open("a") as out:
-            out.writelines(json.dumps(asdict(r)) + "\n" for r in rows)
+        append_rows(args.json, rows)
 
 
 if __name__ == "__main__":

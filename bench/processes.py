@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import httpx
 import redis
@@ -124,3 +127,9 @@ def uncap(group: Path | None) -> None:
     if group is not None:
         with contextlib.suppress(OSError):
             group.rmdir()
+
+
+def append_rows(path: Path, rows: list[Any]) -> None:
+    """Rows (dataclasses) appended to ``path`` as JSON lines (what bench/scaleout_chart.py draws)."""
+    with path.open("a") as out:
+        out.writelines(json.dumps(asdict(row)) + "\n" for row in rows)

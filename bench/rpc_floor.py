@@ -236,6 +236,22 @@ def median_round(rounds: list[Measured]) -> Measured:
     return sorted(rounds, key=lambda m: m.rate)[len(rounds) // 2]
 
 
+def captured_session(redis_url: str, messages: list[dict[str, Any]], work: Path, procs: list[Any]) -> dict[str, str]:
+    """Starts the fake OV (appended to ``procs``) and captures ``messages`` as session "bench",
+    so every assemble of it is a snapshot hit; the environment of an ``ovstream`` process."""
+    ov_port = free_port()
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")}
+    env = {**base, "OVSTREAM_REDIS_URL": redis_url, "OVSTREAM_BASE_URL": f"http://127.0.0.1:{ov_port}"}
+    procs.append(spawn([*OVSTREAM, "fake-ov", "--port", str(ov_port)], env, work / "ov.log"))
+    wait_http(f"http://127.0.0.1:{ov_port}/health")
+    client = redis.Redis.from_url(redis_url)
+    event = TurnEvent(event_id="bench", session_id="bench", messages=messages, published_at=time.time())
+    publish_turn(client, Settings(redis_url=redis_url), event)
+    client.close()
+    spawn([*OVSTREAM, "capture", "--burst"], env, work / "capture.log").wait(timeout=60)
+    return env
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=16)
@@ -254,21 +270,8 @@ def main() -> None:
     server = start_redis_server()
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        ov_port = free_port()
-        base = {k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")}
-        env = {**base, "OVSTREAM_REDIS_URL": server.url, "OVSTREAM_BASE_URL": f"http://127.0.0.1:{ov_port}"}
-        procs.append(spawn([*OVSTREAM, "fake-ov", "--port", str(ov_port)], env, work / "ov.log"))
-        wait_http(f"http://127.0.0.1:{ov_port}/health")
         messages = conversation(args.messages)
-        client = redis.Redis.from_url(server.url)
-        publish_turn(
-            client,
-            Settings(redis_url=server.url),
-            TurnEvent(event_id="bench", session_id="bench", messages=messages, published_at=time.time()),
-        )
-        capture = spawn([*OVSTREAM, "capture", "--burst"], env, work / "capture.log")
-        capture.wait(timeout=60)
-        client.close()
+        env = captured_session(server.url, messages, work, procs)
         bodies = {
             # What the plugin sends (2026.9 host, autoCapture on): its turns, the transcript counted.
             "plugin's call (turns, transcript counted)": {

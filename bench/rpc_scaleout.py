@@ -22,21 +22,26 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import redis
-from processes import OVSTREAM, cap_cpu, redis_cpu_seconds, spawn, stop, uncap, wait_http  # bench/processes.py
-from rpc_floor import conversation, load_wrk  # bench/rpc_floor.py
+from processes import (  # bench/processes.py
+    OVSTREAM,
+    append_rows,
+    cap_cpu,
+    redis_cpu_seconds,
+    spawn,
+    stop,
+    uncap,
+    wait_http,
+)
+from rpc_floor import captured_session, conversation, load_wrk  # bench/rpc_floor.py
 
-from core.config import Settings
-from core.events import TurnEvent
 from workers.dev.local_redis import free_port, start_redis_server
-from workers.store.streams import publish_turn
 
 
 @dataclass
@@ -99,17 +104,8 @@ def main() -> None:
     server = start_redis_server()
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        ov_port = free_port()
-        base = {k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")}
-        env = {**base, "OVSTREAM_REDIS_URL": server.url, "OVSTREAM_BASE_URL": f"http://127.0.0.1:{ov_port}"}
-        procs.append(spawn([*OVSTREAM, "fake-ov", "--port", str(ov_port)], env, work / "ov.log"))
-        wait_http(f"http://127.0.0.1:{ov_port}/health")
         messages = conversation(args.messages)
-        client = redis.Redis.from_url(server.url)
-        event = TurnEvent(event_id="bench", session_id="bench", messages=messages, published_at=time.time())
-        publish_turn(client, Settings(redis_url=server.url), event)
-        client.close()
-        spawn([*OVSTREAM, "capture", "--burst"], env, work / "capture.log").wait(timeout=60)
+        env = captured_session(server.url, messages, work, procs)
         fields = {
             "sessionId": "bench",
             "messageCount": len(messages),
@@ -138,8 +134,7 @@ def main() -> None:
             f" {r.redis_cpu_us:>16.1f}"
         )
     if args.json is not None:
-        with args.json.open("a") as out:
-            out.writelines(json.dumps(asdict(r)) + "\n" for r in rows)
+        append_rows(args.json, rows)
 
 
 if __name__ == "__main__":
