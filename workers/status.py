@@ -258,7 +258,8 @@ def read_status(client: redis.Redis, settings: Settings) -> DeploymentStatus:
 
 def read_scaling(client: redis.Redis, settings: Settings) -> dict[str, Any]:
     """What an autoscaler reads (``GET /v1/scaling``): capture's replicas for the backlog of
-    every stream read now (``core.scaling``; it follows a reshard), with the figures behind it."""
+    every stream read now (``core.scaling``; it follows a reshard), with the figures behind it,
+    and the commits in flight."""
     shards = read_backlog(client, settings)
     backlog = sum((s.unread or 0) + s.pending for s in shards)
     return {
@@ -267,7 +268,10 @@ def read_scaling(client: redis.Redis, settings: Settings) -> dict[str, Any]:
             "backlog": backlog,
             "streams": len(shards),
             "backlogPerReplica": CAPTURE_LAG_PER_REPLICA,
-        }
+        },
+        # what `openclaw ovstream import` waits on, besides the backlog: phase 2 not flooded
+        # (counted up to COMMIT_INDEX_SAMPLE; the index keeps a finished one until its sweep)
+        "commits": {"inFlight": len(in_flight_requests(client, settings, COMMIT_INDEX_SAMPLE))},
     }
 
 

@@ -28,7 +28,7 @@ from workers.commits.run import run_commit
 from workers.commits.sweep import sweep
 from workers.commits.worker import drain_jobs
 from workers.dev.fake_ov.app import FakeOV
-from workers.status import COMMIT_STALL_S, read_status, stalled_commits
+from workers.status import COMMIT_STALL_S, read_scaling, read_status, stalled_commits
 from workers.store.keys import Keys, session_keys
 
 
@@ -70,8 +70,11 @@ def test_commits_of_one_user_reach_ov_before_any_of_them_is_final(redis_client, 
             first_final.append(len(fake_ov.requests))
         return all(done)
 
+    # what `openclaw ovstream import` waits on (GET /v1/scaling): the commits in flight
+    assert read_scaling(redis_client, settings)["commits"] == {"inFlight": 3}
     assert drain_jobs(redis_client, settings, until=all_final)
     assert [records.outcome(r).status for r in requests] == ["completed"] * 3
+    assert read_scaling(redis_client, settings)["commits"] == {"inFlight": 0}
     # every commit went to OV before the first one's outcome was final: nobody waited in a line
     assert all(_commit_calls(fake_ov, sid)[0] < first_final[0] for sid in sids), (first_final, fake_ov.requests)
 

@@ -23,7 +23,7 @@ import pytest
 from core.ids import ov_session_id
 from core.session import SessionAddress
 from tests.helpers.e2e import unique, wait_for, workdir_for
-from tests.helpers.host import HostStack, conversation_text, host_available, system_text
+from tests.helpers.host import HostStack, conversation_text, require_host, system_text
 from tests.helpers.host_chat_model import content_text
 from workers.commits.records import CommitRecords
 from workers.store.keys import Keys, session_keys
@@ -31,11 +31,7 @@ from workers.store.lineage import Lineage, lineage_of
 
 pytestmark = pytest.mark.host
 
-_why = host_available()
-if _why is not None:
-    if os.environ.get("OVSTREAM_REQUIRE_HOST") == "1":
-        raise RuntimeError(f"the real-host tier cannot run: {_why}")
-    pytest.skip(_why, allow_module_level=True)
+require_host()
 
 RECALL_MARK = "<relevant-memories>"
 # A subject no other real-OV test uses: the dev-mode user's memories are shared by the session.

@@ -81,7 +81,7 @@ function agentIdOf(...candidates: unknown[]): string | undefined {
 /** Pages of the host's visible transcript, read through its SDK (the contract's cursor API). */
 const TRANSCRIPT_MAX_PAGES = 100;
 
-async function readTranscript(identity: { agentId?: string; sessionKey?: string; sessionId: string }): Promise<AgentMessage[] | undefined> {
+export async function readTranscript(identity: { agentId?: string; sessionKey?: string; sessionId: string }): Promise<AgentMessage[] | undefined> {
   type Page = { kind: string; cursor?: string; hasMore?: boolean; entries?: Array<{ message?: AgentMessage }> };
   type Sdk = { readSessionTranscriptVisibleMessageDelta?: (p: Record<string, unknown>) => Promise<Page> };
   let sdk: Sdk;

@@ -8,6 +8,7 @@
  */
 
 import { ConfigError, configJsonSchema, parseConfigDetailed, RETIRED_KEYS, type PluginConfig } from "./config.js";
+import { registerCli } from "./cli.js";
 import { createEngine, ENGINE_ID } from "./engine.js";
 import { PluginRuntime, type RuntimeOptions } from "./runtime.js";
 import { registerTools } from "./tools.js";
@@ -72,6 +73,7 @@ export function registerOvstream(api: PluginApi, options: RuntimeOptions = {}): 
     logger.warn("ovstream: registerContextEngine is unavailable (OpenClaw too old?); turns will not be captured");
   }
   registerSessionEndHooks(api, rt);
+  registerCli(api, rt);
   if (typeof api.registerService === "function") {
     api.registerService({
       id: "ovstream-turn-publisher",

@@ -44,6 +44,14 @@ export class RpcClient {
   }
 
   async post<T>(path: string, body: unknown, options: CallOptions): Promise<T> {
+    return this.call<T>("POST", path, body, options);
+  }
+
+  async get<T>(path: string, options: CallOptions): Promise<T> {
+    return this.call<T>("GET", path, undefined, options);
+  }
+
+  private async call<T>(method: "GET" | "POST", path: string, body: unknown, options: CallOptions): Promise<T> {
     if (options.signal?.aborted) {
       throw new RpcError("aborted", "aborted by the caller");
     }
@@ -71,22 +79,22 @@ export class RpcClient {
       let text: string;
       try {
         response = await this.fetchImpl(url, {
-          method: "POST",
+          method,
           headers,
-          body: JSON.stringify(body),
+          ...(method === "POST" ? { body: JSON.stringify(body) } : {}),
           signal: controller.signal,
         });
         text = await response.text();
       } catch (err) {
         if (timedOut) {
-          throw new RpcError("timeout", `POST ${path}: no answer within ${options.timeoutMs} ms`);
+          throw new RpcError("timeout", `${method} ${path}: no answer within ${options.timeoutMs} ms`);
         }
         if (options.signal?.aborted) {
-          throw new RpcError("aborted", `POST ${path}: aborted by the caller`);
+          throw new RpcError("aborted", `${method} ${path}: aborted by the caller`);
         }
         const cause = (err as { cause?: { code?: string; message?: string } }).cause;
         const detail = cause?.code ?? cause?.message ?? (err as Error).message;
-        throw new RpcError("network", `POST ${url}: ${detail}`);
+        throw new RpcError("network", `${method} ${url}: ${detail}`);
       }
       let parsed: unknown = undefined;
       if (text.length > 0) {
@@ -100,10 +108,10 @@ export class RpcClient {
         const error = (parsed as { error?: { code?: string; message?: string; field?: string } } | undefined)?.error;
         const detail = error?.message ?? (text.slice(0, 300) || response.statusText);
         const field = error?.field ? ` (${error.field})` : "";
-        throw new RpcError("http", `POST ${path}: HTTP ${response.status}: ${detail}${field}`, response.status, error?.code);
+        throw new RpcError("http", `${method} ${path}: HTTP ${response.status}: ${detail}${field}`, response.status, error?.code);
       }
       if (parsed === undefined) {
-        throw new RpcError("invalid", `POST ${path}: the answer is not JSON`, response.status);
+        throw new RpcError("invalid", `${method} ${path}: the answer is not JSON`, response.status);
       }
       return parsed as T;
     } finally {

@@ -200,6 +200,26 @@ export interface HookContext {
 
 export type HookHandler = (event: Record<string, unknown>, ctx: HookContext) => void | Promise<void>;
 
+/** The slice of a commander Command the plugin's CLI uses (the host's program is one). */
+export interface CliCommand {
+  command(name: string): CliCommand;
+  description(text: string): CliCommand;
+  option(flags: string, description?: string): CliCommand;
+  action(fn: (...args: any[]) => void | Promise<void>): CliCommand;
+}
+
+export interface CliDescriptor {
+  name: string;
+  description: string;
+  hasSubcommands?: boolean;
+}
+
+/** One stored session as the host's `runtime.agent.session.listSessionEntries` lists it. */
+export interface SessionEntrySummary {
+  sessionKey: string;
+  entry?: { sessionId?: unknown; updatedAt?: unknown; [k: string]: unknown };
+}
+
 /** The members of OpenClawPluginApi this plugin uses. */
 export interface PluginApi {
   id?: string;
@@ -212,4 +232,16 @@ export interface PluginApi {
   registerTool?: (tool: AgentTool | ToolFactory, opts?: { name?: string; names?: string[]; optional?: boolean }) => void;
   registerContextEngine?: (id: string, factory: (ctx?: unknown) => ContextEngine | Promise<ContextEngine>) => void;
   registerService?: (service: PluginService) => void;
+  registerCli?: (
+    registrar: (ctx: { program: CliCommand }) => void | Promise<void>,
+    opts?: { descriptors?: CliDescriptor[]; commands?: string[] },
+  ) => void;
+  /** The host's plugin runtime (the parts read by `openclaw ovstream import`). */
+  runtime?: {
+    agent?: {
+      session?: {
+        listSessionEntries?: (params?: { agentId?: string; readOnly?: boolean }) => SessionEntrySummary[];
+      };
+    };
+  };
 }

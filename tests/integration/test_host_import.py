@@ -1,0 +1,147 @@
+"""`openclaw ovstream import` against the real OpenClaw 2026.9.6 host and the real
+openviking-server: conversations the gateway stored before ovstream was installed (two
+agents, a deleted session) reach OV once and in order, one past the commit threshold is
+committed (phase 2 on the real OV); a second run and a run killed half way add nothing twice
+and leave nothing out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from core.events import CommitOutcome
+from core.ids import ov_session_id
+from core.session import SessionAddress
+from tests.helpers.e2e import OVSession, unique, wait_for, workdir_for
+from tests.helpers.host import OPENCLAW, HostStack, require_host
+from workers.commits.records import FINAL_STATUSES, CommitRecords
+
+pytestmark = pytest.mark.host
+
+require_host()
+
+
+@pytest.fixture(scope="module")
+def history(ov_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostStack]:
+    """A gateway that ran before ovstream: its conversations, then the plugin installed."""
+    workdir = workdir_for(tmp_path_factory.getbasetemp(), "host-import")
+    stack = HostStack(workdir, ov_server.url)
+    try:
+        stack.start(with_plugin=False)
+        yield stack
+    finally:
+        stack.close()
+
+
+def session_ids(host: HostStack) -> dict[str, str]:
+    """Session key -> session id of every stored session, as the host lists them."""
+    out = host.openclaw("sessions", "--all-agents", "--json", "--limit", "all").stdout
+    listed = json.loads(out[out.index("{") :])
+    return {row["key"]: row["sessionId"] for row in listed["sessions"] if row.get("sessionId")}
+
+
+def ov_texts(ov: OVSession, ov_sid: str, role: str | None = None) -> list[str]:
+    """The text of each message OV holds of the session (of ``role``), in order."""
+    messages = ov.context(ov_sid).get("messages", [])
+    return [
+        "\n".join(str(p.get("text", "")) for p in m.get("parts", []))
+        for m in messages
+        if role is None or m.get("role") == role
+    ]
+
+
+def run_import(host: HostStack, *args: str) -> dict[str, Any]:
+    out = host.openclaw("ovstream", "import", "--json", *args).stdout
+    return json.loads(next(line for line in reversed(out.splitlines()) if line.startswith("{")))
+
+
+def test_history_from_before_the_plugin_is_imported_once_and_in_order(history: HostStack, ov_server: Any) -> None:
+    tag = os.getpid()
+    conversations = {
+        f"agent:main:{unique('old')}": [f"main fact {n} {tag}" for n in range(3)],
+        f"agent:helper:{unique('old')}": [f"helper fact {n} {tag}" for n in range(2)],
+    }
+    for key, lines in conversations.items():
+        for line in lines:
+            history.agent(key, line)
+    # past the commit threshold (tests.helpers.e2e.THRESHOLD, 300 tokens): committed once imported
+    long_key = f"agent:main:{unique('long')}"
+    for n in range(2):  # two turns: the threshold commit keeps the last two messages (KEEP_RECENT)
+        history.agent(long_key, f"I prefer sailing boats with red sails {tag} ({n}). " + "We sailed on. " * 60)
+    many = [f"agent:main:many-{n}-{tag}" for n in range(6)]
+    for n, key in enumerate(many):
+        history.agent(key, f"conversation {n} of a long history {tag}")
+    deleted = f"agent:main:{unique('deleted')}"
+    history.agent(deleted, f"a conversation deleted before the import {tag}")
+    history.openclaw("sessions", "delete", deleted, "--yes")
+    ids = session_ids(history)
+    assert deleted not in ids
+    ov_sids = {key: ov_session_id(ids[key], key) for key in [*conversations, *many, long_key]}
+
+    history.stop_gateway()
+    history.install_plugin()
+    ov = OVSession(ov_server.url)
+    try:
+        dry = run_import(history, "--dry-run")
+        assert dry["outcomes"]["would import"] >= len(conversations) + len(many), dry
+        assert all(ov.state(ov_sid) is None for ov_sid in ov_sids.values())  # the dry run sent nothing
+
+        # killed part way (one message a second), then run again: each once, none left out
+        proc = subprocess.Popen(
+            [str(OPENCLAW), "ovstream", "import", "--rate", "1", "--match", f"^agent:main:many-.*-{tag}$"],
+            cwd=history.workdir,
+            env=history.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            wait_for(lambda: any(ov.state(ov_sids[k]) for k in many), "the first sessions imported", timeout_s=120)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        assert not all(ov.state(ov_sids[k]) for k in many), "killed too late to show anything"
+        rerun = run_import(history, "--match", f"^agent:main:many-.*-{tag}$")
+        assert rerun["outcomes"]["imported"] == len(many), rerun
+        history.service.wait_drained()
+        for n, key in enumerate(many):
+            texts = ov_texts(ov, ov_sids[key])
+            assert sum(f"conversation {n} of a long history {tag}" in t for t in texts) == 1, (key, texts)
+
+        first = run_import(history)
+        assert first["outcomes"]["imported"] == dry["outcomes"]["would import"], first
+        assert first["undelivered"] == 0
+        history.service.wait_drained()
+        held: dict[str, list[str]] = {}
+        for key, lines in conversations.items():
+            texts = wait_for(lambda k=key: ov_texts(ov, ov_sids[k]) or None, f"OV holding {key}")
+            users = [t for t in ov_texts(ov, ov_sids[key], "user") if any(line in t for line in lines)]
+            # each user line once, in the order it was said
+            assert [next(line for line in lines if line in t) for t in users] == lines, texts
+            held[key] = texts
+        long_address = SessionAddress(ov_sids[long_key], "main", None)
+        records = CommitRecords(history.service.redis, history.service.settings)
+
+        def committed() -> list[CommitOutcome] | None:
+            outcomes = [o for o in records.list(long_address) if o.status in FINAL_STATUSES]
+            return outcomes or None
+
+        outcomes = wait_for(committed, "the long imported conversation committed", timeout_s=180)
+        assert [o.status for o in outcomes] == ["completed"], outcomes
+        everything = [t for key in ov_sids for t in ov_texts(ov, ov_sids[key])]
+        assert not any(f"deleted before the import {tag}" in t for t in everything)
+
+        again = run_import(history)
+        assert again["outcomes"]["imported"] == first["outcomes"]["imported"]  # sent again ...
+        history.service.wait_drained()
+        for key in conversations:
+            assert ov_texts(ov, ov_sids[key]) == held[key]  # ... and written by nobody
+    finally:
+        ov.close()
