@@ -12,11 +12,11 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
-from importlib import metadata
 
 from core.config import ConfigError, Settings, load_settings
 from workers import logs
 from workers.store.connection import redis_went_away
+from workers.version import installed_version
 
 # subcommand -> ("module:function", help). The function takes (settings, args) -> int | None.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -86,14 +86,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         if add_args is not None:
             add_args(p)
     return parser
-
-
-def installed_version() -> str:
-    """The version of the installed ``ovstream`` distribution (pyproject.toml's)."""
-    try:
-        return metadata.version("ovstream")
-    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
-        return "unknown (not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

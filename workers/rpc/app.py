@@ -62,6 +62,7 @@ from workers.status import LAG_SAMPLE_INTERVAL_S, read_scaling, read_status, sam
 from workers.store.connection import REDIS_ERRORS, connect, connect_async
 from workers.store.deployment import DeploymentMismatch, check_deployment
 from workers.store.health import forget_health, record_health
+from workers.version import installed_version
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ def create_app(
 
     app = RpcApp(
         title="ovstream",
-        version="0.1.0",
+        version=installed_version(),
         lifespan=lifespan,
         description="OpenViking context engine for OpenClaw: assemble, compact and tools.",
     )

@@ -41,7 +41,7 @@ import type {
 
 export const ENGINE_ID = "ovstream";
 export const ENGINE_NAME = "ovstream (OpenViking context engine)";
-export const ENGINE_VERSION = "0.1.0";
+export const ENGINE_VERSION = "0.2.0";
 
 /** runtimeContext reduced to JSON primitives: it also carries functions (llm, rewriteTranscriptEntries). */
 export function plainRuntimeContext(ctx: RuntimeContext | undefined): Record<string, string | number | boolean | null> | undefined {
