@@ -47,9 +47,10 @@ import redis
 from processes import (  # bench/processes.py
     OVSTREAM,
     append_rows,
-    cap_cpu,
     fake_ov_requests,
     group_cpu_seconds,
+    must_cap,
+    ovstream_env,
     redis_calls,
     redis_cpu_seconds,
     spawn,
@@ -250,16 +251,16 @@ def measure(processes: int, latency_ms: float, args: argparse.Namespace, redis_u
     work = work / f"ov{latency_ms:g}ms-{processes}"  # each row's logs kept
     work.mkdir(parents=True, exist_ok=True)
     ov_port = free_port()
-    base = {k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")}
     prefix = f"scale{processes}x{uuid.uuid4().hex[:6]}"
-    env = {
-        **base,
-        "OVSTREAM_REDIS_URL": redis_url,
-        "OVSTREAM_BASE_URL": f"http://127.0.0.1:{ov_port}",
-        "OVSTREAM_KEY_PREFIX": prefix,
-        "OVSTREAM_SHARDS": str(SHARDS),
-        "OVSTREAM_COMMIT_TOKEN_THRESHOLD": "100000000",  # capture only: no commits
-    }
+    env = ovstream_env(
+        {
+            "OVSTREAM_REDIS_URL": redis_url,
+            "OVSTREAM_BASE_URL": f"http://127.0.0.1:{ov_port}",
+            "OVSTREAM_KEY_PREFIX": prefix,
+            "OVSTREAM_SHARDS": str(SHARDS),
+            "OVSTREAM_COMMIT_TOKEN_THRESHOLD": "100000000",  # capture only: no commits
+        }
+    )
     ov = spawn([*OVSTREAM, "fake-ov", "--port", str(ov_port), "--latency-ms", str(latency_ms)], env, work / "ov.log")
     settings = Settings(redis_url=redis_url, key_prefix=prefix, shards=SHARDS)
     client = redis.Redis.from_url(redis_url)
@@ -274,9 +275,7 @@ def measure(processes: int, latency_ms: float, args: argparse.Namespace, redis_u
         for n in range(processes):
             workers.append(spawn([*OVSTREAM, "--log-level", args.log_level, "capture"], env, logs[n]))
             if args.cpu_cap:
-                groups.append(cap_cpu(workers[-1].pid, args.cpu_cap, f"ovstream-bench-{os.getpid()}-{n}"))
-                if groups[-1] is None:
-                    raise SystemExit("--cpu-cap: this machine lets us make no cgroup (root and a cpu controller)")
+                groups.append(must_cap(workers[-1].pid, args.cpu_cap, f"ovstream-bench-{os.getpid()}-{n}"))
         # The clock starts once every process owns its share of the shards: what is measured
         # is capture, not Python starting up or the shards being split.
         deadline = time.monotonic() + 60

@@ -39,9 +39,10 @@ import redis
 from processes import (  # bench/processes.py
     OVSTREAM,
     append_rows,
-    cap_cpu,
     fake_ov_requests,
     group_cpu_seconds,
+    must_cap,
+    ovstream_env,
     redis_calls,
     redis_cpu_seconds,
     spawn,
@@ -106,14 +107,15 @@ def measure(processes: int, args: argparse.Namespace, redis_url: str, work: Path
     work = work / f"{processes}"
     work.mkdir(parents=True, exist_ok=True)
     ov_port, prefix, keys = free_port(), f"commits{processes}x{uuid.uuid4().hex[:6]}", tenant_keys(args.tenants)
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")},
-        "OVSTREAM_REDIS_URL": redis_url,
-        "OVSTREAM_BASE_URL": f"http://127.0.0.1:{ov_port}",
-        "OVSTREAM_KEY_PREFIX": prefix,
-        "OVSTREAM_USER_API_KEYS": json.dumps(keys),
-        "OVSTREAM_PHASE2_POLL_INTERVAL_S": str(args.poll_s),
-    }
+    env = ovstream_env(
+        {
+            "OVSTREAM_REDIS_URL": redis_url,
+            "OVSTREAM_BASE_URL": f"http://127.0.0.1:{ov_port}",
+            "OVSTREAM_KEY_PREFIX": prefix,
+            "OVSTREAM_USER_API_KEYS": json.dumps(keys),
+            "OVSTREAM_PHASE2_POLL_INTERVAL_S": str(args.poll_s),
+        }
+    )
     api_keys = [a for tenant, key in keys.items() for a in ("--api-key", f"{key}=acct:{tenant}")]
     latency = ["--latency-ms", str(args.ov_latency_ms), "--phase2-reads", str(args.phase2_reads)]
     ov = spawn([*OVSTREAM, "fake-ov", "--port", str(ov_port), *latency, *api_keys], env, work / "ov.log")
@@ -128,9 +130,7 @@ def measure(processes: int, args: argparse.Namespace, redis_url: str, work: Path
         for n in range(processes):
             workers.append(spawn([*OVSTREAM, "worker"], env, work / f"worker{n}.log"))
             if args.cpu_cap:
-                groups.append(cap_cpu(workers[-1].pid, args.cpu_cap, f"ovstream-bench-{os.getpid()}-{n}"))
-                if groups[-1] is None:
-                    raise SystemExit("--cpu-cap: this machine lets us make no cgroup (root and a cpu controller)")
+                groups.append(must_cap(workers[-1].pid, args.cpu_cap, f"ovstream-bench-{os.getpid()}-{n}"))
         queue = commit_queue(client, settings)
         deadline = time.monotonic() + 60
         while len(Worker.all(queue=queue)) < processes:

@@ -59,7 +59,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx
 import redis
 from fleet_chart import draw  # bench/fleet_chart.py
-from processes import OVSTREAM, fake_ov_requests, group_rss_bytes, spawn, stop, wait_http  # bench/processes.py
+from processes import (  # bench/processes.py
+    OVSTREAM,
+    fake_ov_requests,
+    group_rss_bytes,
+    ovstream_env,
+    spawn,
+    stop,
+    wait_http,
+)
 from redis.cluster import RedisCluster
 
 from core.config import Settings
@@ -208,21 +216,21 @@ class Fleet:
         """A session's keys outlive its last turn or commit by this much simulated time."""
         keys = {f"t{t}": f"key-t{t}" for t in range(args.tenants)}
         self.ov_port = free_port()
-        base = {k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")}
-        self.env = {
-            **base,
-            "OVSTREAM_REDIS_URL": self.cluster.url,
-            "OVSTREAM_REDIS_CLUSTER": "true",
-            "OVSTREAM_QUEUE_REDIS_URL": self.queue.url,
-            "OVSTREAM_BASE_URL": f"http://127.0.0.1:{self.ov_port}",
-            "OVSTREAM_KEY_PREFIX": self.prefix,
-            "OVSTREAM_SHARDS": "16",
-            "OVSTREAM_USER_API_KEYS": json.dumps(keys),
-            "OVSTREAM_API_KEY": "key-t0",
-            "OVSTREAM_COMMIT_TOKEN_THRESHOLD": str(args.commit_tokens),
-            **lifetimes,
-            "OVSTREAM_PHASE2_POLL_INTERVAL_S": "0.5",
-        }
+        self.env = ovstream_env(
+            {
+                "OVSTREAM_REDIS_URL": self.cluster.url,
+                "OVSTREAM_REDIS_CLUSTER": "true",
+                "OVSTREAM_QUEUE_REDIS_URL": self.queue.url,
+                "OVSTREAM_BASE_URL": f"http://127.0.0.1:{self.ov_port}",
+                "OVSTREAM_KEY_PREFIX": self.prefix,
+                "OVSTREAM_SHARDS": "16",
+                "OVSTREAM_USER_API_KEYS": json.dumps(keys),
+                "OVSTREAM_API_KEY": "key-t0",
+                "OVSTREAM_COMMIT_TOKEN_THRESHOLD": str(args.commit_tokens),
+                **lifetimes,
+                "OVSTREAM_PHASE2_POLL_INTERVAL_S": "0.5",
+            }
+        )
         self.settings = Settings(
             redis_url=self.cluster.url,
             redis_cluster=True,

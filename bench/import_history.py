@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import redis
-from processes import OVSTREAM, ROOT, fake_ov_requests, spawn, stop, wait_http  # bench/processes.py
+from processes import OVSTREAM, ROOT, fake_ov_requests, ovstream_env, spawn, stop, wait_http  # bench/processes.py
 
 from core.config import Settings
 from core.events import TurnEvent
@@ -102,12 +102,13 @@ def main() -> None:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         ov_port, rpc_port, prefix = free_port(), free_port(), f"imp{uuid.uuid4().hex[:6]}"
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")},
-            "OVSTREAM_REDIS_URL": server.url,
-            "OVSTREAM_BASE_URL": f"http://127.0.0.1:{ov_port}",
-            "OVSTREAM_KEY_PREFIX": prefix,
-        }
+        env = ovstream_env(
+            {
+                "OVSTREAM_REDIS_URL": server.url,
+                "OVSTREAM_BASE_URL": f"http://127.0.0.1:{ov_port}",
+                "OVSTREAM_KEY_PREFIX": prefix,
+            }
+        )
         procs.append(
             spawn(
                 [*OVSTREAM, "fake-ov", "--port", str(ov_port), "--latency-ms", str(args.ov_latency_ms)],

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,12 @@ import redis
 
 ROOT = Path(__file__).resolve().parents[1]
 OVSTREAM = [sys.executable, "-m", "workers.cli"]
+
+
+def ovstream_env(settings: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This environment without the caller's own ``OVSTREAM_*`` settings, with ``settings``
+    (``{"OVSTREAM_REDIS_URL": ...}``): a bench's processes configured by it alone."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")}, **(settings or {})}
 
 
 def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -119,6 +126,14 @@ def cap_cpu(pid: int, percent: float, name: str) -> Path | None:
         (group / "cgroup.procs").write_text(str(pid))
     except OSError:
         return None
+    return group
+
+
+def must_cap(pid: int, percent: float, name: str) -> Path:
+    """``cap_cpu``, or the bench stops saying why (``--cpu-cap`` asked for it)."""
+    group = cap_cpu(pid, percent, name)
+    if group is None:
+        raise SystemExit("--cpu-cap: this machine lets us make no cgroup (root and a cpu controller)")
     return group
 
 

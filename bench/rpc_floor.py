@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
 import redis
-from processes import OVSTREAM, group_cpu_seconds, spawn, stop, wait_http  # bench/processes.py
+from processes import OVSTREAM, group_cpu_seconds, ovstream_env, spawn, stop, wait_http  # bench/processes.py
 
 from core.config import Settings
 from core.events import TurnEvent
@@ -240,8 +240,7 @@ def captured_session(redis_url: str, messages: list[dict[str, Any]], work: Path,
     """Starts the fake OV (appended to ``procs``) and captures ``messages`` as session "bench",
     so every assemble of it is a snapshot hit; the environment of an ``ovstream`` process."""
     ov_port = free_port()
-    base = {k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")}
-    env = {**base, "OVSTREAM_REDIS_URL": redis_url, "OVSTREAM_BASE_URL": f"http://127.0.0.1:{ov_port}"}
+    env = ovstream_env({"OVSTREAM_REDIS_URL": redis_url, "OVSTREAM_BASE_URL": f"http://127.0.0.1:{ov_port}"})
     procs.append(spawn([*OVSTREAM, "fake-ov", "--port", str(ov_port)], env, work / "ov.log"))
     wait_http(f"http://127.0.0.1:{ov_port}/health")
     client = redis.Redis.from_url(redis_url)

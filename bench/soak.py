@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
 import redis
-from processes import OVSTREAM, group_rss_bytes, spawn, stop, wait_http  # bench/processes.py
+from processes import OVSTREAM, group_rss_bytes, ovstream_env, spawn, stop, wait_http  # bench/processes.py
 from rq import Queue
 
 from core.config import Settings
@@ -74,14 +74,15 @@ class Soak:
         self.redis_server = start_redis_server()
         self.prefix = f"soak{uuid.uuid4().hex[:6]}"
         ov_port, self.rpc_port = free_port(), free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OVSTREAM_")}
-        env |= {
-            "OVSTREAM_REDIS_URL": self.redis_server.url,
-            "OVSTREAM_BASE_URL": f"http://127.0.0.1:{ov_port}",
-            "OVSTREAM_KEY_PREFIX": self.prefix,
-            "OVSTREAM_COMMIT_TOKEN_THRESHOLD": str(args.commit_tokens),
-            "OVSTREAM_PHASE2_POLL_INTERVAL_S": "0.2",
-        }
+        env = ovstream_env(
+            {
+                "OVSTREAM_REDIS_URL": self.redis_server.url,
+                "OVSTREAM_BASE_URL": f"http://127.0.0.1:{ov_port}",
+                "OVSTREAM_KEY_PREFIX": self.prefix,
+                "OVSTREAM_COMMIT_TOKEN_THRESHOLD": str(args.commit_tokens),
+                "OVSTREAM_PHASE2_POLL_INTERVAL_S": "0.2",
+            }
+        )
         self.settings = Settings(redis_url=self.redis_server.url, key_prefix=self.prefix)
         try:
             self.ov = spawn([*OVSTREAM, "fake-ov", "--port", str(ov_port)], env, work / "ov.log")

@@ -269,8 +269,9 @@ def read_scaling(client: redis.Redis, settings: Settings) -> dict[str, Any]:
             "streams": len(shards),
             "backlogPerReplica": CAPTURE_LAG_PER_REPLICA,
         },
-        # what `openclaw ovstream import` waits on, besides the backlog: phase 2 not flooded
-        # (counted up to COMMIT_INDEX_SAMPLE; the index keeps a finished one until its sweep)
+        # what `openclaw ovstream import` waits on, besides the backlog: phase 2 not flooded.
+        # The slots still there, up to COMMIT_INDEX_SAMPLE (a final outcome removes its slot;
+        # the index itself keeps it until the next sweep, so it is not counted)
         "commits": {"inFlight": len(in_flight_requests(client, settings, COMMIT_INDEX_SAMPLE))},
     }
 

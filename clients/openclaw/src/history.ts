@@ -157,7 +157,8 @@ export async function importHistory(opts: ImportOptions, deps: ImportDeps): Prom
           importTranscript: true,
           eventId: `import-${ovSid}`, // bootstrap's id: the same event to capture, whoever sends it
         });
-        await drainedWithin(rt, DRAIN_WAIT_MS);
+        // Redis away: the publisher keeps it (and spools it at the end, for the next run)
+        await rt.publisher.drainedWithin(DRAIN_WAIT_MS);
         messages += transcript.length;
         outcome = "imported";
         nextAllowed = Math.max(nextAllowed, now()) + (transcript.length / opts.rate) * 1000;
@@ -167,20 +168,6 @@ export async function importHistory(opts: ImportOptions, deps: ImportDeps): Prom
     deps.progress?.({ done: index + 1, total: selected.length, messages, startedAt, session, outcome });
   }
   return { sessions: selected.length, outcomes, messages, undelivered: rt.publisher.getStats().pending };
-}
-
-/** Until Redis took what was published, or `ms` passed: with Redis away the publisher keeps
- * it (and spools it at the end, for the next run) and the import goes on. */
-async function drainedWithin(rt: PluginRuntime, ms: number): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([
-    rt.publisher.drained(),
-    new Promise<void>((resolve) => {
-      timer = setTimeout(resolve, ms);
-      timer.unref();
-    }),
-  ]);
-  clearTimeout(timer);
 }
 
 /** Until capture's backlog and the commits in flight leave room (live turns go first). */

@@ -263,6 +263,19 @@ export class TurnPublisher {
     return new Promise((resolve) => this.drainWaiters.push(resolve));
   }
 
+  /** `drained()`, or `timeoutMs` passed (a timer that keeps no process alive). */
+  async drainedWithin(timeoutMs: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      this.drained(),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, timeoutMs);
+        timer.unref();
+      }),
+    ]);
+    clearTimeout(timer);
+  }
+
   getStats(): PublisherStats {
     return {
       pending: this.pendingCount(),
@@ -285,15 +298,7 @@ export class TurnPublisher {
     }
     if (this.pendingCount() > 0 && !this.closed) {
       this.flush();
-      let timer: NodeJS.Timeout | undefined;
-      await Promise.race([
-        this.drained(),
-        new Promise<void>((resolve) => {
-          timer = setTimeout(resolve, timeoutMs);
-          timer.unref();
-        }),
-      ]);
-      clearTimeout(timer);
+      await this.drainedWithin(timeoutMs);
     }
     this.closed = true;
     if (this.retryTimer) {
