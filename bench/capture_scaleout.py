@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import redis
 from processes import (  # bench/processes.py
     OVSTREAM,
+    CpuSplit,
     append_rows,
     fake_ov_requests,
     group_cpu_seconds,
@@ -261,7 +262,8 @@ def measure(processes: int, latency_ms: float, args: argparse.Namespace, redis_u
             "OVSTREAM_COMMIT_TOKEN_THRESHOLD": "100000000",  # capture only: no commits
         }
     )
-    ov = spawn([*OVSTREAM, "fake-ov", "--port", str(ov_port), "--latency-ms", str(latency_ms)], env, work / "ov.log")
+    with args.cpus.system_side():
+        ov = spawn([*OVSTREAM, "fake-ov", "--port", str(ov_port), "--latency-ms", str(latency_ms)], env, work / "ov.log")
     settings = Settings(redis_url=redis_url, key_prefix=prefix, shards=SHARDS)
     client = redis.Redis.from_url(redis_url)
     workers: list[subprocess.Popen[bytes]] = []
@@ -273,7 +275,8 @@ def measure(processes: int, latency_ms: float, args: argparse.Namespace, redis_u
             client.xgroup_create(keys.stream(shard), settings.consumer_group, id="0", mkstream=True)
         logs = [work / f"capture{n}.log" for n in range(processes)]
         for n in range(processes):
-            workers.append(spawn([*OVSTREAM, "--log-level", args.log_level, "capture"], env, logs[n]))
+            with args.cpus.system_side():
+                workers.append(spawn([*OVSTREAM, "--log-level", args.log_level, "capture"], env, logs[n]))
             if args.cpu_cap:
                 groups.append(must_cap(workers[-1].pid, args.cpu_cap, f"ovstream-bench-{os.getpid()}-{n}"))
         # The clock starts once every process owns its share of the shards: what is measured
@@ -371,7 +374,14 @@ def main() -> None:
     parser.add_argument("--cpu-cap", type=float, default=None, help="percent of one CPU per capture process")
     parser.add_argument("--json", type=Path, default=None, help="append each row here (JSON lines)")
     parser.add_argument("--log-level", default="INFO", help="of the capture processes (INFO: hand-overs counted)")
+    parser.add_argument(
+        "--load-cpu",
+        type=int,
+        default=None,
+        help="run this bench's publisher on this CPU alone, Redis, OV and capture on the others",
+    )
     args = parser.parse_args()
+    args.cpus = CpuSplit(args.load_cpu)
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"ovstream-scaleout-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
     counts = [int(n) for n in args.processes.split(",")]

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,33 @@ def ovstream_env(settings: Mapping[str, str] | None = None) -> dict[str, str]:
 def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
         return subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+class CpuSplit:
+    """The bench's own load (its publisher, its polls) on one CPU, what it measures on the others.
+
+    On a small machine the load generator competes with the system it loads: a publisher
+    starved by busier workers publishes slower, and the bench reads that as the workers being
+    slower. A gateway publishes from its own machine; this gives the publisher its own CPU.
+    Children inherit the CPUs they are started on, so start them inside ``system_side()``.
+    With ``load_cpu`` None everything shares every CPU.
+    """
+
+    def __init__(self, load_cpu: int | None) -> None:
+        every = os.sched_getaffinity(0)
+        if load_cpu is not None and (load_cpu not in every or len(every) < 2):
+            raise SystemExit(f"--load-cpu {load_cpu}: needs another CPU besides it (this process has {sorted(every)})")
+        self.load = every if load_cpu is None else {load_cpu}
+        self.system = every if load_cpu is None else every - self.load
+        os.sched_setaffinity(0, self.load)
+
+    @contextlib.contextmanager
+    def system_side(self) -> Iterator[None]:
+        os.sched_setaffinity(0, self.system)
+        try:
+            yield
+        finally:
+            os.sched_setaffinity(0, self.load)
 
 
 def wait_http(url: str, timeout_s: float = 60.0) -> None:
