@@ -262,8 +262,9 @@ def measure(processes: int, latency_ms: float, args: argparse.Namespace, redis_u
             "OVSTREAM_COMMIT_TOKEN_THRESHOLD": "100000000",  # capture only: no commits
         }
     )
+    fake_ov = [*OVSTREAM, "fake-ov", "--port", str(ov_port), "--latency-ms", str(latency_ms)]
     with args.cpus.system_side():
-        ov = spawn([*OVSTREAM, "fake-ov", "--port", str(ov_port), "--latency-ms", str(latency_ms)], env, work / "ov.log")
+        ov = spawn(fake_ov, env, work / "ov.log")
     settings = Settings(redis_url=redis_url, key_prefix=prefix, shards=SHARDS)
     client = redis.Redis.from_url(redis_url)
     workers: list[subprocess.Popen[bytes]] = []

@@ -164,11 +164,29 @@ def must_cap(pid: int, percent: float, name: str) -> Path:
     return group
 
 
+CGROUP_EMPTY_WAIT_S = 10.0
+"""How long ``uncap`` waits for a group's last processes to exit (a server's forked workers
+leave a little after their parent)."""
+
+
 def uncap(group: Path | None) -> None:
-    """Remove a group ``cap_cpu`` made (its processes gone: a group with members stays)."""
-    if group is not None:
-        with contextlib.suppress(OSError):
+    """Remove a group ``cap_cpu`` made, once its processes are gone (a group with members
+    cannot be removed); one still not empty after ``CGROUP_EMPTY_WAIT_S`` is said, not left
+    behind in silence."""
+    if group is None:
+        return
+    deadline = time.monotonic() + CGROUP_EMPTY_WAIT_S
+    while True:
+        try:
             group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                print(f"cgroup {group} still has processes; remove it with rmdir once they exit", file=sys.stderr)
+                return
+            time.sleep(0.1)
 
 
 def append_rows(path: Path, rows: list[Any]) -> None:
