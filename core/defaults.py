@@ -125,3 +125,13 @@ LAST_TURN_TTL_S = 7 * 24 * 3600
 
 UP_JOB_THREAD_JOIN_S = 10.0
 """How long ``ovstream up``'s shutdown waits for a commit job in progress."""
+
+# --- plugins (workers.rpc.plugins) ---------------------------------------------------------------
+
+MIN_PLUGIN_VERSION = "0.1.0"
+"""The oldest OpenClaw plugin release the RPC serves; an older one is answered 426 with what to
+do. Raised only with a release whose service cannot serve that plugin (docs/UPGRADING.md)."""
+PLUGIN_SEEN_S = 600.0
+"""A plugin version heard within this is one that talks to the deployment (``ovstream status``)."""
+PLUGIN_VERSIONS_KEPT = 16
+"""Most plugin versions one RPC process remembers (whatever its callers send)."""

@@ -17,6 +17,7 @@ from typing import Any
 
 import redis
 
+from core import defaults
 from core.config import Settings
 from core.scaling import CAPTURE_LAG_PER_REPLICA, capture_replicas
 from core.shard_map import ShardMap, StreamShard
@@ -24,8 +25,9 @@ from workers.commits.api import commit_queue, in_flight_requests, outcome_status
 from workers.store.applied import parse_id
 from workers.store.connection import consumer_group, optional_text, stream_entries, text
 from workers.store.deployment import SHARDS_FIELD
-from workers.store.health import ProcessHealth, read_health
+from workers.store.health import UNSAID_RELEASE, ProcessHealth, read_health
 from workers.store.keys import Keys
+from workers.store.schema import SCHEMA_FIELD, recorded_schema, schema_problem
 from workers.store.shard_map import map_of, read_shard_map
 
 
@@ -142,6 +144,8 @@ class DeploymentStatus:
     """Where the store and the commit queue are (credentials left out)."""
     shards_recorded: int | None = None
     """The deployment's recorded ``shards`` (workers.store.deployment); None before any process ran."""
+    schema: int | None = None
+    """The layout of what the deployment's Redis holds (workers.store.schema; None: no deployment yet)."""
     shards_configured: int = 0
     """This process's ``shards`` (a MISMATCH when it is not the recorded one)."""
     shard_map: str = ""
@@ -161,6 +165,18 @@ class DeploymentStatus:
         """Why commits wait with nothing moving them, when they do (``stalled_commits``)."""
         return stalled_commits(self.oldest_commit_s, self.oldest_commit, self.commit_jobs, self.processes)
 
+    @property
+    def releases(self) -> dict[str, int]:
+        """The releases the processes heard of run, each with how many (two: a rolling upgrade
+        under way, or one left behind)."""
+        return dict(Counter(p.facts.get("version", UNSAID_RELEASE) for p in self.processes if p.state != "stale"))
+
+    @property
+    def plugins(self) -> list[str]:
+        """The plugin versions that called an RPC process within ``PLUGIN_SEEN_S``."""
+        said = (p.facts.get("plugins", "") for p in self.processes if p.role == "rpc" and p.state != "stale")
+        return sorted({v for value in said for v in value.split(",") if v})
+
     def as_json(self) -> dict[str, Any]:
         shards = [{**asdict(s), "oldest_age_s": round(s.oldest_age_s(self.now_ms), 3)} for s in self.shards]
         return {
@@ -173,12 +189,17 @@ class DeploymentStatus:
             "dead_letters": self.dead_letters,
             "redis": self.redis,
             "shards_recorded": self.shards_recorded,
+            "schema": self.schema,
+            "schema_problem": schema_problem(self.schema),
             "shard_map": self.shard_map,
             "extractions_lost": self.extractions_lost,
             "repairs": self.repairs,
             "oldest_commit_s": round(self.oldest_commit_s, 3),
             "oldest_commit": self.oldest_commit,
             "commits_stalled": self.commits_stalled,
+            "releases": self.releases,
+            "plugins": self.plugins,
+            "min_plugin_version": defaults.MIN_PLUGIN_VERSION,
         }
 
 
@@ -247,6 +268,7 @@ def read_status(client: redis.Redis, settings: Settings) -> DeploymentStatus:
         now_ms=now_ms,
         redis=_where(settings),
         shards_recorded=None if recorded is None else int(recorded),
+        schema=recorded_schema(deployment.get(SCHEMA_FIELD)) if deployment else None,
         shards_configured=settings.shards,
         shard_map=str(shard_map),
         extractions_lost=lost.lost_total,

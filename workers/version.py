@@ -7,9 +7,11 @@ keeps them one, docs/UPGRADING.md says how it is bumped.
 
 from __future__ import annotations
 
+import functools
 from importlib import metadata
 
 
+@functools.cache
 def installed_version() -> str:
     """The version of the installed ``ovstream`` distribution (pyproject.toml's)."""
     try:

@@ -10,7 +10,7 @@ from core.session import SessionAddress
 from workers.commits import sweep as commit_sweep
 from workers.commits.queue import commit_queue
 from workers.commits.records import CommitRecords
-from workers.commits.request import request_commit
+from workers.commits.request import request_commit, resume
 from workers.commits.worker import drain_jobs
 from workers.store.connection import queue_client
 from workers.store.keys import Keys
@@ -59,6 +59,23 @@ def test_a_job_started_by_a_dead_worker_is_resumed_and_the_commit_completes(redi
     _make_due(redis_client, settings)
     assert commit_sweep.sweep(redis_client, settings) == 0
     assert redis_client.zcard(Keys(settings.key_prefix).commits_in_flight()) == 0  # finished: unindexed
+
+
+def test_a_commit_found_lost_by_two_processes_at_once_is_resumed_once(redis_client, settings, fake_ov, caplog):
+    # the sweep (a worker) and a capture process asking for the session's next commit read the
+    # same lost job before either resumes it: one resumes, the other finds it taken
+    request, job = _commit(redis_client, settings, fake_ov, "found-twice")
+    _started_by(redis_client, settings, job, "dead-worker")
+    outcome = CommitRecords(redis_client, settings).outcome(request)
+    resume(redis_client, settings, request, outcome, job=job.id)
+    resume(redis_client, settings, request, outcome, job=job.id)  # read before the first resumed it
+    again = [j for j in commit_queue(redis_client, settings).job_ids if j.startswith(request.commit_id + "_again")]
+    assert len(again) == 1, again
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"commit {request.commit_id}: its job {job.id} is lost; enqueueing it again"
+    ]
+    assert _finish(redis_client, settings, request) == "completed"
+    assert len(fake_ov.sessions["found-twice"].archives) == 1
 
 
 def test_a_job_of_a_live_worker_is_left_alone(redis_client, settings, fake_ov):

@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,8 +60,10 @@ class ChaosWorld:
     deployment: Deployment
 
 
-@pytest.fixture(scope="module")
-def world() -> Iterator[ChaosWorld]:
+@contextmanager
+def chaos_world() -> Iterator[ChaosWorld]:
+    """Redis, the model server, a real OV behind its fault proxy, and a ``Deployment`` with no
+    process started yet (each test starts its own); all stopped at the end."""
     binary = find_openviking_server()
     if binary is None:
         if os.environ.get("CI"):
@@ -77,8 +80,6 @@ def world() -> Iterator[ChaosWorld]:
             values = {**CHAOS_SETTINGS, "base_url": proxy_url, "redis_url": server.url}
             deployment = Deployment(values, workdir)
             try:
-                for name in PROCESSES:
-                    deployment.start(name)
                 yield ChaosWorld(server, ov, proxy, deployment)
             finally:
                 deployment.stop()
@@ -89,3 +90,11 @@ def world() -> Iterator[ChaosWorld]:
         model.stop()
         if not os.environ.get("OVSTREAM_KEEP_CHAOS_WORKDIR"):
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[ChaosWorld]:
+    with chaos_world() as started:
+        for name in PROCESSES:
+            started.deployment.start(name)
+        yield started

@@ -14,6 +14,7 @@ import itertools
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -44,12 +45,13 @@ FILLER = " ".join(f"word{i}" for i in range(36))
 """Padding that gives each message some 50 tokens, so sessions cross the commit threshold."""
 
 
-def chaos_turn(session: str, index: int) -> TurnEvent:
+def chaos_turn(session: str, index: int, said: Callable[[str, int], str] = lambda s, i: FILLER) -> TurnEvent:
     """Turn ``index`` of ``session`` as afterTurn sends it: the whole transcript so far. Each
-    message starts with ``<session>:q<i>`` / ``<session>:a<i>``, its identity in OV."""
+    message starts with ``<session>:q<i>`` / ``<session>:a<i>``, its identity in OV; the user
+    says ``said(session, i)`` after it (filler: nothing a memory is made of)."""
     messages: list[dict[str, Any]] = []
     for i in range(index + 1):
-        messages.append({"role": "user", "content": f"{session}:q{i} {FILLER}"})
+        messages.append({"role": "user", "content": f"{session}:q{i} {said(session, i)}"})
         messages.append({"role": "assistant", "content": [{"type": "text", "text": f"{session}:a{i} {FILLER}"}]})
     return TurnEvent(
         event_id=uuid.uuid4().hex,
@@ -76,13 +78,17 @@ class Deployment:
         self.settings = Settings(**self.values)
         self.env = settings_env(self.values)
 
-    def start(self, name: str) -> None:
+    def start(self, name: str, tree: Path | None = None) -> None:
+        """Start ``name`` from this checkout, or from the source ``tree`` of another release
+        (its packages ahead of this checkout's on the path, with this one's dependencies)."""
         role = name.split("-", 1)[0]
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 (the child keeps it)
+        command = [*ovstream_command(), role] if tree is None else [sys.executable, "-m", "workers.cli", role]
+        env = self.env if tree is None else {**self.env, "PYTHONPATH": str(tree)}
         self.procs[name] = subprocess.Popen(
-            [*ovstream_command(), role],
+            command,
             cwd=self.workdir,
-            env=self.env,
+            env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -146,9 +152,11 @@ class Load:
     """Publishes turns of each session, round robin, ``rate`` turns a second, until ``finish``
     (then to the end of the round: every session has as many turns)."""
 
-    def __init__(self, settings: Settings, sessions: list[str], rate: float) -> None:
+    def __init__(
+        self, settings: Settings, sessions: list[str], rate: float, turn: Callable[[str, int], TurnEvent] = chaos_turn
+    ) -> None:
         self.client = connect(settings, fail_fast=True)
-        self.settings, self.sessions, self.rate = settings, sessions, rate
+        self.settings, self.sessions, self.rate, self.turn = settings, sessions, rate, turn
         self.finishing = threading.Event()
         self.published: dict[str, int] = dict.fromkeys(sessions, 0)
         self.last_ids: dict[int, str] = {}
@@ -186,7 +194,7 @@ class Load:
             while not self.finishing.is_set():
                 for session in self.sessions:
                     started = time.monotonic()
-                    stream_id = self._publish(chaos_turn(session, index))
+                    stream_id = self._publish(self.turn(session, index))
                     shard = shard_of(session, self.settings.shards)
                     with self.lock:
                         self.published[session] = index + 1

@@ -24,7 +24,7 @@ def release() -> str:
 def test_the_plugin_and_the_image_say_the_service_version():
     version = release()
     lock = json.loads((PLUGIN / "package-lock.json").read_text())
-    engine = re.search(r'ENGINE_VERSION = "([^"]+)"', (PLUGIN / "src" / "engine.ts").read_text())
+    engine = re.search(r'ENGINE_VERSION = "([^"]+)"', (PLUGIN / "src" / "version.ts").read_text())
     label = re.search(r'org\.opencontainers\.image\.version="([^"]+)"', (ROOT / "deploy" / "Dockerfile").read_text())
     found = {
         "package.json": json.loads((PLUGIN / "package.json").read_text())["version"],

@@ -27,6 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "commits": ("workers.cli.commits:cli_commits", "show the commit outcomes of a session"),
     "dlq": ("workers.cli.dlq:cli_dlq", "list or replay dead-lettered turn events"),
     "reshard": ("workers.cli.reshard:cli_reshard", "change the number of turn streams of a running deployment"),
+    "migrate": (
+        "workers.cli.migrate:cli_migrate",
+        "move what the deployment keeps in Redis to this release's layout (docs/UPGRADING.md)",
+    ),
     "status": ("workers.cli.status:cli_status", "per shard backlog and owner, processes, commits in flight"),
     "health": ("workers.cli.status:cli_health", "probe: exit 0 when this host's capture/worker process is alive"),
     "ov-account": (

@@ -8,6 +8,7 @@ import json
 import socket
 import time
 
+from core import defaults
 from core.config import Settings
 from workers.cli.tables import table
 from workers.liveness import LIVENESS_STALE_S, live_processes
@@ -15,6 +16,7 @@ from workers.status import DeploymentStatus, read_status
 from workers.store.connection import REDIS_ERRORS, connect
 from workers.store.health import ProcessHealth, read_health
 from workers.store.memory import MemoryReport, read_memory
+from workers.store.schema import schema_problem
 
 
 def format_status(status: DeploymentStatus) -> str:
@@ -40,6 +42,14 @@ def format_status(status: DeploymentStatus) -> str:
             f"extractions lost (phase 2 wrote no memory from what the user said): {status.extractions_lost}; "
             f"their repair commits: {repairs}"
         )
+    releases = ", ".join(f"{v} ({n} process{'es' if n > 1 else ''})" for v, n in sorted(status.releases.items()))
+    plugins = ", ".join(status.plugins) or "none lately"
+    lines.append(
+        f"releases running: {releases or 'none'} (Redis layout {status.schema or '-'}); plugins talking: {plugins} "
+        f"(the oldest accepted: {defaults.MIN_PLUGIN_VERSION})"
+    )
+    if schema_problem(status.schema):
+        lines.append(f"PROBLEM: {schema_problem(status.schema)}")
     recorded = "none yet" if status.shards_recorded is None else str(status.shards_recorded)
     mismatch = (
         ""

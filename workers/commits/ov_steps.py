@@ -32,7 +32,7 @@ async def adopt(ov: OVClient, request: CommitRequest, before: int) -> CommitAcce
     phase 2 the session's newest commit task (one commit per session is in flight)."""
     state = await ov.get_session(request.ov_session_id)
     tasks = await ov.session_commit_tasks(request.ov_session_id, limit=5)
-    log.warning(
+    log.info(  # the crash was said (WARNING) where the commit was resumed; this is its mend
         "commit %s: OV took it before the crash (%d -> %d commits); adopting task %s",
         request.commit_id,
         before,

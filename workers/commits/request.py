@@ -39,6 +39,7 @@ from workers.commits.records import (
 from workers.commits.run import enqueue_commit, finish_commit, schedule_poll
 from workers.store.connection import optional_text
 from workers.store.keys import Keys, session_keys
+from workers.store.scripts import CLAIM_LOST_JOB
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +82,16 @@ def resume(
     outcome: CommitOutcome | None,
     *,
     state: str = "lost",
+    job: str | None = None,
 ) -> None:
     """Put a lost in-flight commit back on the queue at the step it had reached (under a new
-    job id: the lost job's may still exist). ``state`` "waiting": one an earlier release left
-    in its tenant's line, enqueued now (logged at INFO: nothing was lost)."""
+    job id: the lost job's may still exist), said in one line. ``state`` "waiting": one an
+    earlier release left in its tenant's line, enqueued now (logged at INFO: nothing was lost)."""
+    again = f"{request.commit_id}_again{int(now() * 1000)}"
+    if not CLAIM_LOST_JOB(redis, [inflight_key(settings, request)], [job or "", again]):
+        return  # another process found it lost too, and resumed it
     if outcome is not None and outcome.task_id:
-        log.warning("commit %s lost its poll job; scheduling a new poll", request.commit_id)
+        log.warning("commit %s: its poll job %s is %s; scheduling a new poll", request.commit_id, job, state)
         schedule_poll(
             redis,
             settings,
@@ -99,10 +104,8 @@ def resume(
         if state == "waiting":  # an earlier release's line: nothing was lost
             log.info("commit %s waited in its tenant's line (an earlier release); enqueueing it", request.commit_id)
         else:
-            log.warning("commit %s lost its job; enqueueing it again", request.commit_id)
-        job_id = f"{request.commit_id}_again{int(now() * 1000)}"
-        redis.hset(inflight_key(settings, request), "job", job_id)
-        enqueue_commit(redis, settings, request, job_id=job_id)
+            log.warning("commit %s: its job %s is %s; enqueueing it again", request.commit_id, job, state)
+        enqueue_commit(redis, settings, request, job_id=again)
 
 
 FOLLOWED_UP_REASONS = frozenset({"session_end", "compact", "memory_store", "manual"})
@@ -153,7 +156,7 @@ def request_commit(
                         else:
                             pipe.reset()
                         if state in ("lost", "waiting"):
-                            resume(redis, settings, current, outcome, state=state)
+                            resume(redis, settings, current, outcome, state=state, job=optional_text(job_id))
                         return current  # a live one, or a stranded one (the sweep's)
                 generation = next_generation(pipe.get(ks.commit_generation))
                 request = CommitRequest(

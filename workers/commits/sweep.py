@@ -91,7 +91,5 @@ def _look(redis: redis_lib.Redis, settings: Settings, index: str, inflight_key: 
         return False
     if state == "live":
         return False
-    if state != "waiting":  # one an earlier release left in its tenant's line: resume says so
-        log.warning("commit %s: its job %s is %s; resuming it", request.commit_id, job, state)
-    resume(redis, settings, request, outcome, state=state)
+    resume(redis, settings, request, outcome, state=state, job=job)  # one line says why
     return True

@@ -55,6 +55,7 @@ from workers.rpc.models import (
     ToolResponse,
     assemble_request_schema,
 )
+from workers.rpc.plugins import PluginGate, SeenPlugins
 from workers.rpc.responses import ERROR_ANSWERS, BodyLimit, install_error_handlers, json_response
 from workers.rpc.subagents import Identity, prepare_spawn, roll_back_spawn, spawn_ended
 from workers.rpc.tools.registry import run_tool, tools
@@ -99,6 +100,8 @@ def create_app(
         direct=direct,
     )
 
+    plugins = SeenPlugins()
+    """The plugin versions that called lately (the process's health record says them)."""
     ov_closed = False
 
     @asynccontextmanager
@@ -112,7 +115,7 @@ def create_app(
         svc.versions.start()
         loop = asyncio.get_running_loop()
         name = f"rpc-{socket.gethostname()}-{os.getpid()}"
-        sampler, beat = loop.create_task(_sample_lag(svc)), loop.create_task(_beat(svc, name))
+        sampler, beat = loop.create_task(_sample_lag(svc)), loop.create_task(_beat(svc, name, plugins))
         yield
         sampler.cancel()
         beat.cancel()
@@ -137,8 +140,9 @@ def create_app(
     app.state.services = svc
     svc.metrics.watch_breaker(lambda: not svc.ov_breaker.allows())
     assemble_call = AssembleCall(svc)
-    app.serve_assemble(settings, svc.metrics, assemble_call)  # ahead of FastAPI, same checks as below
+    app.serve_assemble(settings, svc.metrics, assemble_call, plugins)  # ahead of FastAPI, same checks as below
     app.add_middleware(BodyLimit, settings=settings)
+    app.add_middleware(PluginGate, seen=plugins)  # a caller with a valid token only
     app.add_middleware(RequireToken, settings=settings, metrics=svc.metrics)  # outermost: before the body
     install_error_handlers(app, settings)
 
@@ -284,11 +288,11 @@ RPC_BEAT_S = 2.0
 """How often an RPC process says it is alive (``ovstream status``, the console's processes)."""
 
 
-async def _beat(svc: Services, name: str) -> None:
+async def _beat(svc: Services, name: str, plugins: SeenPlugins) -> None:
     """The process's health record, every ``RPC_BEAT_S`` from its event loop (a loop that
-    stalls goes stale there too)."""
+    stalls goes stale there too), with the plugin versions that called it lately."""
     while True:
-        facts = {"ov": "ok" if svc.ov_breaker.allows() else "unreachable"}
+        facts = {"ov": "ok" if svc.ov_breaker.allows() else "unreachable", "plugins": ",".join(plugins.recent())}
         try:
             await asyncio.to_thread(_write_health, svc, record_health, "rpc", name, **facts)
         except REDIS_ERRORS as exc:

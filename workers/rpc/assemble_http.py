@@ -3,8 +3,9 @@
 Assemble is the host's hot call (about two per turn). Through FastAPI (its per-request
 telemetry check, error middleware, router, request object and endpoint machinery) a
 snapshot hit costs several times the answer itself (bench/RESULTS.md, "The RPC against
-its floor"), so ``RpcApp`` hands this one route to its own lane: the same token check and
-body limit as every other route (``RequireToken``, ``BodyLimit``), then ``AssembleCall``.
+its floor"), so ``RpcApp`` hands this one route to its own lane: the same token check,
+plugin version check and body limit as every other route (``RequireToken``, ``PluginGate``,
+``BodyLimit``), then ``AssembleCall``.
 The route stays declared in FastAPI too, for the OpenAPI spec, and calls the same
 ``AssembleCall``. Errors are answered as the app's exception handlers answer them
 (``responses.error_answer``).
@@ -25,6 +26,7 @@ from workers.rpc.auth import CREDENTIAL_STATE, RequireToken, ov_key_for
 from workers.rpc.context import Caller, Services, api_key_from_headers
 from workers.rpc.metrics import RpcMetrics
 from workers.rpc.models import decode_assemble_request
+from workers.rpc.plugins import PluginGate, SeenPlugins
 from workers.rpc.responses import BodyLimit, error_answer, json_response
 
 ASSEMBLE_PATH = "/v1/assemble"
@@ -83,12 +85,16 @@ class RpcApp(FastAPI):
     assemble_lane: ASGIApp | None = None
 
     def serve_assemble(
-        self, settings: Settings, metrics: RpcMetrics, call: Callable[[bytes, Scope], Awaitable[Response]]
+        self,
+        settings: Settings,
+        metrics: RpcMetrics,
+        call: Callable[[bytes, Scope], Awaitable[Response]],
+        plugins: SeenPlugins,
     ) -> None:
         async def answer(scope: Scope, receive: Receive, send: Send) -> None:
             await _answered(call, settings, scope, receive, send)
 
-        self.assemble_lane = RequireToken(BodyLimit(answer, settings), settings, metrics)
+        self.assemble_lane = RequireToken(PluginGate(BodyLimit(answer, settings), plugins), settings, metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         lane = self.assemble_lane

@@ -4,9 +4,10 @@
 commits), and the first generation's streams: a process with another count reads and writes
 other keys than the rest, so a session's records would split between two layouts. A live
 reshard (workers.store.shard_map) changes the streams only, and records them here too. The
-first process to start records its count (``HSETNX``); every later one, and the plugin before
-it publishes, compares and refuses on a mismatch. README "Changing shards" says how to change
-the streams.
+first process to start records its count; every later one, and the plugin before it
+publishes, compares and refuses on a mismatch. README "Changing shards" says how to change
+the streams. The record also says the layout of what Redis holds (workers.store.schema): a
+process of a release that reads another refuses to start.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import redis.asyncio as aioredis
 from core.config import Settings
 from workers.store.connection import RedisConfigError, optional_text
 from workers.store.keys import Keys
+from workers.store.schema import STORE_SCHEMA, recorded_schema, schema_problem
+from workers.store.scripts import DEPLOYMENT_RECORD
 
 SHARDS_FIELD = "shards"
 
@@ -37,15 +40,25 @@ def _verdict(settings: Settings, recorded: object) -> None:
         )
 
 
+def _verdicts(settings: Settings, recorded: list[object]) -> None:
+    shards, schema = recorded
+    _verdict(settings, shards)
+    problem = schema_problem(recorded_schema(schema))
+    if problem is not None:
+        raise DeploymentMismatch(problem)
+
+
 def check_deployment(client: redis.Redis, settings: Settings) -> None:
-    """Record this deployment's shard count if none is, else raise ``DeploymentMismatch`` when it differs."""
-    key = Keys(settings.key_prefix).deployment()
-    client.hsetnx(key, SHARDS_FIELD, settings.shards)
-    _verdict(settings, client.hget(key, SHARDS_FIELD))
+    """Record this deployment's shard count and layout (workers.store.schema) if none is, else
+    raise ``DeploymentMismatch`` when this process's differ."""
+    _verdicts(settings, DEPLOYMENT_RECORD(client, _record_of(settings), [settings.shards, STORE_SCHEMA]))
 
 
 async def check_deployment_async(client: aioredis.Redis, settings: Settings) -> None:
     """``check_deployment`` on an asyncio client."""
-    key = Keys(settings.key_prefix).deployment()
-    await client.hsetnx(key, SHARDS_FIELD, settings.shards)
-    _verdict(settings, await client.hget(key, SHARDS_FIELD))
+    recorded = await DEPLOYMENT_RECORD.run(client, _record_of(settings), [settings.shards, STORE_SCHEMA])
+    _verdicts(settings, recorded)
+
+
+def _record_of(settings: Settings) -> list[str]:
+    return [Keys(settings.key_prefix).deployment()]

@@ -21,11 +21,15 @@ import redis
 from core.config import Settings
 from workers.store.connection import text
 from workers.store.keys import Keys
+from workers.version import installed_version
 
 HEALTH_TTL_S = 60
 """How long a process's record outlives its last beat."""
 STALE_AFTER_S = 5.0
 """A process not heard of for this long is unhealthy: stuck (frozen, blocked) or dead."""
+
+UNSAID_RELEASE = "0.2.0 or older"
+"""The release of a process whose record says none (the first to say it was 0.3.0)."""
 
 HealthState = Literal["ok", "degraded", "stale"]
 
@@ -34,7 +38,14 @@ def record_health(pipe: Any, settings: Settings, role: str, name: str, **facts: 
     """Queue a beat of the process ``name`` on ``pipe`` (a sync or an asyncio pipeline)."""
     keys = Keys(settings.key_prefix)
     now_ms = int(time.time() * 1000)
-    record = {"role": role, "host": socket.gethostname(), "pid": os.getpid(), "beat_ms": now_ms, **facts}
+    record = {
+        "role": role,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "beat_ms": now_ms,
+        "version": installed_version(),
+        **facts,
+    }
     pipe.hset(keys.process_health(name), mapping=record)
     pipe.pexpire(keys.process_health(name), HEALTH_TTL_S * 1000)
     pipe.zadd(keys.processes(), {name: now_ms})

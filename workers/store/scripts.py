@@ -87,6 +87,28 @@ return redis.call('DEL', KEYS[1])
 """KEYS[1] lease, KEYS[2] (optional) its epoch counter. ARGV: owner. Deletes the lease only when
 ``owner`` holds it, moving its epoch on: a lease given back is never taken back (``_HOLDS``)."""
 
+# --- the deployment record ---------------------------------------------------------------------
+
+DEPLOYMENT_RECORD = Lua("""
+if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('HSET', KEYS[1], 'schema', ARGV[2]) end
+redis.call('HSETNX', KEYS[1], 'shards', ARGV[1])
+return redis.call('HMGET', KEYS[1], 'shards', 'schema')
+""")
+"""KEYS[1] the deployment record. ARGV: this process's shards, its release's layout. A new
+deployment records both; an existing one keeps what it has (one from before layouts were
+recorded says none: workers.store.schema). Returns the recorded shards and layout."""
+
+# --- commits ----------------------------------------------------------------------------------
+
+CLAIM_LOST_JOB = Lua("""
+if (redis.call('HGET', KEYS[1], 'job') or '') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'job', ARGV[2])
+return 1
+""")
+"""KEYS[1] a session's in-flight commit slot. ARGV: the job seen lost ('' none), the job that
+replaces it. 1 when the slot still named the lost job (this caller resumes the commit); 0 when
+another process resumed it first (the sweep and a capture process may find it lost together)."""
+
 # --- capture ----------------------------------------------------------------------------------
 
 _HOLDS = """

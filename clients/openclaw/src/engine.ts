@@ -20,6 +20,7 @@ import { isBypassed, ovSessionId, resolveSessionKey } from "./ids.js";
 import { RpcError } from "./rpc.js";
 import { onSubagentEnded, prepareSubagentSpawn } from "./subagents.js";
 import { turnFingerprint, type PluginRuntime } from "./runtime.js";
+import { ENGINE_VERSION } from "./version.js";
 import { estimateMessageTokens, estimateTokens } from "./tokens.js";
 import type {
   AfterTurnParams,
@@ -41,7 +42,7 @@ import type {
 
 export const ENGINE_ID = "ovstream";
 export const ENGINE_NAME = "ovstream (OpenViking context engine)";
-export const ENGINE_VERSION = "0.2.0";
+export { ENGINE_VERSION };
 
 /** runtimeContext reduced to JSON primitives: it also carries functions (llm, rewriteTranscriptEntries). */
 export function plainRuntimeContext(ctx: RuntimeContext | undefined): Record<string, string | number | boolean | null> | undefined {

@@ -156,7 +156,7 @@ export async function importHistory(opts: ImportOptions, deps: ImportDeps): Prom
           messages: transcript,
           importTranscript: true,
           eventId: `import-${ovSid}`, // bootstrap's id: the same event to capture, whoever sends it
-        });
+        }, { remember: false }); // no assemble here: a long import holds no transcripts
         // Redis away: the publisher keeps it (and spools it at the end, for the next run)
         await rt.publisher.drainedWithin(DRAIN_WAIT_MS);
         messages += transcript.length;

@@ -1,7 +1,11 @@
 /**
  * JSON-over-HTTP calls to the ovstream RPC (global fetch), each bounded by a
  * timeout (AbortController) and optionally by the caller's AbortSignal.
+ * Every call says the plugin's version (`X-Ovstream-Plugin`): an RPC that no longer
+ * supports it answers 426 with what to do.
  */
+
+import { ENGINE_VERSION, PLUGIN_VERSION_HEADER } from "./version.js";
 
 export type RpcErrorKind = "timeout" | "aborted" | "network" | "http" | "invalid";
 
@@ -66,6 +70,7 @@ export class RpcClient {
     const headers: Record<string, string> = {
       "content-type": "application/json",
       accept: "application/json",
+      [PLUGIN_VERSION_HEADER]: ENGINE_VERSION,
     };
     if (this.apiKey) {
       headers["x-openviking-api-key"] = this.apiKey;

@@ -188,8 +188,10 @@ export class PluginRuntime {
    * Encode and buffer one turn event on its session's shard. Synchronous:
    * returns once the event is in the buffer. False when it could not be
    * built (no usable session id, unserialisable message) — logged.
+   * `remember: false` keeps the payload out of assemble's overlay (`turnsFor`):
+   * the history import sends whole transcripts from a process that never assembles.
    */
-  publishTurn(input: TurnInput): boolean {
+  publishTurn(input: TurnInput, { remember = true }: { remember?: boolean } = {}): boolean {
     let ovSid: string;
     try {
       ovSid = ovSessionId(input.sessionId, input.sessionKey);
@@ -211,7 +213,7 @@ export class PluginRuntime {
       ? { key: lastTurnKey(this.config.keyPrefix, shard, ovSid), eventId: event.event_id, ttlS: LAST_TURN_TTL_S }
       : undefined;
     this.publisher.enqueue(streamKey(this.config.keyPrefix, shard), payload, { session: ovSid, lastTurn });
-    if (isTurn) this.remember(ovSid, payload);
+    if (isTurn && remember) this.remember(ovSid, payload);
     if (isTurn && input.sessionKey) {
       const agentId = typeof input.agentId === "string" ? input.agentId : undefined;
       this.sessionsByKey.set(input.sessionKey, { sessionId: input.sessionId, agentId });

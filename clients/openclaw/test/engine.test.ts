@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 
 import { parseConfig, type PluginConfig } from "../src/config.js";
-import { createEngine } from "../src/engine.js";
+import { createEngine, ENGINE_VERSION } from "../src/engine.js";
 import { ovSessionId } from "../src/ids.js";
 import { shardOf, streamKey } from "../src/keys.js";
 import { PluginRuntime } from "../src/runtime.js";
@@ -111,6 +111,7 @@ describe("assemble", () => {
     assert.equal(req.path, "/v1/assemble");
     assert.equal(req.headers["x-openviking-api-key"], "user-key");
     assert.equal(req.headers.authorization, "Bearer token-from-the-environment");
+    assert.equal(req.headers["x-ovstream-plugin"], ENGINE_VERSION); // the service sees which plugin talks
     assert.deepEqual(req.body, {
       sessionId: SID,
       sessionKey: "agent:main:telegram:7",

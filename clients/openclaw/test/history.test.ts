@@ -153,6 +153,7 @@ describe("importHistory", () => {
       assert.deepEqual(own[0]!.messages, TRANSCRIPTS[s.sessionKey]);
       const onShard = await streamEvents(redis.url, streamKey(rt.config.keyPrefix, shardOf(ovSid, rt.config.shards)));
       assert.ok(onShard.some((e) => e.event_id === `import-${ovSid}`));
+      assert.deepEqual(rt.turnsFor(ovSid).recent, [], "the import keeps no transcript for an overlay");
     }
   });
 

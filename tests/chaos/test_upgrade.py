@@ -1,0 +1,160 @@
+"""A rolling upgrade from the previous release to this tree under load, and back
+(docs/UPGRADING.md), with the real openviking-server running phase 2.
+
+The previous release is the commit CHANGELOG.md records for it, exported from this clone's
+history with ``git archive`` and run with this checkout's Python and dependencies. Under a
+steady load of turns, as an operator upgrades: the commit worker first (SIGKILLed while
+commits are in flight: an upgrade that goes wrong midway), then each capture process with
+SIGTERM; ``ovstream status`` shows both releases while they are mixed. Then back the same way.
+Then: every turn of every session in OV once and in order, every commit final as OV reports
+it, no dead letter, no traceback, and no WARNING from the switches (what one release leaves
+the other is read as such, not as lost work).
+
+Not asserted, on purpose: "never two phase 2 of one user at once". Since 0.2.0 commits of
+one OV user run side by side: OV 0.5.2 merges overlapping extractions itself (issue 40,
+docs/OV-NOTES.md), so the rule the previous releases' per-user lock kept is gone.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from core.events import TurnEvent
+from tests.chaos.conftest import PROCESSES, ChaosWorld, chaos_world
+from tests.helpers.chaos import FILLER, Ledger, Load, chaos_turn, expected_ids, measure
+from workers.status import read_status
+from workers.store.dead_letters import list_dead_letters
+from workers.store.health import UNSAID_RELEASE
+from workers.version import installed_version
+
+ROOT = Path(__file__).resolve().parents[2]
+SESSIONS = [f"upgrade-{i}" for i in range(6)]
+RATE = 6.0
+"""Turns a second over all sessions (a commit per session about every ten of its turns)."""
+SETTLE_S = 8.0
+"""Load run between two steps of the switch."""
+CAUGHT_UP_S = 120.0
+COMMITS_FINAL_S = 360.0
+"""Guards against work that never ends, not speed targets (phase 2 on the real OV takes
+seconds of its CPU each, on a busy 2-core machine)."""
+
+
+def memorable_turn(session: str, index: int) -> TurnEvent:
+    """A chaos turn whose user says a preference (the dev model extracts it): every phase 2
+    writes memories, so none reads as an extraction lost and repaired."""
+    return chaos_turn(session, index, lambda s, i: f"I prefer {s.replace('-', '')}topic{i} over others. {FILLER}")
+
+
+def previous_release() -> tuple[str, str]:
+    """(version, commit) of the newest release before this one, as CHANGELOG.md records it."""
+    sections = (ROOT / "CHANGELOG.md").read_text().split("\n## ")[2:]  # [0] the preamble, [1] this release
+    for section in sections:
+        recorded = re.search(r"commit ([0-9a-f]{40})", section)
+        if recorded:
+            return section.split("\n", 1)[0].strip(), recorded[1]
+    raise AssertionError("CHANGELOG.md records no commit of an earlier release")
+
+
+@pytest.fixture(scope="module")
+def previous_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    version, commit = previous_release()
+    present = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"], check=False)
+    if present.returncode != 0:
+        pytest.fail(f"release {version}'s commit {commit} is not in this clone (shallow? `git fetch --unshallow`)")
+    tree = tmp_path_factory.mktemp(f"ovstream-{version}")
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[ChaosWorld]:
+    with chaos_world() as started:
+        yield started
+
+
+def _switch(world: ChaosWorld, name: str, tree: Path | None, *, kill: bool = False) -> None:
+    """Stop ``name`` (SIGTERM as an orchestrator does, or SIGKILL) and start it from ``tree``."""
+    deployment = world.deployment
+    if kill:
+        deployment.kill(name)
+    else:
+        assert deployment.terminate(name) == 0, deployment.log(name)
+    deployment.start(name, tree)
+    time.sleep(SETTLE_S)
+    assert not deployment.exited(), (deployment.exited(), deployment.log(name))
+
+
+def _releases(ledger: Ledger) -> dict[str, int]:
+    """The releases ``ovstream status`` says the live processes run."""
+    return read_status(ledger.redis, ledger.settings).releases
+
+
+def measure_open(ledger: Ledger) -> set[str]:
+    """The commits in flight once one is (the worker is killed among them)."""
+    measure(lambda: bool(ledger.unsettled()), timeout_s=CAUGHT_UP_S, what="a commit in flight before the switch")
+    return ledger.unsettled()
+
+
+def _warnings(world: ChaosWorld) -> list[str]:
+    return [
+        f"{name}: {line}"
+        for name in PROCESSES
+        for line in world.deployment.log(name, lines=1_000_000).splitlines()
+        if " WARNING " in line
+    ]
+
+
+def test_a_rolling_upgrade_and_back_under_load_loses_nothing(world: ChaosWorld, previous_tree: Path) -> None:
+    deployment = world.deployment
+    for name in PROCESSES:
+        deployment.start(name, previous_tree)
+    ledger = Ledger(deployment.settings, world.ov.url, SESSIONS)
+    load = Load(deployment.settings, SESSIONS, RATE, memorable_turn).start()
+    try:
+        open_at_kill = measure_open(ledger)
+        _switch(world, "worker", None, kill=True)  # SIGKILLed mid-commit, started as this release
+        _switch(world, "capture-a", None)
+        mixed = _releases(ledger)
+        assert mixed.get(installed_version(), 0) == 2 and mixed.get(UNSAID_RELEASE, 0) == 1, (
+            mixed
+        )  # both run side by side
+        _switch(world, "capture-b", None)
+        assert _releases(ledger) == {installed_version(): len(PROCESSES)}
+        for name in ("capture-b", "capture-a", "worker"):  # and back, in the opposite order
+            _switch(world, name, previous_tree)
+        assert load.running(), "the load ended before the switches did"
+        turns = load.finish(timeout_s=CAUGHT_UP_S)
+        end = load.marks()
+        measure(lambda: ledger.caught_up(end), timeout_s=CAUGHT_UP_S, what="the last turns applied")
+        measure(lambda: not ledger.unsettled(), timeout_s=COMMITS_FINAL_S, what="every commit final")
+
+        for session in SESSIONS:  # 0 lost, 0 twice, in order
+            stored = ledger.ov_ids(session)
+            assert stored == expected_ids(session, turns), (session, len(stored), stored[:4])
+        commits = [o for s in SESSIONS for o in ledger.commits(s)]
+        assert len(commits) >= len(SESSIONS)
+        for outcome in commits:
+            assert outcome.status in ("completed", "skipped"), outcome
+            if outcome.task_id:
+                assert ledger.task_status(outcome.task_id) == outcome.status, outcome  # as OV says
+        assert list_dead_letters(ledger.redis, deployment.settings) == []
+        for name in PROCESSES:
+            log = deployment.log(name, lines=1_000_000)
+            assert "Traceback" not in log, (name, log[-5000:])
+        # the switches said nothing; the SIGKILL's recovery names only commits it interrupted
+        assert not [w for w in _warnings(world) if not any(c in w for c in open_at_kill)], _warnings(world)
+        print(
+            f"upgrade {previous_release()[0]} -> {installed_version()} -> back: {len(SESSIONS)} sessions x "
+            f"{turns} turns, {len(commits)} commits ({len(open_at_kill)} open when the worker was killed; "
+            f"{len(_warnings(world))} WARNING lines, each about one of them)"
+        )
+    finally:
+        load.finishing.set()
+        ledger.close()
