@@ -118,11 +118,14 @@ def _commit_together(redis_client, settings, said: dict[str, str]) -> list[Commi
     return requests
 
 
-def test_a_lost_extraction_is_flagged_and_repaired_once(redis_client, settings, fake_ov):
+def test_no_memory_beside_another_commit_is_extracted_again_alone_and_lost_only_if_that_finds_some(
+    redis_client, settings, fake_ov, caplog
+):
     said = {
         "lost": "We moved the launch to the ninth of March and Berta owns the budget.",
         "lost-too": "The vendor contract renews in June; Dieter negotiates it this time.",
     }
+    caplog.set_level(logging.INFO)
     for sid, text in said.items():  # nothing the fake OV extracts: each phase 2 writes no memory
         _seed(fake_ov, sid, text)
     request, other = _commit_together(redis_client, settings, said)
@@ -136,17 +139,32 @@ def test_a_lost_extraction_is_flagged_and_repaired_once(redis_client, settings, 
         return all(outcomes and outcomes[-1].status in FINAL_STATUSES for outcomes in listed)
 
     assert drain_jobs(redis_client, settings, until=repairs_final)
+    # each repair's verdict: a job after its commit
+    assert drain_jobs(redis_client, settings, until=lambda: caplog.text.count("nothing had been lost") == 2)
     # the repair session holds the archive's user messages, and was committed alone
     repair = repairs[0]
     written = [r for r in fake_ov.requests if r.url.path == f"/api/v1/sessions/{repair.ov_session_id}/messages/batch"]
     assert len(written) == 1 and said["lost"] in written[0].content.decode()
     assert [o.status for o in repaired.list(repair)] == ["completed"]
     lost = read_lost_extractions(redis_client, settings)
-    assert lost.lost_total == 2 and lost.repairs == {"completed": 2}
+    # alone, the fake OV extracts nothing from it either: nothing had been lost, no alarm
+    assert lost.lost_total == 0 and lost.repairs == {"completed": 2}
     assert {entry.commit_id for entry, _, _ in lost.newest} == {request.commit_id, other.commit_id}
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     # once per archive: looked at again, nothing more is written or committed
     assert run_check(redis_client, context_of(settings), request) == "already repaired"
-    assert read_lost_extractions(redis_client, settings).lost_total == 2
+    # a repair that does write memories alone shows the loss: counted once, said at WARNING
+    repair_request = next(e.repair for e, _, _ in lost.newest if e.repair.ov_session_id == repair.ov_session_id)
+    verdict = repaired.outcome(repair_request)
+    redis_client.hset(  # as if the repair's phase 2 had written memories
+        session_keys(settings, repair).commits,
+        repair_request.commit_id,
+        encode(msgspec.structs.replace(verdict, memories_extracted=3)),
+    )
+    assert run_check(redis_client, context_of(settings), repair_request) == "lost, repaired"
+    assert run_check(redis_client, context_of(settings), repair_request) == "loss counted already"
+    assert read_lost_extractions(redis_client, settings).lost_total == 1
+    assert "an extraction lost, now repaired" in caplog.text
     # the repair's own commit, which wrote no memory either, is not repaired in turn
     assert not redis_client.exists(Keys(settings.key_prefix).extraction_repair(repaired.list(repair)[0].commit_id))
 

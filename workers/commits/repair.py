@@ -1,19 +1,23 @@
-"""Lost memory extractions: found, said, and repaired once per archive (core.repair).
+"""Lost memory extractions: suspected, re-run alone, and counted when the re-run shows the
+loss (core.repair).
 
 A commit whose phase 2 completed with no memories has its archive looked at by the job
 ``check_extraction`` (scheduled by the poller, workers.commits.run). When its phase 2
 overlapped another of its OV user (``core.repair.overlapped``: only then does OV merge
-extractions) and the archive held substantive user text, the extraction counts as lost: it
-is counted (``Keys.extractions_lost``, ``ovstream_extractions_lost_total``), listed
-(``Keys.extraction_repairs``: ``ovstream status``, the console), logged once, and repaired:
-the archive's user messages go to a repair session of the same user and agent, whose commit
-(an ordinary one, reason ``manual``) is recorded and followed as any other.
+extractions) and the archive held substantive user text, the extraction may have been lost
+to the merge, or there was nothing worth remembering: the archive's user messages go to a
+repair session of the same user and agent, committed alone (an ordinary commit, reason
+``manual``, listed in ``Keys.extraction_repairs``: ``ovstream status``, the console), said at
+INFO. The repair's own commit decides: memories written alone mean the merge lost them (counted
+once in ``Keys.extractions_lost``, ``ovstream_extractions_lost_total``, its alert, and a
+WARNING); none written means nothing was lost (INFO). So a user who says nothing memorable in
+two sessions at once raises no alarm.
 
 Once per archive: a claim (``Keys.extraction_repair``, a string with the session state's
 lifetime) names the repair commit, and a job run again finds it. Repairs of one tenant run
 one at a time (``Keys.extraction_repair_turn``): a repair overlapping another extraction of
 its user could be merged away again by the same model; a repair finding another of its tenant
-unfinished looks again after ``REPAIR_WAIT_S``.
+unfinished looks again after ``REPAIR_WAIT_S``. A repair's own commit is never repaired in turn.
 """
 
 from __future__ import annotations
@@ -29,7 +33,14 @@ from core.config import Settings
 from core.events import EVENT_VERSION, CommitOutcome, CommitRequest, EventDecodeError, decode, encode
 from core.ov.client import OVError
 from core.ov.messages import OVMessage
-from core.repair import lost_extraction, overlapped, repair_messages, repair_session_id, user_text
+from core.repair import (
+    is_repair_session,
+    lost_extraction,
+    overlapped,
+    repair_messages,
+    repair_session_id,
+    user_text,
+)
 from core.session import SessionAddress
 from workers import logs
 from workers.commits.context import JobContext, context_for
@@ -70,6 +81,8 @@ def check_extraction(request_json: str, key_prefix: str) -> str:
 
 def run_check(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest) -> str:
     settings, keys = ctx.settings, Keys(ctx.settings.key_prefix)
+    if is_repair_session(request.ov_session_id):
+        return _verdict(redis, settings, request)
     if redis.exists(keys.extraction_repair(request.commit_id)):
         return "already repaired"
     outcome = CommitRecords(redis, settings).outcome(request)
@@ -106,9 +119,10 @@ def run_check(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest) -
         keep_recent_count=0,
     )
     _claim(redis, settings, request, outcome.archive_uri, repair)
-    log.warning(
-        "commit %s of session %s: phase 2 completed with no memories though its archive %s holds %d "
-        "characters the user said (an extraction lost); repairing it in session %s (commit %s)",
+    log.info(
+        "commit %s of session %s: phase 2 wrote no memories beside another commit of its user (OV merges "
+        "those: lost, or nothing to remember?); its archive %s holds %d characters the user said, "
+        "extracted again alone in session %s (commit %s)",
         request.commit_id,
         sid,
         archive_id,
@@ -117,6 +131,33 @@ def run_check(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest) -
         repair.commit_id,
     )
     return "repairing"
+
+
+def _verdict(redis: redis_lib.Redis, settings: Settings, repair: CommitRequest) -> str:
+    """What a repair's own commit shows: memories written alone, so the first extraction was
+    lost (counted once, said at WARNING), or none, so nothing was."""
+    outcome = CommitRecords(redis, settings).outcome(repair)
+    if outcome is None or outcome.status != "completed":
+        return "repair unfinished"
+    if not outcome.memories_extracted:
+        log.info(
+            "repair commit %s (session %s) wrote no memories alone either: nothing had been lost",
+            repair.commit_id,
+            repair.ov_session_id,
+        )
+        return "nothing was lost"
+    counted = Keys(settings.key_prefix).extraction_loss(repair.commit_id)
+    if not redis.set(counted, 1, nx=True, ex=settings.session_state_ttl_s):
+        return "loss counted already"
+    redis.incr(Keys(settings.key_prefix).extractions_lost())
+    log.warning(
+        "repair commit %s (session %s) wrote %d memories from what the user said, which the first "
+        "phase 2, merged with another of its user, had lost (an extraction lost, now repaired)",
+        repair.commit_id,
+        repair.ov_session_id,
+        outcome.memories_extracted,
+    )
+    return "lost, repaired"
 
 
 async def _write_repair_session(
@@ -172,12 +213,12 @@ def _my_turn(redis: redis_lib.Redis, settings: Settings, request: CommitRequest)
 def _claim(
     redis: redis_lib.Redis, settings: Settings, request: CommitRequest, archive_uri: str, repair: CommitRequest
 ) -> None:
-    """Record the repair: the claim (once per archive), the tenant's turn, the count and the list."""
+    """Record the repair: the claim (once per archive), the tenant's turn and the list (the
+    count waits for the repair's verdict)."""
     keys, ttl = Keys(settings.key_prefix), settings.session_state_ttl_s
     if not redis.set(keys.extraction_repair(request.commit_id), repair.commit_id, nx=True, ex=ttl):
         return
     redis.set(keys.extraction_repair_turn(_tenant(request)), encode(repair), ex=int(settings.phase2_deadline_s) + 60)
-    redis.incr(keys.extractions_lost())
     entry = RepairEntry(
         commit_id=request.commit_id,
         ov_session_id=request.ov_session_id,
@@ -195,7 +236,7 @@ class LostExtractions:
     """What ``ovstream status``, ``/metrics`` and the console say of lost extractions."""
 
     lost_total: int
-    """Extractions found lost since the deployment began (the counter)."""
+    """Extractions lost since the deployment began, as their repairs showed (the counter)."""
     repairs: dict[str, int]
     """The listed repairs by their commit's state (pending, running, completed, failed, ...)."""
     newest: list[tuple[RepairEntry, str, int | None]]

@@ -207,8 +207,12 @@ def run_poll(
         final = finish_commit(redis, settings, request, read.status, outcome, **read.fields)
         if final.status == "timeout":  # OV may still finish it: look again later
             schedule_recheck(redis, settings, request, round_=0)
-        if final.status == "completed" and final.memories_extracted == 0 and final.archive_uri:
-            schedule_extraction_check(redis, settings, request)  # lost, or nothing to extract?
+        if (
+            final.status == "completed"
+            and final.archive_uri
+            and (final.memories_extracted == 0 or is_repair_session(request.ov_session_id))
+        ):
+            schedule_extraction_check(redis, settings, request)  # lost, nothing to extract, or a repair's verdict
         return final
     failed_reads = read.failed_reads
     schedule_poll(redis, settings, request, deadline_at=deadline_at, failed_reads=failed_reads, attempt=attempt + 1)
@@ -348,9 +352,7 @@ def schedule_extraction_check(
     redis: redis_lib.Redis, settings: Settings, request: CommitRequest, delay_s: float = 0.0
 ) -> None:
     """Have ``workers.commits.repair.check_extraction`` look at a commit that completed with no
-    memory after ``delay_s`` (named by path: that module builds on this one)."""
-    if is_repair_session(request.ov_session_id):
-        return  # a repair's own commit is not repaired in turn
+    memory, or a repair's commit, after ``delay_s`` (named by path: that module builds on this one)."""
     _schedule(
         redis,
         settings,

@@ -133,9 +133,9 @@ class DeadLetterCollector(Collector):
 
 
 class LostExtractionCollector(Collector):
-    """Phase 2s that completed with no memory from substantive user text (an extraction lost,
-    workers.commits.repair) and their repairs by state: a growing count is a model losing
-    OV's merges of one user's overlapping extractions."""
+    """Phase 2s whose memories OV's merge of one user's overlapping extractions lost, as their
+    repairs showed (workers.commits.repair), and the repairs by state: a growing count is a
+    model losing those merges."""
 
     def __init__(self, redis_client: redis.Redis, settings: Settings) -> None:
         self._redis = redis_client
@@ -148,11 +148,13 @@ class LostExtractionCollector(Collector):
             log.warning("metrics: cannot read the lost extractions: %s", exc)
             return
         yield CounterMetricFamily(
-            "ovstream_extractions_lost", "Phase 2s that wrote no memory from what the user said", value=lost.lost_total
+            "ovstream_extractions_lost",
+            "Phase 2s whose memories OV's merge lost (their repair, alone, wrote them)",
+            value=lost.lost_total,
         )
         repairs = GaugeMetricFamily(
             "ovstream_extraction_repairs",
-            "Listed repairs of lost extractions, by their commit's state",
+            "Listed re-extractions of phase 2s that wrote no memory beside another of their user, by state",
             labels=["state"],
         )
         for state, count in lost.repairs.items():

@@ -219,12 +219,18 @@ class Keys:
         repairs go one at a time)."""
         return f"{self.prefix}:extraction-repair-turn:{tenant}"
 
+    def extraction_loss(self, repair_commit_id: str) -> str:
+        """String with the session state's lifetime: set once the repair commit
+        ``repair_commit_id`` wrote memories, so its extraction loss is counted once."""
+        return f"{self.prefix}:extraction-loss:{repair_commit_id}"
+
     def extractions_lost(self) -> str:
-        """Counter: extractions found lost (``ovstream_extractions_lost_total``)."""
+        """Counter: extractions found lost, the loss shown by their repair writing memories
+        (``ovstream_extractions_lost_total``)."""
         return f"{self.prefix}:extractions-lost"
 
     def extraction_repairs(self) -> str:
-        """Stream (capped): each lost extraction and the commit repairing it."""
+        """Stream (capped): each extraction that may be lost and the commit re-running it alone."""
         return f"{self.prefix}:extraction-repairs"
 
     def commits_in_flight(self) -> str:
