@@ -58,6 +58,7 @@ from processes import (  # bench/processes.py
     stop,
     uncap,
     wait_http,
+    work_dir,
 )
 
 from core.config import Settings
@@ -383,8 +384,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     args.cpus = CpuSplit(args.load_cpu)
-    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"ovstream-scaleout-{os.getpid()}"
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_dir("scaleout")
     counts = [int(n) for n in args.processes.split(",")]
     rows: list[Row] = []
     server = start_redis_server()

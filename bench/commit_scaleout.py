@@ -49,6 +49,7 @@ from processes import (  # bench/processes.py
     stop,
     uncap,
     wait_http,
+    work_dir,
 )
 from rq import Worker
 
@@ -187,7 +188,7 @@ def main() -> None:
     parser.add_argument("--cpu-cap", type=float, default=None, help="percent of one CPU per worker process")
     parser.add_argument("--json", type=Path, default=None, help="append each row here (JSON lines)")
     args = parser.parse_args()
-    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"ovstream-commit-scaleout-{os.getpid()}"
+    work = work_dir("commit-scaleout")
     server = start_redis_server()
     try:
         rows = [measure(int(n), args, server.url, work) for n in args.processes.split(",")]

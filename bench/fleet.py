@@ -67,6 +67,7 @@ from processes import (  # bench/processes.py
     spawn,
     stop,
     wait_http,
+    work_dir,
 )
 from redis.cluster import RedisCluster
 
@@ -343,8 +344,7 @@ GRACE_WALL_S = 5.0
 
 
 def run(args: argparse.Namespace) -> None:
-    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"ovstream-fleet-{os.getpid()}"
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_dir("fleet")
     rng = random.Random(args.seed)
     sessions = sorted(plan_sessions(args, rng), key=lambda s: s.start_s)
     fleet = Fleet(args, work)

@@ -31,7 +31,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import redis
-from processes import OVSTREAM, ROOT, fake_ov_requests, ovstream_env, spawn, stop, wait_http  # bench/processes.py
+from processes import (  # bench/processes.py
+    OVSTREAM,
+    ROOT,
+    fake_ov_requests,
+    ovstream_env,
+    spawn,
+    stop,
+    wait_http,
+    work_dir,
+)
 
 from core.config import Settings
 from core.events import TurnEvent
@@ -96,8 +105,7 @@ def main() -> None:
         raise SystemExit(f"Node 24 not found at {NODE} (scripts/bootstrap.sh node)")
     if not (ROOT / "clients/openclaw/dist/src/history.js").exists():
         raise SystemExit("the plugin is not built (clients/openclaw: npm run build)")
-    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"ovstream-import-bench-{os.getpid()}"
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_dir("import-bench")
     server = start_redis_server()
     procs: list[subprocess.Popen[bytes]] = []
     try:

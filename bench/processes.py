@@ -60,6 +60,14 @@ class CpuSplit:
             os.sched_setaffinity(0, self.load)
 
 
+def work_dir(name: str) -> Path:
+    """This run's directory for its processes' logs and data, ``$TMPDIR/ovstream-<name>-<pid>``
+    (made; kept after the run, to read the logs)."""
+    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"ovstream-{name}-{os.getpid()}"
+    work.mkdir(parents=True, exist_ok=True)
+    return work
+
+
 def wait_http(url: str, timeout_s: float = 60.0) -> None:
     """Until ``url`` answers at all (any status)."""
     deadline = time.monotonic() + timeout_s

@@ -38,6 +38,7 @@ from processes import (  # bench/processes.py
     stop,
     uncap,
     wait_http,
+    work_dir,
 )
 from rpc_floor import captured_session, conversation, load_wrk  # bench/rpc_floor.py
 
@@ -99,8 +100,7 @@ def main() -> None:
     args = parser.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("wrk generates the load: apt install wrk")
-    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"ovstream-rpc-scaleout-{os.getpid()}"
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_dir("rpc-scaleout")
     server = start_redis_server()
     procs: list[subprocess.Popen[bytes]] = []
     try:

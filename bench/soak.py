@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import uuid
@@ -32,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
 import redis
-from processes import OVSTREAM, group_rss_bytes, ovstream_env, spawn, stop, wait_http  # bench/processes.py
+from processes import OVSTREAM, group_rss_bytes, ovstream_env, spawn, stop, wait_http, work_dir  # bench/processes.py
 from rq import Queue
 
 from core.config import Settings
@@ -149,8 +148,7 @@ def serve(soak: Soak, http: httpx.Client, n: int, failures: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"ovstream-soak-{os.getpid()}"
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_dir("soak")
     soak = Soak(args, work)
     samples: list[dict[str, Any]] = []
     failures: list[str] = []

@@ -48,8 +48,9 @@ def format_status(status: DeploymentStatus) -> str:
         f"releases running: {releases or 'none'} (Redis layout {status.schema or '-'}); plugins talking: {plugins} "
         f"(the oldest accepted: {defaults.MIN_PLUGIN_VERSION})"
     )
-    if schema_problem(status.schema):
-        lines.append(f"PROBLEM: {schema_problem(status.schema)}")
+    layout_problem = schema_problem(status.schema)
+    if layout_problem:
+        lines.append(f"PROBLEM: {layout_problem}")
     recorded = "none yet" if status.shards_recorded is None else str(status.shards_recorded)
     mismatch = (
         ""
