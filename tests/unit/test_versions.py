@@ -34,6 +34,8 @@ def test_the_plugin_and_the_image_say_the_service_version():
         "ENGINE_VERSION": engine.group(1) if engine else None,
         "deploy/Dockerfile label": label.group(1) if label else None,
     }
+    for tag in re.findall(r"registry\.example/ovstream:(\S+)", (ROOT / "deploy" / "k8s" / "README.md").read_text()):
+        found[f"deploy/k8s/README.md tag {tag}"] = tag
     assert found == dict.fromkeys(found, version)
 
 
