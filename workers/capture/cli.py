@@ -15,6 +15,7 @@ from core.ov.version import check_at_start
 from workers.capture.worker import CaptureWorker
 from workers.liveness import LIVENESS_BEAT_S, LivenessBeat
 from workers.store.connection import RedisConfigError
+from workers.store.event_loop import quiet_dropped_connections
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ def cli_capture(settings: Settings, args: argparse.Namespace) -> int:
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
+        quiet_dropped_connections(loop)
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, worker.stop)
         beat = asyncio.create_task(beating(), name="liveness")

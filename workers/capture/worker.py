@@ -240,10 +240,12 @@ class CaptureWorker:
 
     async def run(self) -> None:
         killed = False
+        started = False  # a worker refused at start (RedisConfigError) never registered
         watch: asyncio.Task[None] | None = None
         try:
             if not await self._start_on_redis():
                 return
+            started = True
             log.info(
                 "capture worker %s on shards %s (group %s)",
                 self.consumer,
@@ -283,7 +285,7 @@ class CaptureWorker:
                 watch.cancel()
                 await asyncio.gather(watch, return_exceptions=True)
             if not killed:
-                await self._shutdown()
+                await self._shutdown(unregister=started)
 
     def _facts(self) -> dict[str, str]:
         """What this worker's health record says besides that it is alive (workers.store.health)."""
@@ -418,7 +420,7 @@ class CaptureWorker:
             if self.burst and consumer.released:
                 self._burst_done.add(shard)
 
-    async def _shutdown(self) -> None:
+    async def _shutdown(self, *, unregister: bool) -> None:
         self.stopping = True
         for consumer in self.consumers.values():
             consumer.request_stop()
@@ -427,10 +429,11 @@ class CaptureWorker:
             await asyncio.gather(*tasks, return_exceptions=True)
         self.consumers.clear()
         try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.zrem(self.keys.capture_workers(), self.consumer)
-                forget_health(pipe, self.settings, self.consumer)
-                await pipe.execute()
+            if unregister:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    pipe.zrem(self.keys.capture_workers(), self.consumer)
+                    forget_health(pipe, self.settings, self.consumer)
+                    await pipe.execute()
         except REDIS_ERRORS as exc:
             log.warning("could not unregister %s: %s", self.consumer, exc)
         await self.close()

@@ -26,6 +26,7 @@ from core.config import Settings, load_settings
 from core.ov.client import OVClient
 from core.session import SessionAddress
 from workers.store.connection import connect, connect_async
+from workers.store.event_loop import quiet_dropped_connections
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class JobContext:
         self.settings = settings
         self._transport = transport
         self._loop = asyncio.new_event_loop()
+        quiet_dropped_connections(self._loop)
         self._thread = threading.Thread(target=self._loop.run_forever, name="ovstream-jobs-loop", daemon=True)
         self._thread.start()
         self._ov: OVClient | None = None

@@ -62,6 +62,7 @@ from workers.rpc.tools.registry import run_tool, tools
 from workers.status import LAG_SAMPLE_INTERVAL_S, read_scaling, read_status, sample_lag
 from workers.store.connection import REDIS_ERRORS, connect, connect_async
 from workers.store.deployment import DeploymentMismatch, check_deployment
+from workers.store.event_loop import quiet_dropped_connections
 from workers.store.health import forget_health, record_health
 from workers.version import installed_version
 
@@ -114,6 +115,7 @@ def create_app(
             ov_closed = False
         svc.versions.start()
         loop = asyncio.get_running_loop()
+        quiet_dropped_connections(loop)
         name = f"rpc-{socket.gethostname()}-{os.getpid()}"
         sampler, beat = loop.create_task(_sample_lag(svc)), loop.create_task(_beat(svc, name, plugins))
         yield
