@@ -45,3 +45,4 @@ def test_tls_set_up_wrong_is_refused_at_start_naming_the_setting(
     assert done.returncode == 2, said[-3000:]
     assert named in said and "waiting for Redis" not in said, said[-3000:]
     assert "Traceback" not in said
+    assert "could not unregister" not in said  # it never registered
