@@ -85,13 +85,14 @@ def world() -> Iterator[ChaosWorld]:
         yield started
 
 
-def _switch(world: ChaosWorld, name: str, tree: Path | None, *, kill: bool = False) -> None:
-    """Stop ``name`` (SIGTERM as an orchestrator does, or SIGKILL) and start it from ``tree``."""
+def _switch(world: ChaosWorld, name: str, tree: Path | None) -> None:
+    """Stop ``name`` with SIGTERM, as an orchestrator does, and start it from ``tree``."""
+    assert world.deployment.terminate(name) == 0, world.deployment.log(name)
+    _start(world, name, tree)
+
+
+def _start(world: ChaosWorld, name: str, tree: Path | None) -> None:
     deployment = world.deployment
-    if kill:
-        deployment.kill(name)
-    else:
-        assert deployment.terminate(name) == 0, deployment.log(name)
     deployment.start(name, tree)
     time.sleep(SETTLE_S)
     assert not deployment.exited(), (deployment.exited(), deployment.log(name))
@@ -102,9 +103,11 @@ def _releases(ledger: Ledger) -> dict[str, int]:
     return read_status(ledger.redis, ledger.settings).releases
 
 
-def measure_open(ledger: Ledger) -> set[str]:
-    """The commits in flight once one is (the worker is killed among them)."""
+def kill_in_flight(world: ChaosWorld, ledger: Ledger) -> set[str]:
+    """SIGKILL the worker once a commit is in flight; the commits it may have held: every one
+    not final right after the kill (a commit requested between a look and the kill counts)."""
     measure(lambda: bool(ledger.unsettled()), timeout_s=CAUGHT_UP_S, what="a commit in flight before the switch")
+    world.deployment.kill("worker")
     return ledger.unsettled()
 
 
@@ -124,8 +127,8 @@ def test_a_rolling_upgrade_and_back_under_load_loses_nothing(world: ChaosWorld, 
     ledger = Ledger(deployment.settings, world.ov.url, SESSIONS)
     load = Load(deployment.settings, SESSIONS, RATE, memorable_turn).start()
     try:
-        open_at_kill = measure_open(ledger)
-        _switch(world, "worker", None, kill=True)  # SIGKILLed mid-commit, started as this release
+        open_at_kill = kill_in_flight(world, ledger)
+        _start(world, "worker", None)  # SIGKILLed mid-commit, started as this release
         _switch(world, "capture-a", None)
         mixed = _releases(ledger)
         assert mixed == {installed_version(): 2, UNSAID_RELEASE: 1}, mixed  # both releases side by side
