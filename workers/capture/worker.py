@@ -428,14 +428,14 @@ class CaptureWorker:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         self.consumers.clear()
-        try:
-            if unregister:
+        if unregister:
+            try:
                 async with self.redis.pipeline(transaction=False) as pipe:
                     pipe.zrem(self.keys.capture_workers(), self.consumer)
                     forget_health(pipe, self.settings, self.consumer)
                     await pipe.execute()
-        except REDIS_ERRORS as exc:
-            log.warning("could not unregister %s: %s", self.consumer, exc)
+            except REDIS_ERRORS as exc:
+                log.warning("could not unregister %s: %s", self.consumer, exc)
         await self.close()
         log.info("capture worker %s stopped: %s", self.consumer, self.stats)
 

@@ -146,10 +146,10 @@ def _verdict(redis: redis_lib.Redis, settings: Settings, repair: CommitRequest) 
             repair.ov_session_id,
         )
         return "nothing was lost"
-    counted = Keys(settings.key_prefix).extraction_loss(repair.commit_id)
-    if not redis.set(counted, 1, nx=True, ex=settings.session_state_ttl_s):
+    keys = Keys(settings.key_prefix)
+    if not redis.set(keys.extraction_loss(repair.commit_id), 1, nx=True, ex=settings.session_state_ttl_s):
         return "loss counted already"
-    redis.incr(Keys(settings.key_prefix).extractions_lost())
+    redis.incr(keys.extractions_lost())
     log.warning(
         "repair commit %s (session %s) wrote %d memories from what the user said, which the first "
         "phase 2, merged with another of its user, had lost (an extraction lost, now repaired)",

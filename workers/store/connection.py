@@ -45,6 +45,7 @@ from core.defaults import REDIS_FAIL_FAST_CONNECT_TIMEOUT_S as FAIL_FAST_CONNECT
 from core.defaults import REDIS_FAIL_FAST_TIMEOUT_S as FAIL_FAST_TIMEOUT_S
 from core.defaults import REDIS_POOL_SIZE, REDIS_POOL_WAIT_S, REDIS_WAIT_MAX_S, REDIS_WAIT_S
 from core.defaults import REDIS_SOCKET_TIMEOUT_MARGIN_S as SOCKET_TIMEOUT_MARGIN_S
+from workers.store.event_loop import traceback_files
 from workers.store.sentinel import async_sentinel_pool, sentinel_pool
 from workers.store.tls_check import tls_problem
 
@@ -373,14 +374,9 @@ def leaked_by_redis_py(exc: BaseException) -> bool:
     perform operation on <TCPTransport closed=True>") raised in redis-py's asyncio connection
     while it wrote to a connection the peer had closed (a restarted cluster node, say): redis-py
     8.1 lets these escape instead of a ``ConnectionError`` (redis/redis-py#4287)."""
-    if not isinstance(exc, AttributeError | TypeError | RuntimeError):
-        return False
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename.endswith(_REDIS_ASYNC_CONNECTION):
-            return True
-        tb = tb.tb_next
-    return False
+    return isinstance(exc, AttributeError | TypeError | RuntimeError) and any(
+        file.endswith(_REDIS_ASYNC_CONNECTION) for file in traceback_files(exc)
+    )
 
 
 _FAILING_OVER = ("UNBLOCKED", "READONLY", "LOADING", "MASTERDOWN")

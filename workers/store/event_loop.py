@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -24,17 +25,18 @@ _TRANSPORT_CODE = ("sslproto", "selector_events", "/ssl.py", "uvloop/")
 """Where a transport reads: an error raised there reached the reader too."""
 
 
+def traceback_files(exc: BaseException) -> Iterator[str]:
+    """The files of the frames ``exc`` was raised through, outermost first."""
+    tb = exc.__traceback__
+    while tb is not None:
+        yield tb.tb_frame.f_code.co_filename
+        tb = tb.tb_next
+
+
 def raised_by_a_transport(exc: BaseException) -> bool:
     """``exc`` is an ``OSError`` (``ssl.SSLError``, ``ConnectionResetError``...) raised while a
     transport read or wrote, i.e. one the connection's stream reader was handed as well."""
-    if not isinstance(exc, OSError):
-        return False
-    tb = exc.__traceback__
-    while tb is not None:
-        if any(part in tb.tb_frame.f_code.co_filename for part in _TRANSPORT_CODE):
-            return True
-        tb = tb.tb_next
-    return False
+    return isinstance(exc, OSError) and any(part in file for file in traceback_files(exc) for part in _TRANSPORT_CODE)
 
 
 def _handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
