@@ -11,17 +11,19 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from core.events import CommitOutcome
+from core.events import CommitOutcome, TurnEvent, encode
 from core.ids import ov_session_id
 from core.session import SessionAddress
 from tests.helpers.e2e import OVSession, unique, wait_for, workdir_for
 from tests.helpers.host import OPENCLAW, HostStack, require_host
 from workers.commits.records import FINAL_STATUSES, CommitRecords
+from workers.store.streams import stream_of_event
 
 pytestmark = pytest.mark.host
 
@@ -89,8 +91,22 @@ def test_history_from_before_the_plugin_is_imported_once_and_in_order(history: H
     history.install_plugin()
     ov = OVSession(ov_server.url)
     try:
+        # A turn an earlier process spooled and did not deliver: the command delivers it and
+        # still exits (the host registers the plugin twice, each a publisher of that spool).
+        spooled = TurnEvent(
+            event_id=unique("spooled"),
+            session_id=unique("spooled-session"),
+            session_key=f"agent:main:spooled-{tag}",
+            agent_id="main",
+            messages=[{"role": "user", "content": f"a turn left in the spool {tag}"}],
+            published_at=time.time(),
+        )
+        history.spool.mkdir(parents=True, exist_ok=True)
+        record = {"key": stream_of_event(history.service.settings, spooled), "payload": encode(spooled).decode()}
+        (history.spool / "000000000000001-1-1.json").write_text(json.dumps(record))
         dry = run_import(history, "--dry-run")
         assert dry["outcomes"]["would import"] >= len(conversations) + len(many), dry
+        assert dry["undelivered"] == 0 and not list(history.spool.iterdir()), dry
         assert all(ov.state(ov_sid) is None for ov_sid in ov_sids.values())  # the dry run sent nothing
 
         # killed part way (one message a second), then run again: each once, none left out
@@ -137,6 +153,8 @@ def test_history_from_before_the_plugin_is_imported_once_and_in_order(history: H
         assert [o.status for o in outcomes] == ["completed"], outcomes
         everything = [t for key in ov_sids for t in ov_texts(ov, ov_sids[key])]
         assert not any(f"deleted before the import {tag}" in t for t in everything)
+        spooled_texts = ov_texts(ov, ov_session_id(spooled.session_id, spooled.session_key))
+        assert sum(f"a turn left in the spool {tag}" in t for t in spooled_texts) == 1, spooled_texts
 
         again = run_import(history)
         assert again["outcomes"]["imported"] == first["outcomes"]["imported"]  # sent again ...

@@ -13,7 +13,7 @@ import {
   type ServiceLoad,
   type StoredSession,
 } from "./history.js";
-import type { PluginRuntime } from "./runtime.js";
+import { closeOpenRuntimes, type PluginRuntime } from "./runtime.js";
 import type { PluginApi } from "./types.js";
 
 export const CLI_ROOT = "ovstream";
@@ -121,11 +121,23 @@ export function importOptions(flags: ImportFlags, now = Date.now()): ImportOptio
 }
 
 export async function runImportCommand(api: PluginApi, rt: PluginRuntime, flags: ImportFlags): Promise<number> {
+  // The publisher's timers keep no process alive (a host shutting down must not wait for
+  // them); this command must, until it has said what became of the import.
+  const hold = setInterval(() => undefined, 60_000);
+  try {
+    return await importCommand(api, rt, flags);
+  } finally {
+    clearInterval(hold);
+  }
+}
+
+async function importCommand(api: PluginApi, rt: PluginRuntime, flags: ImportFlags): Promise<number> {
   let opts: ImportOptions;
   try {
     opts = importOptions(flags);
   } catch (err) {
     process.stderr.write(`openclaw ovstream import: ${(err as Error).message}\n`);
+    await closeOpenRuntimes(2_000); // an earlier run's spool may be on its way: exit all the same
     return 2;
   }
   const tty = process.stderr.isTTY === true;
@@ -140,14 +152,13 @@ export async function runImportCommand(api: PluginApi, rt: PluginRuntime, flags:
       },
     });
     if (tty) process.stderr.write("\n");
-    await rt.close(10_000);
-    summary.undelivered = rt.publisher.getStats().pending;
+    summary.undelivered = await closeOpenRuntimes(10_000);
     process.stdout.write(flags.json ? `${JSON.stringify(summary)}\n` : `${summaryLines(summary, opts.dryRun).join("\n")}\n`);
     return summary.undelivered > 0 ? 1 : 0;
   } catch (err) {
     if (tty) process.stderr.write("\n");
     process.stderr.write(`openclaw ovstream import: ${(err as Error).message}\n`);
-    await rt.close(2_000);
+    await closeOpenRuntimes(2_000);
     return 1;
   }
 }

@@ -79,7 +79,7 @@ export function registerOvstream(api: PluginApi, options: RuntimeOptions = {}): 
       id: "ovstream-turn-publisher",
       // Nothing to start: Redis is dialled on the first published turn.
       start: () => undefined,
-      stop: () => rt.close(2000),
+      stop: async () => void (await rt.close(2000)),
     });
   }
   logger.info(

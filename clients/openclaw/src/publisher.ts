@@ -289,9 +289,11 @@ export class TurnPublisher {
 
   /**
    * Stop: try to deliver what is buffered within `timeoutMs`, then close the
-   * connection. Whatever is still buffered then is lost (and logged).
+   * connection. Whatever is still buffered then stays in the spool, or is lost
+   * when it had none (both logged). Returns the events left: their spool file's
+   * name, or "" for one kept in memory only (lost).
    */
-  async close(timeoutMs = 2000): Promise<void> {
+  async close(timeoutMs = 2000): Promise<string[]> {
     if (this.retryTimer) {
       clearTimeout(this.retryTimer);
       this.retryTimer = null;
@@ -305,9 +307,10 @@ export class TurnPublisher {
       clearTimeout(this.retryTimer);
       this.retryTimer = null;
     }
-    const left = this.pendingCount();
+    const leftBehind = this.queue.slice(this.head).map((item) => item.file ?? "");
+    const left = leftBehind.length;
     if (left > 0) {
-      const spooled = this.queue.slice(this.head).filter((item) => item.file).length;
+      const spooled = leftBehind.filter((file) => file).length;
       this.stats.dropped += left - spooled;
       if (spooled > 0) {
         this.opts.logger.warn(
@@ -336,6 +339,7 @@ export class TurnPublisher {
       }
     }
     this.resolveDrainWaiters();
+    return leftBehind;
   }
 
   private pendingCount(): number {

@@ -101,10 +101,18 @@ export function pluginStateDir(config: PluginConfig): string {
   return config.stateDir ?? join(openclawStateDir(), "ovstream");
 }
 
-/** Runtimes still open when the process exits say what became of their buffered turns. */
-const openRuntimes = new Set<PluginRuntime>();
-let exitHookInstalled = false;
+/**
+ * The runtimes open in this process. Process-wide, not per module: the host may load the
+ * plugin's modules more than once in one process (2026.9.6's CLI does), and a one-shot
+ * command must close every runtime (closeOpenRuntimes), whichever copy made it.
+ */
+const processWide = ((globalThis as Record<symbol, unknown>)[Symbol.for("ovstream.runtimes")] ??= {
+  open: new Set<PluginRuntime>(),
+  exitHook: false,
+}) as { open: Set<PluginRuntime>; exitHook: boolean };
+const openRuntimes = processWide.open;
 
+/** Runtimes still open when the process exits say what became of their buffered turns. */
 function reportAtExit(): void {
   for (const rt of openRuntimes) {
     const { pending } = rt.publisher.getStats();
@@ -176,8 +184,8 @@ export class PluginRuntime {
       fetchImpl: options.fetchImpl,
     });
     openRuntimes.add(this);
-    if (!exitHookInstalled) {
-      exitHookInstalled = true;
+    if (!processWide.exitHook) {
+      processWide.exitHook = true;
       process.once("exit", reportAtExit);
     }
     this.assembleLog = new FailureLog(logger, "assemble RPC");
@@ -291,10 +299,25 @@ export class PluginRuntime {
     }
   }
 
-  async close(timeoutMs = 2000): Promise<void> {
+  /** Closes the publisher (see TurnPublisher.close); returns the events it left. */
+  async close(timeoutMs = 2000): Promise<string[]> {
     openRuntimes.delete(this);
-    await this.publisher.close(timeoutMs);
+    return this.publisher.close(timeoutMs);
   }
+}
+
+/**
+ * Closes every runtime of this process, side by side; returns how many events Redis did
+ * not take (each spooled event once, though runtimes sharing a spool both loaded it).
+ * A one-shot command ends with this: the host registers a plugin more than once in its CLI
+ * (2026.9.6: twice for `openclaw ovstream import`), each registration is a runtime, and a
+ * runtime delivering an earlier run's spool holds a Redis connection that keeps the process
+ * from exiting.
+ */
+export async function closeOpenRuntimes(timeoutMs: number): Promise<number> {
+  const left = (await Promise.all([...openRuntimes].map((rt) => rt.close(timeoutMs)))).flat();
+  const spooled = new Set(left.filter((file) => file));
+  return spooled.size + left.filter((file) => !file).length;
 }
 
 function importMarker(ovSid: string): string {

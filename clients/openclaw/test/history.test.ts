@@ -1,8 +1,11 @@
 import assert from "node:assert/strict";
-import { mkdtempSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, readdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+
+import { createClient } from "redis";
 
 import { configuredAgents, importOptions, parseWhen, registerCli } from "../src/cli.js";
 import { parseConfig, type PluginConfig } from "../src/config.js";
@@ -20,7 +23,7 @@ import { shardOf, streamKey } from "../src/keys.js";
 import { PluginRuntime } from "../src/runtime.js";
 import type { AgentMessage, CliCommand, PluginApi } from "../src/types.js";
 import { MemoryLogger } from "./helpers/fakes.js";
-import { startRedis, streamEvents, type RedisServer } from "./helpers/proc.js";
+import { freePort, PACKAGE_ROOT, startRedis, streamEvents, track, type RedisServer } from "./helpers/proc.js";
 
 const DAY = 86_400_000;
 const NOW = Date.parse("2026-12-01T00:00:00Z");
@@ -245,6 +248,64 @@ describe("the command", () => {
     assert.ok(tree.includes("ovstream"));
     assert.ok(tree.includes("ovstream import"));
     assert.ok(tree.includes("ovstream import --dry-run"));
+  });
+
+  /** test/helpers/import-child.ts run to its end: its exit code and the summary it printed. */
+  async function importProcess(redisUrl: string, stateDir: string): Promise<{ code: number | null; summary: { undelivered: number } }> {
+    const child = track(
+      spawn(process.execPath, [join(PACKAGE_ROOT, "dist/test/helpers/import-child.js"), redisUrl, stateDir, '{"json":true}'], {
+        stdio: ["ignore", "pipe", "pipe"],
+      }),
+    );
+    let stdout = "";
+    let stderr = "";
+    child.stdout?.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr?.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+    // A hang is the failure looked for: past a minute the child is killed and the test fails.
+    const killer = setTimeout(() => child.kill("SIGKILL"), 60_000);
+    const [code, signal] = (await new Promise((resolve) => child.once("exit", (...end) => resolve(end)))) as [number | null, string | null];
+    clearTimeout(killer);
+    assert.equal(signal, null, `the import process did not exit by itself once done:\n${stdout}\n${stderr}`);
+    assert.match(stderr, /exitCode=/, stderr);
+    return { code, summary: JSON.parse(stdout.trim().split("\n").at(-1) ?? "{}") };
+  }
+
+  function spoolOneEvent(stateDir: string, key: string): string {
+    const spool = join(stateDir, "spool");
+    mkdirSync(spool, { recursive: true });
+    const payload = JSON.stringify({ event_id: "left-by-an-earlier-run" });
+    writeFileSync(join(spool, "000001700000000000-1-1.json"), JSON.stringify({ key, payload }));
+    return payload;
+  }
+
+  it("exits once done, though the host registered it twice and both delivered an earlier run's spool", async () => {
+    const redis = await startRedis();
+    try {
+      const stateDir = mkdtempSync(join(tmpdir(), "ovstream-import-cli-"));
+      const key = streamKey("ovstream", 0);
+      const payload = spoolOneEvent(stateDir, key);
+      const run = await importProcess(redis.url, stateDir);
+      assert.equal(run.code, 0);
+      assert.equal(run.summary.undelivered, 0);
+      assert.deepEqual(readdirSync(join(stateDir, "spool")), []);
+      const client = createClient({ url: redis.url });
+      client.on("error", () => {});
+      await client.connect();
+      const entries = await client.xRange(key, "-", "+");
+      await client.close();
+      assert.ok(entries.length >= 1 && entries.every((e) => e.message.e === payload), JSON.stringify(entries));
+    } finally {
+      await redis.stop();
+    }
+  });
+
+  it("exits 1 with Redis away, counting a spooled event once though both registrations hold it", async () => {
+    const stateDir = mkdtempSync(join(tmpdir(), "ovstream-import-cli-"));
+    spoolOneEvent(stateDir, streamKey("ovstream", 0));
+    const run = await importProcess(`redis://127.0.0.1:${await freePort()}/0`, stateDir);
+    assert.equal(run.code, 1);
+    assert.equal(run.summary.undelivered, 1);
+    assert.equal(readdirSync(join(stateDir, "spool")).length, 1, "kept for the next run");
   });
 
   it("finds the configured agents in 2026.9's keyed entries and in an older list", () => {
