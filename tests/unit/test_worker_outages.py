@@ -58,6 +58,7 @@ def made(monkeypatch: pytest.MonkeyPatch) -> list[_Worker]:
 
     monkeypatch.setattr(worker_mod, "make_worker", make_worker)
     monkeypatch.setattr(worker_mod, "REDIS_RETRY", Backoff(0.01))
+    monkeypatch.setattr(worker_mod, "RQ_LOG", worker_mod.RQLogsTellTheTruth())  # no reason another test left
     worker_mod._STOP.clear()
     return workers
 
@@ -74,8 +75,22 @@ def test_a_worker_that_quits_on_redis_is_replaced(
     assert [w.rounds for w in made] == [1]  # one new worker, and it ended as asked
     assert mover.worker_name == "new-0"  # the mover's heartbeat names the live worker
     assert first.dead  # the replaced worker leaves no entry in RQ's registry
-    said = "quit unasked" if ending == "quits" else "lost Redis"
+    said = "quit unasked (Redis failed)" if ending == "quits" else "lost Redis"
     assert any(said in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_a_worker_quitting_says_the_error_rq_ended_on(
+    made: list[_Worker], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    truth = worker_mod.RQLogsTellTheTruth()
+    monkeypatch.setattr(worker_mod, "RQ_LOG", truth)
+    refused = redis_lib.ResponseError("READONLY You can't write against a read only replica.")
+    assert not truth.filter(_rq_record("Worker %s: found an unhandled exception, quitting...", "w", error=refused))
+    with caplog.at_level(logging.WARNING, logger=worker_mod.__name__):
+        _work_through_outages(_Worker("first", "quits"), SimpleNamespace(worker_name="first"))
+    said = [r.getMessage() for r in caplog.records if "quit unasked" in r.getMessage()]
+    assert said and "(ResponseError: READONLY You can't write against a read only replica.)" in said[0], said
+    assert truth.quit_reason is None  # said once
 
 
 def test_a_worker_asked_to_stop_ends_the_loop(made: list[_Worker]) -> None:

@@ -76,6 +76,13 @@ class RQLogsTellTheTruth(logging.Filter):
     def __init__(self) -> None:
         super().__init__()
         self._last_retry_line = -RQ_RETRY_LINES_APART_S
+        self.quit_reason: str | None = None
+        """Why RQ's loop last ended on a Redis error (the line left out), for the one line
+        ``work_through_outages`` says instead."""
+
+    def take_quit_reason(self) -> str:
+        reason, self.quit_reason = self.quit_reason, None
+        return reason or "Redis failed"
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.msg if isinstance(record.msg, str) else ""
@@ -91,9 +98,14 @@ class RQLogsTellTheTruth(logging.Filter):
             return True
         error = record.exc_info[1] if record.exc_info else None
         if error is None or redis_went_away(error) or isinstance(error, redis_lib.RedisError):
+            self.quit_reason = "Redis connection timeout" if error is None else f"{type(error).__name__}: {error}"
             return False  # work_through_outages says what follows, in one line
         record.msg = "Worker %s: its loop ended on an error; ovstream starts a new RQ worker"
         return True
+
+
+RQ_LOG = RQLogsTellTheTruth()
+"""The filter on RQ's worker log of this process (``make_worker`` installs it)."""
 
 
 class CommitWorker(SimpleWorker):
@@ -128,8 +140,8 @@ def make_worker(redis: redis_lib.Redis, settings: Settings, *, embedded: bool = 
     """An RQ worker on the commit queue; jobs in this process use ``settings``."""
     register(settings)
     rq_log = logging.getLogger("rq.worker")
-    if not any(isinstance(f, RQLogsTellTheTruth) for f in rq_log.filters):
-        rq_log.addFilter(RQLogsTellTheTruth())
+    if RQ_LOG not in rq_log.filters:
+        rq_log.addFilter(RQ_LOG)
     # Jobs run in this process (no fork per job, as arq does): its JobContext
     # (workers.commits.context) keeps one event loop, OV pool and Redis client for all.
     cls: type[BaseWorker] = EmbeddedWorker if embedded else CommitWorker
@@ -310,10 +322,12 @@ def work_through_outages(redis: redis_lib.Redis, settings: Settings, worker: Bas
             worker.work()
             if _asked_to_stop(worker):
                 return
-            log.warning("RQ worker %s quit unasked (Redis failed); a new worker in %.1fs", worker.name, delay)
+            reason = RQ_LOG.take_quit_reason()
+            log.warning("RQ worker %s quit unasked (%s); a new worker in %.1fs", worker.name, reason, delay)
         except REDIS_AWAY as exc:
             if _asked_to_stop(worker):
                 return
+            RQ_LOG.take_quit_reason()  # this error is the one said
             log.warning("RQ worker %s lost Redis (%s); a new worker in %.1fs", worker.name, exc, delay)
         # RQ's signal handlers, bound to the worker that quit, stay installed until the next
         # ``work()``: while we wait, a SIGTERM sets _STOP instead.
