@@ -45,13 +45,6 @@ STREAM_TRIM_INTERVAL_S = 1.0
 """How often (at most) a capture consumer trims its shard's stream of the entries every
 group has applied (workers.store.scripts.TRIM_APPLIED). Nothing else trims a turn stream."""
 
-CAPTURE_OWN_PENDING_CHECK_S = 30.0
-"""How often (at most) an idle capture consumer asks whether entries are pending for it though
-it holds none. A failover can lose an acknowledgement (a replica promoted, or an old master
-taking its slots back with CLUSTER FAILOVER TAKEOVER, before it had the XACK): the entry stays
-pending for a consumer that applied it, a lag that never drains while the shard stays with
-it. Read again (as on taking a shard over), capture skips what OV has and acknowledges it."""
-
 REDIS_POOL_SIZE = 64
 """Connections one Redis client of a process keeps at most (per node of a cluster), unless its
 role sizes it (capture: ``workers.capture.worker.redis_connections``). A caller finding them

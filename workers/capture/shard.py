@@ -107,8 +107,6 @@ class ShardConsumer:
         self.task: asyncio.Task[None] | None = None
         self.started_at = 0.0
         """``worker.clock()`` when the worker started this consumer."""
-        self.next_pending_check = 0.0
-        """Loop time of the next ``_reread_lost_acks`` (defaults.CAPTURE_OWN_PENDING_CHECK_S)."""
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -130,7 +128,6 @@ class ShardConsumer:
                 if not self.backlog:
                     if fetched == 0:  # idle: what the last rounds applied goes (at most every interval)
                         await self.trim()
-                        await self._reread_lost_acks()
                     if fetched == 0 and superseded(self) and await self._retire():
                         break
                     if self.worker.burst and fetched == 0:
@@ -307,25 +304,6 @@ class ShardConsumer:
         if claimed:
             log.info("shard %s: took over %d entries of earlier consumers", self.shard, claimed)
         await self._forget_idle_consumers()
-
-    async def _reread_lost_acks(self) -> None:
-        """Entries pending for this consumer while it holds none were acknowledged on a node a
-        failover then lost (defaults.CAPTURE_OWN_PENDING_CHECK_S): read them again."""
-        now = asyncio.get_running_loop().time()
-        if now < self.next_pending_check:
-            return
-        self.next_pending_check = now + defaults.CAPTURE_OWN_PENDING_CHECK_S
-        if not await self.redis.xpending_range(self.stream, self.group, "-", "+", 1, consumername=self.consumer):
-            return
-        await self._load_own()
-        await self.failures.load(self.backlog)
-        log.info(
-            "shard %s: %d entries were pending for %s though it held none (an acknowledgement lost in "
-            "a failover); reading them again, each applied once",
-            self.shard,
-            len(self.backlog),
-            self.consumer,
-        )
 
     async def _load_own(self) -> None:
         last = "0"
