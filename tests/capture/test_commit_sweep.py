@@ -3,6 +3,8 @@ its worker, or was stranded on its way, is resumed once, and completes; a live o
 
 from __future__ import annotations
 
+import logging
+
 import httpx
 from rq.job import Job, JobStatus
 
@@ -86,13 +88,17 @@ def test_a_job_of_a_live_worker_is_left_alone(redis_client, settings, fake_ov):
     assert commit_sweep.sweep(redis_client, settings) == 0
 
 
-def test_a_stranded_job_is_resumed_at_the_second_look(redis_client, settings, fake_ov):
+def test_a_stranded_job_is_resumed_at_the_second_look(redis_client, settings, fake_ov, caplog):
     request, job = _commit(redis_client, settings, fake_ov, "stranded")
-    commit_queue(redis_client, settings).remove(job)  # dequeued by a worker that died before starting it
+    commit_queue(redis_client, settings).remove(job)  # dequeued by a worker that stopped before starting it
     _make_due(redis_client, settings)
     assert commit_sweep.sweep(redis_client, settings) == 0  # maybe on its way: not yet
     _make_due(redis_client, settings)
-    assert commit_sweep.sweep(redis_client, settings) == 1
+    with caplog.at_level(logging.INFO, logger="workers.commits.request"):
+        assert commit_sweep.sweep(redis_client, settings) == 1
+    # nothing was lost (a worker stopping for an upgrade does this): said, not warned
+    said = [r for r in caplog.records if "is stranded; enqueueing it again" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.INFO], caplog.text
     assert _finish(redis_client, settings, request) == "completed"
     assert len(fake_ov.sessions["stranded"].archives) == 1
 

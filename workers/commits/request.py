@@ -85,13 +85,16 @@ def resume(
     job: str | None = None,
 ) -> None:
     """Put a lost in-flight commit back on the queue at the step it had reached (under a new
-    job id: the lost job's may still exist), said in one line. ``state`` "waiting": one an
-    earlier release left in its tenant's line, enqueued now (logged at INFO: nothing was lost)."""
+    job id: the lost job's may still exist), said in one line. At INFO when nothing was lost:
+    ``state`` "waiting" (one an earlier release left in its tenant's line) or "stranded" (its
+    job on no queue and in no schedule at two looks: a worker stopping, for an upgrade say,
+    took it off the queue and did not run it); a job lost with a dead worker is a WARNING."""
     again = f"{request.commit_id}_again{int(now() * 1000)}"
     if not CLAIM_LOST_JOB(redis, [inflight_key(settings, request)], [job or "", again]):
         return  # another process found it lost too, and resumed it
+    level = logging.INFO if state in ("waiting", "stranded") else logging.WARNING
     if outcome is not None and outcome.task_id:
-        log.warning("commit %s: its poll job %s is %s; scheduling a new poll", request.commit_id, job, state)
+        log.log(level, "commit %s: its poll job %s is %s; scheduling a new poll", request.commit_id, job, state)
         schedule_poll(
             redis,
             settings,
@@ -104,7 +107,7 @@ def resume(
         if state == "waiting":  # an earlier release's line: nothing was lost
             log.info("commit %s waited in its tenant's line (an earlier release); enqueueing it", request.commit_id)
         else:
-            log.warning("commit %s: its job %s is %s; enqueueing it again", request.commit_id, job, state)
+            log.log(level, "commit %s: its job %s is %s; enqueueing it again", request.commit_id, job, state)
         enqueue_commit(redis, settings, request, job_id=again)
 
 
