@@ -3,6 +3,7 @@ phase-2 task read, and the snapshot refresh after an archive."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from functools import partial
@@ -48,10 +49,21 @@ async def commit(ov: OVClient, request: CommitRequest) -> CommitAccepted:
     return await ov.commit(request.ov_session_id, keep_recent_count=keep, enable_working_memory=True)
 
 
+SNAPSHOT_READ_AGAIN_S = 0.5
+"""Wait before the one second read of a snapshot OV failed to give after a commit. OV 0.5.2
+under load answered such a read ``400 Expecting value`` (its own file read mid-write) while
+phase 2 ran; read again, it answers."""
+
+
 async def refresh_quietly(ctx: JobContext, ov: OVClient, request: CommitRequest) -> None:
+    read = partial(ov.get_context, request.ov_session_id, token_budget=ctx.settings.snapshot_token_budget)
     try:
-        read = partial(ov.get_context, request.ov_session_id, token_budget=ctx.settings.snapshot_token_budget)
-        await refresh_snapshot(ctx.redis, ctx.settings, request.address, read)
+        try:
+            await refresh_snapshot(ctx.redis, ctx.settings, request.address, read)
+        except OVError as first:
+            log.info("snapshot of %s after commit: OV answered %s; reading it again", request.ov_session_id, first)
+            await asyncio.sleep(SNAPSHOT_READ_AGAIN_S)
+            await refresh_snapshot(ctx.redis, ctx.settings, request.address, read)
     except OVError as exc:
         # The commit stands. The stored snapshot predates it, and capture must not grow it
         # (core.snapshot_growth trusts it): drop it, so the next read goes to OV.
