@@ -327,7 +327,7 @@ async def test_a_snapshot_that_cannot_be_refreshed_after_a_commit_is_dropped(red
     await make_worker(settings, fake_ov, burst=True).run()
     address = SessionAddress("s", "main", None)
     assert stored_snapshot(redis_client, settings, address) is not None
-    fake_ov.fail_next(10, status=500, code="INTERNAL", route="get_context")  # every refresh after it fails
+    fake_ov.fail_next(100, status=500, code="INTERNAL", route="get_context")  # every read (and retry) after it fails
     request = _request(redis_client, settings)
     assert wait_for_outcome(redis_client, settings, request).status == "completed"
     # Never the pre-commit snapshot: the next reader goes to OV (and capture reads, not grows).
