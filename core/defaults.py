@@ -56,6 +56,12 @@ REDIS_POOL_PER_SHARD = 4
 """Connections a capture worker keeps per stream it may hold: its blocking read, its round's
 scripts and pipelines, its trim."""
 
+STOP_GRACE_S = 5.0
+"""A process asked to stop (SIGTERM) finishes its work in progress and releases what it holds
+for at most this long; with Redis or OV away it gives up the rest (its leases lapse, its
+unacknowledged entries are read again by the next owner: nothing is lost), so that it exits
+well within systemd's TimeoutStopSec and Kubernetes' grace period (60 s)."""
+
 REDIS_CONFIRM_S = 1.0
 """A Redis reply that timed out is confirmed by a PING answered within this before it is said
 to be an outage (a process paused past its socket timeout finds Redis well)."""

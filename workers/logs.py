@@ -49,20 +49,59 @@ class ContextFields(logging.Filter):
         return True
 
 
-_SECRET_PARAM = re.compile(
-    r"(?i)(?<![\w-])((?:access_?|auth_?|id_?|refresh_?)?token|api[_-]?key|apikey|key|password|passwd|secret|auth"
-    r"|authorization|credential)=([^&\s\"']+)"
-)
+_PARAM = re.compile(r"(?<![\w.-])([A-Za-z][\w.-]*)=([^&\s\"',;]+)")
+"""``name=value`` in a query string, a form, a command line or a message."""
+_QUOTED = re.compile(r"([\"'])([A-Za-z][\w.-]*)\1(\s*:\s*)([\"'])(.*?)\4")
+"""``"name": "value"`` in JSON (or a Python dict's repr)."""
+_HEADER = re.compile(r"(?<![\w.-])([A-Za-z][\w]*-[\w-]+)(:\s*)([^\s,;]+)")
+"""``Header-Name: value`` (a header's name has a dash: ``X-Api-Key``)."""
+_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/\s@]*:)[^@\s/]+@")
+"""The password of a URL's user part (``redis://:pw@host``)."""
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{4,}")
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+")
+_CREDENTIAL_WORDS = frozenset(
+    {"token", "key", "keys", "secret", "secrets", "password", "passwd", "pwd", "credential", "credentials"}
+    | {"auth", "authorization"}
+)
+"""A name whose last word is one of these names a credential (``rpcToken``, ``api_key``, ``X-Auth``)."""
+_NOT_CREDENTIALS = frozenset({("session", "key")})
+"""Names that end like a credential's and are none: a session key names a conversation."""
 REDACTED = "[redacted]"
 
 
+def credential_name(name: str) -> bool:
+    """Whether a parameter, field or header called ``name`` holds a credential: its last word
+    (camelCase, snake_case, kebab-case or dotted, any case) is a credential's, or a run-together
+    one ends so (``apikey``, ``rpctoken``); ``monkey`` is no key."""
+    words = [w.lower() for w in _WORDS.findall(name)]
+    if not words or tuple(words[-2:]) in _NOT_CREDENTIALS:
+        return False
+    last = words[-1]
+    if last in _CREDENTIAL_WORDS:
+        return True
+    compact = ("apikey", "accesskey", "secretkey", "privatekey", "authkey")
+    return last.endswith(compact) or last.endswith(tuple(w for w in _CREDENTIAL_WORDS if w != "key"))
+
+
 def redact(text: str) -> str:
-    """``text`` with credential-looking values left out: a query string's (or form's)
-    ``token=``, ``key=``, ``password=``... values and ``Bearer``/``Basic`` credentials."""
-    if "=" not in text and " " not in text:
+    """``text`` with credential values left out: any ``name=value``, ``"name": "value"`` or
+    ``Header-Name: value`` whose name is a credential's (``credential_name``), a URL's
+    password, and ``Bearer``/``Basic`` credentials."""
+    if "=" not in text and ":" not in text and " " not in text:
         return text
-    return _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", _SECRET_PARAM.sub(rf"\1={REDACTED}", text))
+
+    def param(m: re.Match[str]) -> str:
+        return f"{m.group(1)}={REDACTED}" if credential_name(m.group(1)) else m.group(0)
+
+    def quoted(m: re.Match[str]) -> str:
+        q, name, colon, vq = m.group(1), m.group(2), m.group(3), m.group(4)
+        return f"{q}{name}{q}{colon}{vq}{REDACTED}{vq}" if credential_name(name) else m.group(0)
+
+    def header(m: re.Match[str]) -> str:
+        return f"{m.group(1)}{m.group(2)}{REDACTED}" if credential_name(m.group(1)) else m.group(0)
+
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", _URL_PASSWORD.sub(rf"\1{REDACTED}@", text))
+    return _HEADER.sub(header, _QUOTED.sub(quoted, _PARAM.sub(param, text)))
 
 
 class NoCredentials(logging.Filter):

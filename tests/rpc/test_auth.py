@@ -15,7 +15,7 @@ from tests.helpers.served import served
 from tests.rpc.test_assemble import oc_turns, ov_turns
 from workers.cli import main
 from workers.dev.fake_ov.app import FakeOV
-from workers.logs import configure, redact
+from workers.logs import configure, credential_name, redact
 from workers.rpc.auth import exposure_problem
 from workers.rpc.tools.registry import tools
 
@@ -151,13 +151,29 @@ async def test_alice_cannot_reach_bobs_data_through_any_route(rpc: Any, fake: Fa
         "GET /v1/tools?access_token=SECRET",
         "Authorization: Bearer SECRET-0123",
         "password=SECRET",
+        "GET /v1/tools?rpcToken=SECRET HTTP/1.1",
+        "GET /v1/tools?rpc-token=SECRET&RPC_TOKEN=SECRET",
+        "X-Api-Key: SECRET",
+        'settings {"apiKey": "SECRET", "userApiKeys": "SECRET"}',
+        "redis://:SECRET@redis.internal:6379/0",
+        "OVSTREAM_REDIS_PASSWORD=SECRET x-auth=SECRET clientSecret=SECRET",
     ],
 )
 def test_a_credential_is_left_out_of_a_log_line(text: str) -> None:
     assert "SECRET" not in redact(text) and "[redacted]" in redact(text)
 
 
-@pytest.mark.parametrize("text", ["ovstream commits s --session-key agent:main:main", "monkey=3", "session_key=k"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ovstream commits s --session-key agent:main:main",
+        "monkey=3",
+        "session_key=k",
+        "sessionKey=k",
+        "commitTokenThreshold=20000",
+        "invalid configuration: apiKey: Input should be a valid string",
+    ],
+)
 def test_a_line_without_a_credential_is_left_as_it_is(text: str) -> None:
     assert redact(text) == text
 
@@ -176,3 +192,38 @@ def test_no_token_reaches_the_access_log_wherever_a_client_puts_it(rpc: Any, cap
     assert "/v1/tools?token=[redacted]" in logged, logged  # the access log ran, redacted
     for token in (TOKEN_A, TOKEN_B, TOKEN_ADMIN, TOKEN_B[:-1]):
         assert token not in logged, logged
+
+
+def _credential_parameter_names() -> list[str]:
+    """Every credential setting's own name, as a client or a script may spell it (snake_case,
+    camelCase, kebab-case, the environment's), and the common names of the trade."""
+    settings = [name for name, field in Settings.model_fields.items() if field.repr is False and "url" not in name]
+    assert {"api_key", "rpc_token", "user_api_keys", "rpc_credentials"} <= set(settings), settings
+    spelled = set()
+    for name in settings:
+        camel = Settings.model_fields[name].alias or name
+        spelled |= {name, camel, name.replace("_", "-"), f"OVSTREAM_{name.upper()}"}
+    return sorted(spelled | {"apiKey", "X-Api-Key", "access_token", "token", "api_key", "secret", "password"})
+
+
+def test_every_credential_name_is_taken_for_one() -> None:
+    for name in _credential_parameter_names():
+        assert credential_name(name), name
+
+
+def test_no_credential_reaches_any_log_line_under_any_name(rpc: Any, capfd: Any) -> None:
+    # Each credential name as a query parameter and a header: the access log (and anything
+    # else the RPC logs for the request) holds none of the values.
+    configure("rpc")
+    names = _credential_parameter_names()
+    values = {name: f"cred-{i:03d}-of-{name}-0123456789" for i, name in enumerate(names)}
+    with served(rpc.app) as port:
+        for name, value in values.items():
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", f"/v1/tools?x=1&{name}={value}", headers={name: value})
+            assert conn.getresponse().status == 401
+            conn.close()
+    logged = capfd.readouterr().err
+    assert f"/v1/tools?x=1&{names[0]}=[redacted]" in logged, logged  # the access log ran, redacted
+    for value in values.values():
+        assert value not in logged, logged

@@ -264,6 +264,8 @@ class CaptureWorker:
                         raise
                     # Redis away: nothing can be read or acked; the leases lapse and are taken again
                     await self.redis_unavailable(exc, f"capture worker {self.consumer}")
+                    if self.stopping:  # nothing left to release: the next owner reads it all again
+                        break
                 if first and self.burst:  # a burst covers the shards it could take at the start
                     self._burst_done.update(s for s in self.shards if s not in self.consumers)
                 first = False
@@ -425,19 +427,31 @@ class CaptureWorker:
         for consumer in self.consumers.values():
             consumer.request_stop()
         tasks = [c.task for c in self.consumers.values() if c.task is not None]
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:  # rounds in progress finish and release their shards, within the grace
+            _, late = await asyncio.wait(tasks, timeout=defaults.STOP_GRACE_S)
+            for task in late:  # Redis or OV away: what they hold is read again by the next owner
+                task.cancel()
+            if late:
+                log.warning(
+                    "%d shard(s) not released within %.0fs of the stop (their leases lapse)",
+                    len(late),
+                    defaults.STOP_GRACE_S,
+                )
+                await asyncio.wait(late, timeout=1.0)
         self.consumers.clear()
         if unregister:
             try:
-                async with self.redis.pipeline(transaction=False) as pipe:
-                    pipe.zrem(self.keys.capture_workers(), self.consumer)
-                    forget_health(pipe, self.settings, self.consumer)
-                    await pipe.execute()
-            except REDIS_ERRORS as exc:
-                log.warning("could not unregister %s: %s", self.consumer, exc)
+                await asyncio.wait_for(self._unregister(), defaults.STOP_GRACE_S)
+            except (*REDIS_ERRORS, TimeoutError) as exc:
+                log.warning("could not unregister %s (it expires): %s", self.consumer, exc or "Redis did not answer")
         await self.close()
         log.info("capture worker %s stopped: %s", self.consumer, self.stats)
+
+    async def _unregister(self) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrem(self.keys.capture_workers(), self.consumer)
+            forget_health(pipe, self.settings, self.consumer)
+            await pipe.execute()
 
     async def close(self) -> None:
         """Close the connections this worker opened (after ``run``; a killed worker needs it)."""

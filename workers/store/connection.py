@@ -265,8 +265,15 @@ def queue_client(store: redis.Redis, settings: Settings) -> redis.Redis:
     with _queue_clients_lock:
         client = _queue_clients.get(url)
         if client is None:
+            # No socket timeout, as the store's (``_options``): redis-py's default of 5 s would stay
+            # on the connections made before RQ raises it for its blocking dequeue (RQ updates
+            # only the pool's kwargs), and an idle worker's BLMOVE then timed out every 5 s.
             pool = redis.BlockingConnectionPool.from_url(
-                url, max_connections=REDIS_POOL_SIZE, timeout=REDIS_POOL_WAIT_S, **_tls(settings, url)
+                url,
+                max_connections=REDIS_POOL_SIZE,
+                timeout=REDIS_POOL_WAIT_S,
+                socket_timeout=_socket_timeout(None),
+                **_tls(settings, url),
             )
             client = _queue_clients[url] = redis.Redis.from_pool(pool)
         return client
