@@ -8,17 +8,23 @@ capture and worker process also touches a file of its own in ``livenessDir`` eve
 ``LIVENESS_BEAT_S``, from the loop that does its work (capture's event loop, the worker's
 due-job thread), Redis or no Redis; the live probe reads the files' ages. A process whose
 loop is stuck stops touching its file and is restarted; one waiting for Redis or OV is not.
+
+A file names its deployment (``deployment_tag``: the key prefix and the Redis it runs on), so
+that with two deployments on one host each probe speaks only of its own processes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from core.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -28,15 +34,23 @@ LIVENESS_STALE_S = 60.0
 """A file untouched this long: the process's loop is stuck (the live probe fails)."""
 
 
-def beat_path(directory: str, role: str, pid: int | None = None) -> Path:
-    return Path(directory) / f"ovstream-{role}-{pid if pid is not None else os.getpid()}.alive"
+def deployment_tag(settings: Settings) -> str:
+    """A short name of the deployment a process belongs to: its key prefix and its Redis
+    (without credentials), the two things that make two deployments two."""
+    where = f"{settings.key_prefix}\x00{settings.redacted_redis_url()}"
+    return hashlib.sha256(where.encode()).hexdigest()[:12]
+
+
+def beat_path(settings: Settings, role: str, pid: int | None = None) -> Path:
+    name = f"ovstream-{deployment_tag(settings)}-{role}-{pid if pid is not None else os.getpid()}.alive"
+    return Path(settings.liveness_dir) / name
 
 
 class LivenessBeat:
     """This process's file: ``beat`` touches it (a failure said once), ``close`` removes it."""
 
-    def __init__(self, directory: str, role: str) -> None:
-        self.path = beat_path(directory, role)
+    def __init__(self, settings: Settings, role: str) -> None:
+        self.path = beat_path(settings, role)
         self._failing = False
 
     def beat(self) -> None:
@@ -84,13 +98,15 @@ class LiveProcess:
     """Seconds since it last touched its file."""
 
 
-def live_processes(directory: str, role: str, *, now: float | None = None) -> list[LiveProcess]:
-    """The processes of ``role`` on this host that left a file, still running (their pid
-    exists), with the age of their last beat; a file left by a dead process is ignored."""
+def live_processes(settings: Settings, role: str, *, now: float | None = None) -> list[LiveProcess]:
+    """The processes of ``role`` of this deployment on this host that left a file, still
+    running (their pid exists), with the age of their last beat; a file left by a dead
+    process, or by another deployment's, is ignored."""
     now = time.time() if now is None else now
     found = []
-    for path in sorted(Path(directory).glob(f"ovstream-{role}-*.alive")):
-        pid_text = path.name.removeprefix(f"ovstream-{role}-").removesuffix(".alive")
+    prefix = f"ovstream-{deployment_tag(settings)}-{role}-"
+    for path in sorted(Path(settings.liveness_dir).glob(f"{prefix}*.alive")):
+        pid_text = path.name.removeprefix(prefix).removesuffix(".alive")
         if not pid_text.isdigit() or not _running(int(pid_text)):
             continue
         try:

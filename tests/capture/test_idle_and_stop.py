@@ -1,7 +1,8 @@
 """Processes as an operator runs them, in the layouts the fault runs found wanting: an RQ
 worker idle on a queue Redis of its own keeps its one RQ worker (no restart every few
-seconds), and every process stops within ``STOP_WITHIN_S`` of SIGTERM with Redis SIGKILLed
-(systemd's TimeoutStopSec and Kubernetes' grace period would kill it first).
+seconds), every process stops within ``STOP_WITHIN_S`` of SIGTERM with Redis SIGKILLed
+(systemd's TimeoutStopSec and Kubernetes' grace period would kill it first), and the live
+probe of one deployment does not vouch for another's on the same host.
 
 Real processes, real redis-servers (a store and a queue), the FakeOV over HTTP.
 """
@@ -9,6 +10,7 @@ Real processes, real redis-servers (a store and a queue), the FakeOV over HTTP.
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ import pytest
 import redis
 
 from tests.helpers.chaos import Deployment, answers
-from tests.helpers.e2e import unique
+from tests.helpers.e2e import ovstream_command, unique
 from tests.helpers.waiting import wait_until
 from workers.dev.local_redis import free_port, start_redis_server
 
@@ -86,3 +88,29 @@ def test_a_process_stops_soon_after_sigterm_with_redis_killed(role: str, fake_ov
     finally:
         deploy.stop()
         server.stop()
+
+
+def test_the_live_probe_speaks_only_of_its_own_deployment(redis_url: str, fake_ov_url: str, tmp_path: Path) -> None:
+    # Two deployments on one host, one livenessDir (the default /tmp, say): A's capture runs,
+    # B's does not. B's probe must not vouch for B with A's file; A's finds A's.
+    alive_dir = tmp_path / "alive"
+    alive_dir.mkdir()
+    a = Deployment(_values(redis_url, fake_ov_url, liveness_dir=str(alive_dir)), tmp_path / "a")
+    b = Deployment(_values(redis_url, fake_ov_url, liveness_dir=str(alive_dir)), tmp_path / "b")
+    for deploy in (a, b):
+        deploy.workdir.mkdir()
+
+    def probe(deploy: Deployment) -> subprocess.CompletedProcess[str]:
+        command = [*ovstream_command(), "health", "--role", "capture", "--probe", "live"]
+        return subprocess.run(command, env=deploy.env, cwd=deploy.workdir, capture_output=True, text=True, timeout=60)
+
+    try:
+        a.start("capture")
+        wait_until(lambda: probe(a).returncode == 0, "A's capture alive", timeout_s=60)
+        assert list(alive_dir.iterdir()), "A's capture left no file"
+        b_says = probe(b)
+        assert b_says.returncode == 1 and b_says.stdout.startswith("not alive"), b_says
+        assert str(a.procs["capture"].pid) not in b_says.stdout, b_says
+        assert str(a.procs["capture"].pid) in probe(a).stdout
+    finally:
+        a.stop()

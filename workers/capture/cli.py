@@ -40,7 +40,7 @@ def cli_capture(settings: Settings, args: argparse.Namespace) -> int:
         return 2
     worker = CaptureWorker(settings, consumer=args.consumer, shards=args.shards, burst=args.burst)
 
-    alive = LivenessBeat(settings.liveness_dir, "capture")
+    alive = LivenessBeat(settings, "capture")
 
     async def beating() -> None:  # on the worker's own loop: a stuck loop stops beating
         while True:

@@ -189,7 +189,7 @@ def cli_health(settings: Settings, args: argparse.Namespace) -> int:
 
 def _live(settings: Settings, role: str | None) -> int:
     roles = [role] if role else ["capture", "worker"]
-    found = {r: live_processes(settings.liveness_dir, r) for r in roles}
+    found = {r: live_processes(settings, r) for r in roles}
     stuck = [f"{r} pid {p.pid} ({p.age_s:.0f}s)" for r, ps in found.items() for p in ps if p.age_s > LIVENESS_STALE_S]
     alive = [
         f"{r} pid {p.pid} ({p.age_s:.1f}s ago)" for r, ps in found.items() for p in ps if p.age_s <= LIVENESS_STALE_S

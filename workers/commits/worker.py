@@ -226,7 +226,7 @@ def cli_worker(settings: Settings, args: argparse.Namespace) -> int:
     if settings.embedded_redis and not getattr(args, "burst", False):
         log.error("redis_url is fakeredis:// (in-process): run the worker inside `ovstream up` instead")
         return 2
-    alive = BeatingThread(LivenessBeat(settings.liveness_dir, "worker"))  # ovstream health --probe live
+    alive = BeatingThread(LivenessBeat(settings, "worker"))  # ovstream health --probe live
     alive.beat_now()
     alive.start()
     try:
