@@ -24,10 +24,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from core.events import TurnEvent
 from tests.chaos.conftest import PROCESSES, ChaosWorld, chaos_world
 from tests.helpers.chaos import FILLER, Ledger, Load, chaos_turn, expected_ids, measure
+from workers.commits.api import read_lost_extractions
 from workers.status import read_status
 from workers.store.dead_letters import list_dead_letters
 from workers.store.health import UNSAID_RELEASE
@@ -122,6 +124,11 @@ def _warnings(world: ChaosWorld) -> list[str]:
 
 def test_a_rolling_upgrade_and_back_under_load_loses_nothing(world: ChaosWorld, previous_tree: Path) -> None:
     deployment = world.deployment
+    # What 0.2.0 left under the name it counted every suspicion by (42 after its upgrade run):
+    # this release must not read it as losses (issue 54: a stored name keeps its meaning).
+    world_redis = redis.Redis.from_url(deployment.settings.redis_url)
+    world_redis.set(f"{deployment.settings.key_prefix}:extractions-lost", 42)
+    world_redis.close()
     for name in PROCESSES:
         deployment.start(name, previous_tree)
     ledger = Ledger(deployment.settings, world.ov.url, SESSIONS)
@@ -155,6 +162,12 @@ def test_a_rolling_upgrade_and_back_under_load_loses_nothing(world: ChaosWorld, 
         for name in PROCESSES:
             log = deployment.log(name, lines=1_000_000)
             assert "Traceback" not in log, (name, log[-5000:])
+        # lost extractions: as many as the repairs that wrote memories, never the old name's 42
+        # (a repair by the previous release in its window counts under its own name: at most as many)
+        lost = read_lost_extractions(ledger.redis, deployment.settings, newest=1000)
+        repaired = sum(1 for _, _, memories in lost.newest if memories)
+        assert read_status(ledger.redis, deployment.settings).extractions_lost == lost.lost_total
+        assert lost.lost_total <= repaired, (lost.lost_total, repaired, lost.repairs)
         # the switches said nothing; the SIGKILL's recovery names only commits it interrupted
         assert not [w for w in _warnings(world) if not any(c in w for c in open_at_kill)], _warnings(world)
         print(
