@@ -115,6 +115,13 @@ COMMIT_RETRY_INTERVALS_S: tuple[int, ...] = (1, 5, 15)
 """RQ's retries of a commit job whose OV call found OV down (the commit never got through):
 one retry per entry, waiting that many seconds."""
 
+FOLLOW_UP_RETRY_INTERVALS_S: tuple[int, ...] = (2, 10, 30)
+"""RQ's retries of a job scheduled after a commit's phase 1 (its phase-2 polls, rechecks and
+extraction checks) that failed all the same: a Redis blip longer than the job's own patience
+(``workers.commits.run.REDIS_PATIENCE_S``), a cluster failover. One retry per entry; a job
+that fails them all stays in RQ's failed registry: ``ovstream status``, ``/metrics``
+(``ovstream_commit_jobs{state="failed"}``) and its alert."""
+
 PHASE2_READ_BACKOFF_MAX_S = 15.0
 """Longest wait between two phase-2 reads while reads fail."""
 

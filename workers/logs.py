@@ -64,6 +64,11 @@ _CREDENTIAL_WORDS = frozenset(
     | {"auth", "authorization"}
 )
 """A name whose last word is one of these names a credential (``rpcToken``, ``api_key``, ``X-Auth``)."""
+_RUN_TOGETHER = (
+    *("apikey", "accesskey", "secretkey", "privatekey", "authkey"),
+    *(w for w in sorted(_CREDENTIAL_WORDS) if w not in ("key", "keys")),
+)
+"""Ends of a name written in one word (``apikey``, ``rpctoken``); not ``key`` alone (``monkey``)."""
 _NOT_CREDENTIALS = frozenset({("session", "key")})
 """Names that end like a credential's and are none: a session key names a conversation."""
 REDACTED = "[redacted]"
@@ -76,11 +81,8 @@ def credential_name(name: str) -> bool:
     words = [w.lower() for w in _WORDS.findall(name)]
     if not words or tuple(words[-2:]) in _NOT_CREDENTIALS:
         return False
-    last = words[-1]
-    if last in _CREDENTIAL_WORDS:
-        return True
-    compact = ("apikey", "accesskey", "secretkey", "privatekey", "authkey")
-    return last.endswith(compact) or last.endswith(tuple(w for w in _CREDENTIAL_WORDS if w != "key"))
+    last: str = words[-1]
+    return last in _CREDENTIAL_WORDS or last.endswith(_RUN_TOGETHER)
 
 
 def redact(text: str) -> str:

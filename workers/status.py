@@ -21,7 +21,7 @@ from core import defaults
 from core.config import Settings
 from core.scaling import CAPTURE_LAG_PER_REPLICA, capture_replicas
 from core.shard_map import ShardMap, StreamShard
-from workers.commits.api import commit_queue, in_flight_requests, outcome_status, read_lost_extractions
+from workers.commits.api import in_flight_requests, job_counts, outcome_status, read_lost_extractions
 from workers.store.applied import parse_id
 from workers.store.connection import consumer_group, optional_text, stream_entries, text
 from workers.store.deployment import SHARDS_FIELD
@@ -247,13 +247,7 @@ def read_status(client: redis.Redis, settings: Settings) -> DeploymentStatus:
     pipe.xrange(keys.commit_outcomes(), min=f"{now_ms - 3_600_000}-0", max="+")
     consumers, in_flight, dead, recent = pipe.execute()
     recorded = deployment.get(SHARDS_FIELD)
-    queue = commit_queue(client, settings)
-    jobs = {
-        "queued": queue.count,
-        "scheduled": queue.scheduled_job_registry.count,
-        "running": queue.started_job_registry.count,
-        "failed": queue.failed_job_registry.count,
-    }
+    jobs = job_counts(client, settings)
     outcomes = Counter(outcome_status(fields) for _, fields in stream_entries(recent))
     lost = read_lost_extractions(client, settings)
     oldest_s, oldest = oldest_in_flight(client, settings, now_ms / 1000)

@@ -8,7 +8,7 @@ Everything else in ``workers.commits`` (the jobs, the repairs, the sweep, the wo
 commit workers' own.
 """
 
-from workers.commits.queue import commit_queue
+from workers.commits.queue import commit_queue, job_counts
 from workers.commits.records import (
     FINAL_STATUSES,
     CommitRecords,
@@ -27,6 +27,7 @@ __all__ = [
     "commit_queue",
     "final_or_timeout",
     "in_flight_requests",
+    "job_counts",
     "outcome_status",
     "outcome_statuses_after",
     "read_lost_extractions",

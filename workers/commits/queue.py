@@ -19,13 +19,15 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 
 from core.config import Settings
-from core.defaults import COMMIT_RETRY_INTERVALS_S
+from core.defaults import COMMIT_RETRY_INTERVALS_S, FOLLOW_UP_RETRY_INTERVALS_S
 from core.events import CommitRequest
 from workers.store.connection import queue_client
 from workers.store.keys import Keys, session_keys
 
 COMMIT_RETRY = Retry(max=len(COMMIT_RETRY_INTERVALS_S), interval=list(COMMIT_RETRY_INTERVALS_S))
 """RQ retries of a commit whose OV call found OV down (``core.defaults.COMMIT_RETRY_INTERVALS_S``)."""
+FOLLOW_UP_RETRY = Retry(max=len(FOLLOW_UP_RETRY_INTERVALS_S), interval=list(FOLLOW_UP_RETRY_INTERVALS_S))
+"""RQ retries of the jobs scheduled after phase 1 (``core.defaults.FOLLOW_UP_RETRY_INTERVALS_S``)."""
 _LIVE_JOB_STATUSES = frozenset(
     {JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED, JobStatus.CREATED}
 )
@@ -54,6 +56,18 @@ def commit_job_id(key_prefix: str, scope: str, ov_session_id: str, generation: i
 def commit_queue(redis: redis_lib.Redis, settings: Settings) -> Queue:
     """The RQ commit queue, bound to the queue's Redis (``queue_client`` of the store ``redis``)."""
     return Queue(settings.commit_queue_name, connection=queue_client(redis, settings))
+
+
+def job_counts(redis: redis_lib.Redis, settings: Settings) -> dict[str, int]:
+    """The commit queue's jobs by state: queued, scheduled, running, and failed (each given up
+    after its RQ retries; kept in RQ's failed registry for an operator)."""
+    queue = commit_queue(redis, settings)
+    return {
+        "queued": queue.count,
+        "scheduled": queue.scheduled_job_registry.count,
+        "running": queue.started_job_registry.count,
+        "failed": queue.failed_job_registry.count,
+    }
 
 
 def inflight_key(settings: Settings, request: CommitRequest) -> str:

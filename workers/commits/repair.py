@@ -46,7 +46,7 @@ from workers import logs
 from workers.commits.context import JobContext, context_for
 from workers.commits.records import FINAL_STATUSES, OUTCOME_FIELD, CommitRecords, decoded, in_flight_requests
 from workers.commits.request import request_commit
-from workers.commits.run import schedule_extraction_check
+from workers.commits.run import patiently, schedule_extraction_check
 from workers.store.connection import optional_text, stream_entries
 from workers.store.keys import Keys
 
@@ -76,7 +76,7 @@ def check_extraction(request_json: str, key_prefix: str) -> str:
     request = decode(request_json, CommitRequest)
     with logs.fields(session=request.ov_session_id, commit_id=request.commit_id):
         ctx = context_for(key_prefix)
-        return run_check(ctx.store, ctx, request)
+        return patiently(request, lambda: run_check(ctx.store, ctx, request))  # a Redis blip: waited out
 
 
 def run_check(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest) -> str:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import redis as redis_lib
 from rq import get_current_job
@@ -32,11 +32,13 @@ from core.repair import is_repair_session
 from workers import logs
 from workers.commits import ov_steps
 from workers.commits.context import JobContext, context_for
-from workers.commits.queue import COMMIT_RETRY, commit_queue, inflight_key, now
+from workers.commits.queue import COMMIT_RETRY, FOLLOW_UP_RETRY, commit_queue, inflight_key, now
 from workers.commits.records import FINAL_STATUSES, CommitRecords, outcome_of, reached
 from workers.store.connection import redis_went_away
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 REDIS_PATIENCE_S = 120.0
 """How long a commit OV accepted waits for Redis to record it before its job gives up."""
@@ -53,7 +55,7 @@ def commit_session(request_json: str, key_prefix: str, attempt: int = 0) -> str:
     request = decode(request_json, CommitRequest)
     with _logged_as(request):
         ctx = context_for(key_prefix)
-        return _patiently(
+        return patiently(
             request,
             lambda: run_commit(ctx.store, ctx, request, may_retry=bool(job and job.retries_left)),
         ).status
@@ -64,7 +66,7 @@ def poll_phase2(request_json: str, key_prefix: str, deadline_at: float, failed_r
     request = decode(request_json, CommitRequest)
     with _logged_as(request):
         ctx = context_for(key_prefix)
-        return _patiently(
+        return patiently(
             request,
             lambda: run_poll(
                 ctx.store, ctx, request, deadline_at=deadline_at, failed_reads=failed_reads, attempt=attempt
@@ -77,7 +79,7 @@ def recheck_phase2(request_json: str, key_prefix: str, round_: int) -> str:
     request = decode(request_json, CommitRequest)
     with _logged_as(request):
         ctx = context_for(key_prefix)
-        return _patiently(request, lambda: run_recheck(ctx.store, ctx, request, round_=round_)).status
+        return patiently(request, lambda: run_recheck(ctx.store, ctx, request, round_=round_)).status
 
 
 def _logged_as(request: CommitRequest) -> AbstractContextManager[None]:
@@ -124,7 +126,7 @@ def run_commit(
         return finish_commit(redis, settings, request, "failed", error=str(exc))
     # OV took the commit. Nothing may make RQ run this job again now: a second OV commit would
     # archive the next messages too. So Redis trouble is waited out here, not raised.
-    outcome = _patiently(request, lambda: _accepted(redis, settings, request, accepted))
+    outcome = patiently(request, lambda: _accepted(redis, settings, request, accepted))
     if accepted.status != "skipped":  # phase 1 moved messages into an archive
         ctx.run(lambda: ov_steps.refresh_quietly(ctx, ov, request))
     return outcome
@@ -151,7 +153,7 @@ def _accepted(
     return running
 
 
-def _patiently(request: CommitRequest, step: Callable[[], CommitOutcome]) -> CommitOutcome:
+def patiently(request: CommitRequest, step: Callable[[], T]) -> T:
     """``step()`` again while Redis is unreachable (each part of it is idempotent against the
     commit's record), for up to ``REDIS_PATIENCE_S``; a Redis restart takes seconds. A job
     body runs this way too: with the commit queue on a Redis of its own (``queueRedisUrl``),
@@ -297,6 +299,7 @@ def _schedule(
             *args,
             job_id=job_id,
             unique=True,
+            retry=FOLLOW_UP_RETRY,  # each is idempotent against the commit's record
             **options,
         )
     except DuplicateJobError:

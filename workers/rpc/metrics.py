@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from core.config import Settings
-from workers.commits.api import outcome_statuses_after, read_lost_extractions
+from workers.commits.api import job_counts, outcome_statuses_after, read_lost_extractions
 from workers.status import oldest_in_flight, read_backlog
 from workers.store.connection import REDIS_ERRORS
 from workers.store.dead_letters import dead_letter_summary
@@ -227,6 +227,7 @@ class DeploymentCollector(Collector):
             processes = read_health(self._redis, self._settings)
             shards = read_backlog(self._redis, self._settings)
             oldest_s, _ = oldest_in_flight(self._redis, self._settings, time.time())
+            jobs = job_counts(self._redis, self._settings)
         except REDIS_ERRORS as exc:
             log.warning("metrics: Redis unreachable: %s", exc)
             up.add_metric([], 0.0)
@@ -254,6 +255,12 @@ class DeploymentCollector(Collector):
             "Seconds since the oldest commit in flight was asked for (0: none); past phase2DeadlineS it is stuck",
             value=oldest_s,
         )
+        by_state = GaugeMetricFamily(
+            "ovstream_commit_jobs", "Commit queue jobs by state (failed: given up after retries)", labels=["state"]
+        )
+        for state, count in jobs.items():
+            by_state.add_metric([state], float(count))
+        yield by_state
 
 
 class BreakerCollector(Collector):

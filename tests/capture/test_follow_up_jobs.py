@@ -1,0 +1,70 @@
+"""Every job of the commit chain survives a Redis blip: the jobs scheduled after phase 1 (a
+phase-2 poll, a timeout's recheck, an extraction check and its repair's verdict) wait out a
+store that is away like the commit job does, carry RQ retries beyond that, and a job that
+still fails is counted where an operator looks (``ovstream status``, ``/metrics``:
+tests/rpc/test_metrics_jobs.py).
+
+A real redis-server of the test's own (killed and started again), the FakeOV in-process.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from rq.job import Job
+
+from core.config import Settings
+from core.defaults import FOLLOW_UP_RETRY_INTERVALS_S
+from core.events import CommitRequest, encode
+from workers.commits.context import register
+from workers.commits.queue import commit_queue
+from workers.commits.repair import check_extraction
+from workers.commits.run import schedule_extraction_check, schedule_poll, schedule_recheck
+from workers.dev.local_redis import start_redis_server
+
+pytestmark = pytest.mark.redis
+
+
+def _request(sid: str = "blip") -> CommitRequest:
+    return CommitRequest(
+        commit_id=f"{sid}-c1",
+        ov_session_id=sid,
+        agent_id="main",
+        reason="threshold",
+        keep_recent_count=0,
+        generation=1,
+        requested_at=0.0,
+    )
+
+
+def test_every_job_scheduled_after_phase_one_carries_rq_retries(redis_client: Any, settings: Settings) -> None:
+    request = _request()
+    schedule_poll(redis_client, settings, request, deadline_at=1e12, failed_reads=0, attempt=1)
+    schedule_recheck(redis_client, settings, request, round_=0)
+    schedule_extraction_check(redis_client, settings, request)
+    queue = commit_queue(redis_client, settings)
+    ids = queue.scheduled_job_registry.get_job_ids()
+    assert len(ids) == 3, ids
+    for job_id in ids:
+        job = Job.fetch(job_id, connection=queue.connection)
+        assert job.retries_left == len(FOLLOW_UP_RETRY_INTERVALS_S), job_id
+        assert job.retry_intervals == list(FOLLOW_UP_RETRY_INTERVALS_S), job_id
+
+
+def test_an_extraction_check_waits_out_a_redis_blip(fake_ov: Any) -> None:
+    server = start_redis_server()
+    settings = Settings(redis_url=server.url, key_prefix="blip", ov_backoff_s=0.01)
+    register(settings)
+    server.kill()  # a failover's moment: the store refuses connections
+    restarted = threading.Timer(1.5, server.restart)
+    restarted.start()
+    try:
+        # Before: the job raised ConnectionError at once and RQ marked it failed (no retry),
+        # its verdict gone. Now it waits for Redis as the commit and poll jobs do.
+        said = check_extraction(encode(_request()).decode(), settings.key_prefix)
+        assert said == "no archive"  # what it finds of a commit with no outcome recorded
+    finally:
+        restarted.join()
+        server.stop()
