@@ -39,7 +39,7 @@ from workers.capture.plan import Entry, LeaseLost, session_of
 from workers.capture.round import RoundOutcome, run_round
 from workers.capture.services import CaptureServices
 from workers.capture.slices import CpuSlice
-from workers.store.connection import redis_went_away, text
+from workers.store.connection import redis_went_away, stream_id, text
 from workers.store.dead_letters import REASON_FAILED, REASON_UNDECODABLE
 from workers.store.keys import Keys
 from workers.store.scripts import FENCED_READ, LEASE_RELEASE
@@ -89,6 +89,10 @@ class ShardConsumer:
         self.failures = EntryFailures(self.redis, self.settings, self.fence, worker.stats)
         self.trim = AppliedTrim(self.redis, self.stream, self.settings.overlay_stream_scan)
         self.backlog: list[Entry] = []
+        self.last_seen = "0-0"
+        """The newest entry id this consumer was handed (by a read, its drain or a claim): what
+        is pending for it after that id was delivered to a read whose reply it never got."""
+        self._own_checked_at = 0.0
         self.isolate: set[str] = set()
         """Sessions (OV ids) applied one writing entry per round after a merged write failed."""
         self.stop_requested = False
@@ -126,6 +130,8 @@ class ShardConsumer:
                 if self.lost:
                     break
                 if not self.backlog:
+                    if fetched == 0 and await self._read_own_again():
+                        continue
                     if fetched == 0:  # idle: what the last rounds applied goes (at most every interval)
                         await self.trim()
                     if fetched == 0 and superseded(self) and await self._retire():
@@ -243,7 +249,7 @@ class ShardConsumer:
                 reply = await FENCED_READ.run(
                     self.redis,
                     [self.stream, self.lease_key, self.epoch_key],
-                    [self.consumer, self.group, count, self.epoch, self.worker.lease_ms],
+                    [self.consumer, self.group, count, self.epoch, self.worker.lease_ms, self.last_seen],
                 )
             except redis_lib.ResponseError as exc:
                 if "NOGROUP" not in str(exc):
@@ -256,6 +262,7 @@ class ShardConsumer:
             if int(reply[0]) != 1:
                 break
             new = await self._entries(reply[1])
+            self._saw([e.id for e in new])
             self.backlog.extend(new)
             self.worker.stats.read += len(new)
             fetched += len(new)
@@ -335,11 +342,42 @@ class ShardConsumer:
         the ``ids`` that came back without fields, or not at all: deleted from the stream while
         pending, nothing to apply. How many went into the backlog."""
         present = {text(e[0]): e[1] for e in entries if e and e[1]}
+        self._saw(ids)
         self.backlog += await self._entries(list(present.items()))
         gone = [i for i in ids if i not in present]
         if gone:
             await self.fence.apply([], gone)
         return len(present)
+
+    def _saw(self, ids: list[str]) -> None:
+        """Remember the newest of ``ids`` as handed to this consumer (``last_seen``)."""
+        if ids:
+            self.last_seen = max([self.last_seen, *ids], key=stream_id)
+
+    async def _read_own_again(self) -> bool:
+        """Idle and holding nothing, yet entries are pending for this consumer: an XACK lost in
+        a failover (Redis replicates it asynchronously, and a TAKEOVER does not wait), which
+        would stay a lag that never drains. Read them again (at most every
+        ``OWN_PENDING_RECHECK_S``): each is applied or, already applied, acked by the round's
+        applied-offset check. Safe since the fenced read hands over what a lost reply
+        delivered (``last_seen``): nothing pending was skipped for a later entry."""
+        now = asyncio.get_running_loop().time()
+        if now < self._own_checked_at + defaults.OWN_PENDING_RECHECK_S:
+            return False
+        self._own_checked_at = now
+        rows = await self.redis.xpending_range(self.stream, self.group, "-", "+", 1, consumername=self.consumer)
+        if not rows:
+            return False
+        await self._load_own()
+        self.backlog.sort(key=lambda e: e.order)
+        await self.failures.load(self.backlog)
+        log.info(
+            "shard %s: %d entries were pending for %s though it held none; read again",
+            self.shard,
+            len(self.backlog),
+            self.consumer,
+        )
+        return bool(self.backlog)
 
     async def _forget_idle_consumers(self) -> None:
         # Consumers named after dead processes pile up in the group; drop those with nothing pending.

@@ -298,6 +298,12 @@ StreamEntry = tuple[bytes, dict[bytes, bytes]]
 """One stream entry as the bytes clients here return it: (id, fields)."""
 
 
+def stream_id(entry_id: str) -> tuple[int, int]:
+    """A stream entry id (``ms-seq``) as the pair it orders by."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
 def consumer_group(info: Any, name: str) -> dict[str, Any] | None:
     """Group ``name`` of an XINFO GROUPS reply (None when absent, or when the reply is an error)."""
     if isinstance(info, list):

@@ -140,11 +140,24 @@ FENCED_READ = Lua(
     _HOLDS
     + """
 if not holds(KEYS[2], KEYS[3], ARGV[1], ARGV[4], ARGV[5]) then return -1 end
-local r = redis.call('XREADGROUP', 'GROUP', ARGV[2], ARGV[1], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
-local entries = nil
-if r and r[1] then  -- Redis: {{stream, entries}}; the embedded fakeredis: {stream, entries}
-  if type(r[1]) == 'table' then entries = r[1][2] else entries = r[2] end
+local function read(after)  -- Redis: {{stream, entries}}; the embedded fakeredis: {stream, entries}
+  local r = redis.call('XREADGROUP', 'GROUP', ARGV[2], ARGV[1], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], after)
+  if r and r[1] then
+    if type(r[1]) == 'table' then return r[1][2] end
+    return r[2]
+  end
+  return nil
 end
+-- What a read whose reply never came delivered (a client that retried it blindly): entries
+-- pending for this consumer after the last one it saw, handed over again before anything new.
+-- An entry deleted from the stream meanwhile (no fields) is left to the consumer's drain.
+local own = read(ARGV[6])
+if own then
+  local kept = {}
+  for _, e in ipairs(own) do if e[2] then kept[#kept + 1] = e end end
+  if kept[1] then return {1, kept} end
+end
+local entries = read('>')
 if entries and entries[1] then return {1, entries} end
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 if last[1] then return {0, last[1][1]} end
@@ -152,7 +165,9 @@ return {0, '0-0'}
 """
 )
 """KEYS[1] stream, KEYS[2] the shard's lease, KEYS[3] its epoch counter. ARGV: consumer, group,
-count, epoch, lease ms (``_HOLDS``). -1: the lease is not ours. {1, entries}: new entries.
+count, epoch, lease ms (``_HOLDS``), the id of the last entry the consumer saw. -1: the lease is
+not ours. {1, entries}: entries pending for the consumer after that id (a read run again by a
+client that lost its reply: the same entries), else new entries.
 {0, last id}: nothing new; the stream's last id, to wait on with XREAD for anything newer."""
 
 FENCED_CLAIM = Lua(
