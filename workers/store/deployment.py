@@ -28,8 +28,16 @@ class DeploymentMismatch(RedisConfigError):
     """This process's settings disagree with what its deployment recorded in Redis."""
 
 
-def _verdict(settings: Settings, recorded: object) -> None:
+def _verdict(settings: Settings, recorded: object, streams: object = None) -> None:
     value = optional_text(recorded)
+    if value is not None and value != str(settings.shards) and optional_text(streams) == str(settings.shards):
+        raise DeploymentMismatch(  # what an operator writes after `ovstream reshard`: say what to keep
+            f"shards = {settings.shards} is the number of streams `ovstream reshard` gave this deployment "
+            f"(keyPrefix {settings.key_prefix!r}), but shards must stay the count it was created with, "
+            f"{value}: it decides where each session's records live. Every process follows a reshard by "
+            "itself; set shards back to "
+            f"{value} (README, 'Changing shards')."
+        )
     if value is not None and value != str(settings.shards):
         raise DeploymentMismatch(
             f"shards = {settings.shards}, but this deployment (keyPrefix {settings.key_prefix!r}) runs with "
@@ -41,8 +49,8 @@ def _verdict(settings: Settings, recorded: object) -> None:
 
 
 def _verdicts(settings: Settings, recorded: list[object]) -> None:
-    shards, schema = recorded
-    _verdict(settings, shards)
+    shards, schema, *streams = recorded  # the streams since 0.4.0's script
+    _verdict(settings, shards, streams[0] if streams else None)
     problem = schema_problem(recorded_schema(schema))
     if problem is not None:
         raise DeploymentMismatch(problem)

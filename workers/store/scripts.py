@@ -92,11 +92,12 @@ return redis.call('DEL', KEYS[1])
 DEPLOYMENT_RECORD = Lua("""
 if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('HSET', KEYS[1], 'schema', ARGV[2]) end
 redis.call('HSETNX', KEYS[1], 'shards', ARGV[1])
-return redis.call('HMGET', KEYS[1], 'shards', 'schema')
+return redis.call('HMGET', KEYS[1], 'shards', 'schema', 'streams')
 """)
 """KEYS[1] the deployment record. ARGV: this process's shards, its release's layout. A new
 deployment records both; an existing one keeps what it has (one from before layouts were
-recorded says none: workers.store.schema). Returns the recorded shards and layout."""
+recorded says none: workers.store.schema). Returns the recorded shards, layout and the current
+generation's stream count (none before a reshard)."""
 
 # --- commits ----------------------------------------------------------------------------------
 
