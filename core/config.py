@@ -77,6 +77,7 @@ class Settings(BaseSettings):
         extra="forbid",
         frozen=True,
         alias_generator=camel,
+        use_attribute_docstrings=True,  # each field's docstring is its meaning (the README's table)
     )
 
     # the seed's table
@@ -110,6 +111,7 @@ class Settings(BaseSettings):
 
     # identity and auth
     api_key: str | None = Field(None, repr=False)
+    """OV user key (X-OpenViking-API-Key); unset: dev mode, with the ``account`` and ``user`` headers."""
     account: str = Field("default", min_length=1)
     """X-OpenViking-Account in dev mode (no API key)."""
     user: str = Field("default", min_length=1)
@@ -123,8 +125,9 @@ class Settings(BaseSettings):
     redis_ca_file: str | None = Field(None)
     """CA bundle verifying a ``rediss://`` server (default: the system's)."""
     redis_cert_file: str | None = Field(None)
+    """Client certificate, for a Redis that requires one (``tls-auth-clients yes``)."""
     redis_key_file: str | None = Field(None)
-    """Client certificate and key, for a Redis that requires them (``tls-auth-clients yes``)."""
+    """The key of ``redis_cert_file``."""
     redis_cluster: bool = Field(False)
     """``redis_url`` names one node of a Redis Cluster: streams, session records and leases are
     spread over its masters by their ``{s<n>}`` hash tags (needs ``queue_redis_url``)."""
@@ -292,8 +295,9 @@ class Settings(BaseSettings):
     """Where capture and worker processes touch a file every second, for ``ovstream health
     --probe live`` (workers.liveness): a writable directory (an emptyDir on Kubernetes)."""
     rpc_tls_cert_file: str | None = Field(None)
+    """Serve the RPC over HTTPS with this certificate (and ``rpc_tls_key_file``)."""
     rpc_tls_key_file: str | None = Field(None)
-    """Serve the RPC over HTTPS with this certificate and key."""
+    """The key of ``rpc_tls_cert_file``."""
 
     @field_validator("base_url")
     @classmethod
