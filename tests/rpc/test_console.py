@@ -16,6 +16,7 @@ from workers.rpc.console.chart import lag_chart, series_of
 from workers.rpc.traces import TRACE_HEAD, TRACE_TAIL
 from workers.status import LAG_HISTORY_S, LAG_SAMPLE_INTERVAL_S, LagSample, read_lag_history, sample_lag
 from workers.store.keys import Keys
+from workers.store.recent import read_recent
 
 pytestmark = pytest.mark.redis
 
@@ -142,3 +143,32 @@ async def test_a_long_answers_trace_keeps_its_ends_and_no_answer_stays_alive(rpc
     # what the recorder remembers of the session is the answer's identity, not the answer
     noted = rpc.app.state.services.traces._noted[SID]
     assert isinstance(noted, int)
+
+
+async def test_a_session_assembled_by_recall_calls_only_shows_what_they_injected(rpc: Any) -> None:
+    # The demo's "auto-recall assemble in a NEW session": no main call yet, only recall calls.
+    rpc.fake.seed_memory("User prefers Rust for backend services.", category="preferences")
+    recall = {
+        "sessionId": SID,
+        "sessionKey": KEY,
+        "messages": [{"role": "user", "content": "which backend language do I like?"}],
+    }
+    answer = await rpc.assemble(recall)
+    assert answer.status_code == 200 and "User prefers Rust" in answer.json()["messages"][-1]["content"]
+    await asyncio.sleep(0.1)  # the trace is written after the answer
+    inspected = (await rpc.client.get("/v1/sessions/inspect", params={"sessionId": SID})).json()
+    assert inspected["assembled"] is None  # no main call: nothing hidden under a recall's answer
+    kept = inspected["assembled_recall"]
+    assert kept["path"] == "recall" and kept["reason"] == "recalled"
+    assert "User prefers Rust" in kept["injected"] and "<relevant-memories>" in kept["injected"]
+    page = await rpc.client.get("/console/session", params={"id": SID, "agent": "main"})
+    assert page.status_code == 200 and "No answer kept" not in page.text
+    assert "What the last recall call answered" in page.text and "User prefers Rust" in page.text
+    recent = read_recent(rpc.redis, rpc.settings, None)
+    assert [r.ov_session_id for r in recent] == [SID]  # listed among the recent sessions
+    # A recall call that found nothing is kept too, under the same key, saying why.
+    recall["messages"] = [{"role": "user", "content": "zzz qqq unrelated words entirely"}]
+    assert (await rpc.assemble(recall)).status_code == 200
+    await asyncio.sleep(0.1)
+    kept = (await rpc.client.get("/v1/sessions/inspect", params={"sessionId": SID})).json()["assembled_recall"]
+    assert kept["reason"] in ("no_recall_hits", "recalled"), kept

@@ -64,7 +64,10 @@ async def test_the_token_is_checked_before_the_version(make_rpc: Any, fake: Any)
     assert r.status_code == 401  # a caller without a token learns nothing of the service's versions
 
 
-def test_status_says_which_plugins_talk_and_which_releases_run(rpc: Any) -> None:
+async def test_status_says_which_plugins_talk_and_which_releases_run(make_rpc: Any, fake: Any) -> None:
+    # No traces: the served app runs on a loop of its own, and the test's Redis client (made on
+    # this one) must not be used from it (the traces would write through it).
+    rpc = await make_rpc(fake, console_trace_ttl_s=0)
     with served(rpc.app) as port:  # served: the app's lifespan runs its health beat
 
         def post(headers: dict[str, str]) -> int:

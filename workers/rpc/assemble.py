@@ -61,6 +61,14 @@ def _passthrough(messages: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class Recalled:
+    """A recall call's answer: the caller's messages with ``block`` before the latest user's."""
+
+    body: dict[str, Any]
+    block: str
+
+
+@dataclass(frozen=True, slots=True)
 class Answered:
     """An assembled context with its answer body encoded once: a cached result (the same
     snapshot, budget and recall block) is answered with these bytes, not encoded again."""
@@ -84,7 +92,7 @@ async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[
     """The answer body ``{messages, estimatedTokens, systemPromptAddition?}`` (already encoded
     for an assembled context)."""
     started = time.perf_counter()
-    outcome: Passthrough | Answered | dict[str, Any]
+    outcome: Passthrough | Answered | Recalled
     path = "bypass" if caller.bypassed else "full" if req.is_main_call() else "recall"
     if caller.bypassed:
         outcome = Passthrough("session_bypassed")
@@ -107,7 +115,7 @@ async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[
     elif isinstance(outcome, Answered):
         body, reason = outcome.body, "lag_overlay" if outcome.context.tail_count else "assembled"
     else:
-        body, reason = outcome, "recalled"
+        body, reason = outcome.body, "recalled"
     svc.metrics.assembled(path, reason, time.perf_counter() - started)
     if (sid := caller.ov_session_id) is not None and svc.traces.enabled:
         _keep_trace(svc, req, caller, sid, path, reason, outcome)
@@ -148,8 +156,21 @@ def _keep_trace(
             snapshot_id=outcome.snapshot_id,
             system_prompt_addition=c.system_prompt_addition,
         )
-    elif path == "full" and traces.first_time(sid, (reason, len(req.messages))):
-        # the caller's own messages came back: say why
+    elif isinstance(outcome, Recalled):
+        block = outcome.block
+        if traces.first_time(f"recall\x00{sid}", ("recalled", len(req.messages), len(block), hash(block))):
+            traces.assembled(
+                caller.address(),
+                session_key=caller.session_key,
+                path=path,
+                reason=reason,
+                budget=_budget(req),
+                messages=outcome.body["messages"],
+                estimated_tokens=outcome.body["estimatedTokens"],
+                injected=block,
+            )
+    elif traces.first_time(f"recall\x00{sid}" if path == "recall" else sid, (reason, len(req.messages))):
+        # the caller's own messages came back (a main call, a recall call or a bypass): say why
         traces.assembled(
             caller.address(),
             session_key=caller.session_key,
@@ -179,7 +200,7 @@ _QUIET_PASSTHROUGHS = frozenset(
 # --- transform-context call: auto-recall ------------------------------------------------
 
 
-async def _recall_path(svc: Services, req: AssembleRequest, caller: Caller) -> Passthrough | dict[str, Any]:
+async def _recall_path(svc: Services, req: AssembleRequest, caller: Caller) -> Passthrough | Recalled:
     query = recall_query(req.messages, auto_recall=svc.settings.auto_recall)
     if isinstance(query, Passthrough):
         return query
@@ -187,7 +208,7 @@ async def _recall_path(svc: Services, req: AssembleRequest, caller: Caller) -> P
     if isinstance(block, Passthrough):
         return block
     messages = prepend_recall_block(req.messages, block)
-    return {"messages": messages, "estimatedTokens": estimate_message_tokens(messages)}
+    return Recalled({"messages": messages, "estimatedTokens": estimate_message_tokens(messages)}, block)
 
 
 async def _search(svc: Services, caller: Caller, query: str) -> str | Passthrough:

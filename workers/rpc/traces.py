@@ -32,6 +32,8 @@ TRACE_HEAD = 4
 TRACE_TAIL = 20
 """A trace keeps the first TRACE_HEAD messages (the archive summary, the oldest turns) and
 the last TRACE_TAIL (the newest): a few KB a session in Redis, whatever its length."""
+INJECTED_CHARS = 2000
+"""How much of a recall call's injected block a trace keeps."""
 NOTED_SESSIONS = 8192
 """Sessions whose last kept answer each process remembers (to skip keeping it again)."""
 
@@ -92,8 +94,10 @@ class TraceRecorder:
         overlay_turns: Sequence[str] = (),
         snapshot_id: str | None = None,
         system_prompt_addition: str | None = None,
+        injected: str | None = None,
     ) -> None:
-        """Keep one answer of the session (the caller asked ``first_time`` first)."""
+        """Keep one answer of the session (the caller asked ``first_time`` first): a recall
+        call's under its own key, so it never hides the main call's answer."""
         at = time.time()
         kept = (
             messages if len(messages) <= TRACE_HEAD + TRACE_TAIL else [*messages[:TRACE_HEAD], *messages[-TRACE_TAIL:]]
@@ -116,11 +120,14 @@ class TraceRecorder:
                 overlay_turns=list(overlay_turns),
                 snapshot_id=snapshot_id,
                 system_prompt_addition=system_prompt_addition,
+                injected=None if injected is None else injected[:INJECTED_CHARS],
             )
             ttl_s = self.settings.console_trace_ttl_s
             by_key = lineage_address(session_key, address)  # the address the key alone names
             for where in dict.fromkeys((address, by_key)):
-                await write_trace(self.redis, self.keys.session(where, self.settings.shards).assembled, trace, ttl_s)
+                keys = self.keys.session(where, self.settings.shards)
+                key = keys.assembled_recall if path == "recall" else keys.assembled
+                await write_trace(self.redis, key, trace, ttl_s)
             await note_session(self.redis, self.keys, address, session_key, at, ttl_s)
 
         self._spawn(keep())

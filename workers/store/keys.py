@@ -42,6 +42,8 @@ class SessionKeys:
     lineage: str
     assembled: str
     """String: what assemble last answered for the session (workers.store.traces)."""
+    assembled_recall: str
+    """String: what assemble's last recall call (transform-context) answered for the session."""
     recalled: str
     """String: the session's last recall search and its memories (workers.store.traces)."""
     recall_prefix: str
@@ -77,6 +79,7 @@ class Keys:
             parked=self.parked(shard, scope, sid),
             lineage=self.lineage(shard, scope, sid),
             assembled=self._session("assembled", shard, scope, sid),
+            assembled_recall=self._session("assembled-recall", shard, scope, sid),
             recalled=self._session("recalled", shard, scope, sid),
             recall_prefix=self._session("recall", shard, scope, sid),
         )

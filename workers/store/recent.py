@@ -25,7 +25,7 @@ RECENT_PER_TENANT = 100
 """Sessions each tenant's list keeps (a member is ~150 bytes)."""
 NO_TENANT = "-"
 """The default tenant's name in ``Keys.recent_tenants``."""
-FOUND_BY = ("assembled", "applied", "commits")
+FOUND_BY = ("assembled", "assembled-recall", "applied", "commits")
 """The key families whose scope tells which agents and tenants a session id has."""
 
 

@@ -68,6 +68,9 @@ class AssembleTrace(msgspec.Struct, kw_only=True, frozen=True):
     snapshot_id: str | None = None
     """The stream entry the snapshot answered from reflected (None: no snapshot)."""
     system_prompt_addition: str | None = None
+    injected: str | None = None
+    """What a recall call put before the user's latest message: its recall block (the start of
+    it, ``workers.rpc.traces.INJECTED_CHARS``)."""
 
 
 async def write_trace(redis: aioredis.Redis, key: str, trace: AssembleTrace | RecallTrace, ttl_s: int) -> None:

@@ -47,6 +47,8 @@ REASONS = {
     "ov_unavailable": "OV unreachable: the caller's messages as they came",
     "assemble_timeout": "no answer within assembleTimeoutS: the caller's messages as they came",
     "session_bypassed": "the session matches bypassSessionPatterns: ovstream stays out of it",
+    "no_recall_hits": "recall found no memory above recallScoreThreshold: the caller's messages as they came",
+    "latest_not_user": "the latest message is not the user's (a tool round): nothing to recall for",
 }
 """Why an answer is what it is, in words (other passthrough reasons are shown by name)."""
 
@@ -115,6 +117,8 @@ class SessionView(msgspec.Struct, kw_only=True):
     tenant: str | None
     session_key: str | None
     assembled: AssembleTrace | None = None
+    assembled_recall: AssembleTrace | None = None
+    """What the last recall call (transform-context) answered: its injected block."""
     recalled: RecallTrace | None = None
     snapshot: SnapshotFacts | None = None
     commits: list[CommitOutcome] = msgspec.field(default_factory=list)
@@ -208,8 +212,9 @@ async def read_session(
             address = SessionAddress(latest.ov_session_id, address.agent_id, address.tenant)
     keys = svc.keys.session(address, svc.settings.shards)
     records = CommitRecords(svc.commit_redis, svc.settings)
-    assembled, recalled, snapshot, lineage, commits = await asyncio.gather(
+    assembled, assembled_recall, recalled, snapshot, lineage, commits = await asyncio.gather(
         read_assemble_trace(svc.redis, keys.assembled),
+        read_assemble_trace(svc.redis, keys.assembled_recall),
         read_recall_trace(svc.redis, keys.recalled),
         read_snapshot(svc.redis, svc.settings, address),
         read_lineage(svc.redis, svc.settings, lineage_address(session_key, address)),
@@ -221,6 +226,7 @@ async def read_session(
         tenant=address.tenant,
         session_key=session_key,
         assembled=assembled,
+        assembled_recall=assembled_recall,
         recalled=recalled,
         snapshot=None if snapshot is None else _snapshot_facts(snapshot),
         commits=list(reversed(commits)),  # newest first
