@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
+from core.config import Settings
 from tests.helpers.e2e import ovstream_command, settings_env, unique
+from workers.store.health import record_health
 
 
 @pytest.fixture
@@ -31,6 +33,9 @@ def _run(env: dict[str, str], *argv: str) -> tuple[int, list[str], str]:
         (["dlq", "replay", "nonexistent"], 1, "no dead letter nonexistent"),
         (["dlq", "drop", "1-1"], 1, "no dead letter 1-1"),
         (["reshard", "--shards", "0"], 2, "shards must be a positive count"),
+        (["commits", ""], 2, "needs a non-empty sessionId or sessionKey"),
+        (["dlq", "replay", "--all"], 1, "no dead letters to replay"),
+        (["reshard", "--shards", "8"], 0, "generation 1: 8 shards"),  # its INFO log line is not said beside it
         (["--version"], 0, "ovstream "),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else str(v),
@@ -85,3 +90,23 @@ def test_the_demo_kept_prints_a_commits_command_that_finds_them(env: dict[str, s
     assert code == 0 and "completed" in said and "no commits recorded" not in said, said
     prefix = assignments["OVSTREAM_KEY_PREFIX"]
     assert any(redis_client.scan_iter(match=f"{prefix}:*", count=1000))
+
+
+def test_status_explains_what_it_cannot_show(env: dict[str, str], redis_url: str) -> None:
+    # A Redis restarted without persistence (or a new deployment): no record of the layout.
+    code, lines, text = _run(env, "status")
+    assert code == 0, text
+    said = next(line for line in lines if line.startswith("releases running"))
+    assert "Redis layout not recorded: the next ovstream process to start records it" in said, said
+    assert "(Redis layout -)" not in text
+
+
+def test_status_says_none_for_a_fact_with_no_value(env: dict[str, str], redis_client: Any) -> None:
+    # A standalone RPC no plugin called lately beats with plugins="" (it said "plugins=").
+    settings = Settings(redis_url=env["OVSTREAM_REDIS_URL"], key_prefix=env["OVSTREAM_KEY_PREFIX"])
+    with redis_client.pipeline() as pipe:
+        record_health(pipe, settings, "rpc", "rpc-standalone", plugins="")
+        pipe.execute()
+    code, lines, _ = _run(env, "status")
+    said = next(line for line in lines if "rpc-standalone" in line)
+    assert code == 0 and "plugins=none" in said and not said.rstrip().endswith("plugins="), said

@@ -229,6 +229,8 @@ def test_a_tenant_credential_sees_only_its_tenant(console: Any, browser: webdriv
     _sign_in(browser, url, TENANT_TOKEN)
     letters = _text(browser, "#dead-letter-table")
     assert seeded.tenant_letter_id in letters and seeded.dead_letter_id not in letters
+    sessions = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "#dead-letter-table td.session")]
+    assert sessions == ["acme-dead"], sessions  # each letter's session, as `ovstream dlq list` shows it
     assert seeded.undecodable_id not in letters
     browser.get(f"{url}/console/session")
     listed = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#recent-table tr.recent td:first-child")]

@@ -48,6 +48,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
 }
 
+SERVICES = frozenset({"capture", "worker", "rpc", "up", "demo", "model-server", "fake-ov"})
+"""Commands that run until stopped: they log at INFO by default. An operator's command (status,
+commits, dlq, ...) prints its result and logs only warnings and errors beside it."""
+
 GLOBAL_OPTIONS_WITH_VALUE = frozenset({"--config", "--log-level"})
 """Options before the subcommand that take a value (skipped when looking for the subcommand)."""
 
@@ -75,7 +79,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     needs only their help texts."""
     parser = argparse.ArgumentParser(prog="ovstream", description="OpenViking context engine for OpenClaw")
     parser.add_argument("--config", help="TOML config file (default: $OVSTREAM_CONFIG or config/ovstream.toml)")
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument(
+        "--log-level",
+        default=None,
+        help="logging level (default: INFO for a service, WARNING for an operator's command)",
+    )
     parser.add_argument("--version", action="version", version=f"ovstream {installed_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (target, help_text) in COMMANDS.items():
@@ -111,6 +119,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
+    if args.log_level is None:
+        args.log_level = "INFO" if args.command in SERVICES else "WARNING"
     logs.configure(args.command, level=args.log_level)
     try:
         settings: Settings = load_settings(args.config)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from core.config import Settings
 from core.events import CommitOutcome
@@ -44,7 +45,11 @@ def format_lineage(lineage: Lineage) -> str:
 
 
 def cli_commits(settings: Settings, args: argparse.Namespace) -> int:
-    sid = ov_session_id(args.session_id, args.session_key)
+    try:
+        sid = ov_session_id(args.session_id, args.session_key)
+    except ValueError as exc:  # an empty id and no key: say so, no traceback
+        print(f"ovstream commits: {exc} (ovstream commits <sessionId> [--session-key KEY])", file=sys.stderr)
+        return 2
     agent = resolve_agent_id(args.session_key, args.agent, settings.agent_prefix)
     client = connect(settings)
     records = CommitRecords(client, settings)

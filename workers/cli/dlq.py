@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 
 from core.config import Settings
-from core.events import EventDecodeError
 from workers.cli.tables import table, when
 from workers.store.connection import connect
 from workers.store.dead_letters import (
     DeadLetter,
     drop_dead_letters,
     list_dead_letters,
+    not_replayed,
     replay_dead_letters,
     replay_summary,
 )
@@ -29,13 +29,6 @@ def add_dlq_arguments(parser: argparse.ArgumentParser) -> None:
     drop.add_argument("ids", nargs="+", help="dead-letter ids (from `dlq list`)")
 
 
-def _session_of(letter: DeadLetter) -> str:
-    try:
-        return letter.event().session_id
-    except EventDecodeError:
-        return "(undecodable)"
-
-
 def format_dead_letters(letters: list[DeadLetter]) -> str:
     header = ["ID", "FAILED (UTC)", "REASON", "DELIVERIES", "SESSION", "STREAM ENTRY", "ERROR"]
     rows = [
@@ -44,7 +37,7 @@ def format_dead_letters(letters: list[DeadLetter]) -> str:
             when(d.failed_at),
             d.reason,
             str(d.deliveries),
-            _session_of(d),
+            d.session,
             f"{d.stream} {d.entry_id}",
             d.error.replace("\n", " ")[:80],
         ]
@@ -81,8 +74,11 @@ def cli_dlq(settings: Settings, args: argparse.Namespace) -> int:
     except KeyError as exc:
         print(f"ovstream dlq replay: no dead letter {exc.args[0]} (ids as `ovstream dlq list` shows them)")
         return 1
+    if not results:
+        print("ovstream dlq replay: no dead letters to replay")
+        return 1
     for letter, new_id, note in results:
         target = f" -> {new_id}" if new_id else ""
         print(f"{letter.dlq_id} {note}{target}")
     print(replay_summary(results, notes=False))  # each letter's note is on its line above
-    return 0
+    return 1 if not_replayed(results) else 0  # a letter not replayed is waiting still: not done

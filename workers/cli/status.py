@@ -19,6 +19,13 @@ from workers.store.memory import MemoryReport, read_memory
 from workers.store.schema import schema_problem
 
 
+def _layout(schema: int | None) -> str:
+    if schema is not None:
+        return f"Redis layout {schema}"
+    # no deployment record: a new deployment, or a Redis restarted without persistence
+    return "Redis layout not recorded: the next ovstream process to start records it"
+
+
 def format_status(status: DeploymentStatus) -> str:
     lines = [f"{'shard':>5}  {'length':>8}  {'unread':>8}  {'pending':>8}  {'oldest':>9}  owner"]
     for s in status.shards:
@@ -26,7 +33,7 @@ def format_status(status: DeploymentStatus) -> str:
         age = f"{s.oldest_age_s(status.now_ms):.1f}s" if s.oldest_unapplied else "-"
         lines.append(f"{s.name or s.shard:>5}  {s.length:>8}  {unread:>8}  {s.pending:>8}  {age:>9}  {s.owner or '-'}")
     for p in status.processes:
-        facts = " ".join(f"{k}={v}" for k, v in sorted(p.facts.items()))
+        facts = " ".join(f"{k}={v or 'none'}" for k, v in sorted(p.facts.items()))
         lines.append(f"{p.role:>8} {p.name} on {p.host} pid {p.pid}: {p.state}, heard {p.heard_s_ago:.1f}s ago {facts}")
     lines.append(f"capture consumers: {', '.join(status.capture_consumers) or 'none'}")
     jobs = ", ".join(f"{state} {count}" for state, count in status.commit_jobs.items())
@@ -45,7 +52,7 @@ def format_status(status: DeploymentStatus) -> str:
     releases = ", ".join(f"{v} ({n} process{'es' if n > 1 else ''})" for v, n in sorted(status.releases.items()))
     plugins = ", ".join(status.plugins) or "none lately"
     lines.append(
-        f"releases running: {releases or 'none'} (Redis layout {status.schema or '-'}); plugins talking: {plugins} "
+        f"releases running: {releases or 'none'} ({_layout(status.schema)}); plugins talking: {plugins} "
         f"(the oldest accepted: {defaults.MIN_PLUGIN_VERSION})"
     )
     layout_problem = schema_problem(status.schema)

@@ -85,6 +85,14 @@ class DeadLetter:
         """The dead-lettered event; EventDecodeError when it is not one."""
         return decode(self.payload, TurnEvent)
 
+    @property
+    def session(self) -> str:
+        """The OpenClaw session the event was of, as ``ovstream dlq list`` and the console show it."""
+        try:
+            return self.event().session_id
+        except EventDecodeError:
+            return "(undecodable)"
+
 
 def list_dead_letters(redis: redis_lib.Redis, settings: Settings, *, limit: int = 100) -> list[DeadLetter]:
     """The oldest ``limit`` dead letters."""
@@ -158,12 +166,17 @@ def replay_dead_letters(
 NOTE_RELEASED = "released: applies with its session's other dead letters, in their order"
 
 
+def not_replayed(results: list[tuple[DeadLetter, str | None, str]]) -> list[tuple[DeadLetter, str]]:
+    """The letters a replay left waiting (neither published again nor released), with why."""
+    return [(letter, note) for letter, new_id, note in results if not new_id and note != NOTE_RELEASED]
+
+
 def replay_summary(results: list[tuple[DeadLetter, str | None, str]], *, notes: bool = True) -> str:
     """What a replay did, in one line: how many were published again, how many released with
     their session, and how many were not (with ``notes``, each one's: kept, or why not)."""
     released = sum(1 for _, _, note in results if note == NOTE_RELEASED)
     replayed = sum(1 for _, new_id, note in results if new_id and note != NOTE_RELEASED)
-    kept = [f"{letter.dlq_id}: {note}" for letter, new_id, note in results if not new_id and note != NOTE_RELEASED]
+    kept = [f"{letter.dlq_id}: {note}" for letter, note in not_replayed(results)]
     said = f"{replayed} replayed, {released} released, {len(kept)} not"
     return said + (f" ({'; '.join(kept)})" if kept and notes else "")
 
