@@ -85,7 +85,8 @@ def test_the_demo_kept_prints_a_commits_command_that_finds_them(env: dict[str, s
     line = next(line for line in text.splitlines() if "its commits: " in line)
     command = line.split("its commits: ", 1)[1].split()
     assignments = dict(word.split("=", 1) for word in command if "=" in word and not word.startswith("-"))
-    argv = command[command.index("ovstream") + 1 :]
+    program = next(word for word in command if word.endswith("ovstream"))
+    argv = command[command.index(program) + 1 :]
     code, _, said = _run({**env, **assignments}, *argv)  # pasted as printed
     assert code == 0 and "completed" in said and "no commits recorded" not in said, said
     prefix = assignments["OVSTREAM_KEY_PREFIX"]

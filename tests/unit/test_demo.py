@@ -248,6 +248,10 @@ def test_the_summary_is_shown_without_its_header_or_the_templates_section_descri
         "- user: _emphasis_ stays in a fact",
     ]
     assert "[Session History Summary]" not in shown
+    # the message list says the same of it: "shown without the template's section descriptions"
+    line = message_summary({"role": "user", "content": archived})
+    assert line.startswith("user       [Session History Summary] # Working Memory ## Session Title Kyoto"), line
+    assert "_A short and distinctive" not in line
 
 
 @pytest.mark.parametrize("tty", [True, False])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from contextlib import ExitStack
@@ -231,7 +232,8 @@ async def serve_until_stopped(
         f"         Redis {settings.redis_url}, OV "
         f"{'in-memory FakeOV (in this process)' if fake_ov else settings.base_url}"
     )
-    if not settings.embedded_redis:
+    if not settings.embedded_redis:  # the README's commands, pointed at this demo
+        say(f"         {demo_environment(settings)} {ovstream_program()} status")
         say(f"         {commits_command(settings, result)}")
     say("         Ctrl-C stops everything the demo started")
     waiter = asyncio.create_task(stop.event.wait())
@@ -251,11 +253,23 @@ def _forget(redis_url: str, key_prefix: str, queue: str) -> None:
     say(f"Redis: removed the demo's {gone} key(s) under {key_prefix}:* and its queue (--keep leaves them)")
 
 
+def demo_environment(settings: Settings) -> str:
+    """The variables that point an operator's command at the demo's Redis and key prefix (it may
+    have started a Redis of its own on a free port: the README's commands default to 6379)."""
+    prefix = f" OVSTREAM_KEY_PREFIX={settings.key_prefix}" if settings.key_prefix.endswith(DEMO_SUFFIX) else ""
+    return f"OVSTREAM_REDIS_URL={settings.redis_url}{prefix}"
+
+
+def ovstream_program() -> str:
+    """The ``ovstream`` this process was started as (``.venv/bin/ovstream`` from ``./run``)."""
+    started_as = os.path.relpath(sys.argv[0]) if sys.argv and sys.argv[0].endswith("ovstream") else "ovstream"
+    return started_as if not started_as.startswith("..") else sys.argv[0]
+
+
 def commits_command(settings: Settings, result: DemoResult) -> str:
     """The command that lists the demo session's commits, with the Redis and prefix it ran with."""
-    prefix = f" OVSTREAM_KEY_PREFIX={settings.key_prefix}" if settings.key_prefix.endswith(DEMO_SUFFIX) else ""
     return (
-        f"OVSTREAM_REDIS_URL={settings.redis_url}{prefix} ovstream commits {result.session_id} "
+        f"{demo_environment(settings)} {ovstream_program()} commits {result.session_id} "
         f"--session-key {result.session_key}"
     )
 

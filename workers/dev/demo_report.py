@@ -29,6 +29,8 @@ def message_summary(message: Mapping[str, Any]) -> str:
     """``role  first ~100 chars`` of one OpenClaw message (tool calls and results named)."""
     role = str(message.get("role", "?"))
     text = message_text(message)
+    if text.startswith(ARCHIVE_SUMMARY_HEADER):  # as the report shows it above: no template lines
+        text = f"{ARCHIVE_SUMMARY_HEADER} {readable_summary(text)}"
     if not text:
         content = message.get("content")
         blocks = content if isinstance(content, list) else []
