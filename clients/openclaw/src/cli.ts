@@ -16,7 +16,9 @@ import {
 import { closeOpenRuntimes, type PluginRuntime } from "./runtime.js";
 import type { PluginApi } from "./types.js";
 
-export const CLI_ROOT = "ovstream";
+import { CLI_ROOT } from "./registration.js";
+
+export { CLI_ROOT };
 export const CLI_DESCRIPTION = "ovstream: bring this gateway's stored conversations into OpenViking";
 
 /** The host's session list and transcripts, through its plugin runtime and SDK. */

@@ -11,6 +11,7 @@ import { ConfigError, configJsonSchema, parseConfigDetailed, RETIRED_KEYS, type 
 import { registerCli } from "./cli.js";
 import { createEngine, ENGINE_ID } from "./engine.js";
 import { PluginRuntime, type RuntimeOptions } from "./runtime.js";
+import { quietRegistration, sayOnce } from "./registration.js";
 import { registerTools } from "./tools.js";
 import type { PluginApi } from "./types.js";
 
@@ -47,13 +48,15 @@ export function registerOvstream(api: PluginApi, options: RuntimeOptions = {}): 
     const parsed = parseConfigDetailed(api.pluginConfig);
     config = parsed.config;
     if (parsed.unknownKeys.length > 0) {
-      logger.warn(`ovstream: unknown config keys ignored: ${parsed.unknownKeys.join(", ")}`);
+      sayOnce(logger, "warn", `ovstream: unknown config keys ignored: ${parsed.unknownKeys.join(", ")}`);
     }
     for (const key of parsed.retiredKeys) {
-      logger.warn(`ovstream: config key ${key} is no longer used (${RETIRED_KEYS[key]}); ignoring it`);
+      sayOnce(logger, "warn", `ovstream: config key ${key} is no longer used (${RETIRED_KEYS[key]}); ignoring it`);
     }
-    if (parsed.serviceSideKeysSet.length > 0) {
-      logger.info(
+    if (parsed.serviceSideKeysSet.length > 0 && !quietRegistration(api)) {
+      sayOnce(
+        logger,
+        "info",
         `ovstream: ${parsed.serviceSideKeysSet.join(", ")} are applied by the ovstream service; ` +
           "set them in its config (config/ovstream.toml or OVSTREAM_* variables) as well",
       );
@@ -82,10 +85,14 @@ export function registerOvstream(api: PluginApi, options: RuntimeOptions = {}): 
       stop: async () => void (await rt.close(2000)),
     });
   }
-  logger.info(
-    `ovstream: registered context engine "${ENGINE_ID}" and ${tools} tools ` +
-      `(redis ${redact(config.redisUrl)}, ${config.shards} shards, prefix "${config.keyPrefix}", rpc ${config.rpcUrl})`,
-  );
+  if (!quietRegistration(api)) {
+    sayOnce(
+      logger,
+      "info",
+      `ovstream: registered context engine "${ENGINE_ID}" and ${tools} tools ` +
+        `(redis ${redact(config.redisUrl)}, ${config.shards} shards, prefix "${config.keyPrefix}", rpc ${config.rpcUrl})`,
+    );
+  }
   return rt;
 }
 

@@ -6,6 +6,7 @@
  */
 
 import { isBypassed } from "./ids.js";
+import { quietRegistration, sayOnce } from "./registration.js";
 import type { PluginRuntime } from "./runtime.js";
 import type { AgentTool, PluginApi, ToolContext, ToolResult } from "./types.js";
 
@@ -221,20 +222,11 @@ function memoryCoreActive(config: unknown): boolean {
   return slot === undefined || slot === "memory-core";
 }
 
-/**
- * Warnings about the config already said in this process: the host registers the plugin
- * twice at start and again on every config reload, and one warning is enough. Kept on
- * `globalThis`: the host loads the plugin's module afresh for a registration, so a
- * module-level set would be a new, empty one each time.
- */
-const SAID_ONCE_KEY = Symbol.for("ovstream.saidOnce");
-const processGlobals = globalThis as typeof globalThis & { [SAID_ONCE_KEY]?: Set<string> };
-export const SAID_ONCE: Set<string> = (processGlobals[SAID_ONCE_KEY] ??= new Set<string>());
+export { SAID_ONCE } from "./registration.js";
 
+/** A warning about the config, said once a process (src/registration.ts). */
 function warnOnce(rt: PluginRuntime, message: string): void {
-  if (SAID_ONCE.has(message)) return;
-  SAID_ONCE.add(message);
-  rt.logger.warn(message);
+  sayOnce(rt.logger, "warn", message);
 }
 
 /** Register every tool as a factory, so each call knows its session; `toolNames` renames. */
@@ -250,7 +242,7 @@ export function registerTools(api: PluginApi, rt: PluginRuntime): number {
   for (const base of TOOL_SPECS) {
     const name = renames[base.name] ?? base.name;
     const owner = NAMES_HELD_ELSEWHERE[name];
-    if (owner && memoryCoreActive(api.config)) {
+    if (owner && memoryCoreActive(api.config) && !quietRegistration(api)) {
       warnOnce(
         rt,
         `ovstream: tool name ${name} is also registered by ${owner} (OpenClaw's bundled memory plugin); ` +

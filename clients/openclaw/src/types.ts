@@ -223,6 +223,9 @@ export interface SessionEntrySummary {
 /** The members of OpenClawPluginApi this plugin uses. */
 export interface PluginApi {
   id?: string;
+  /** How the host loads the plugin this time (OpenClaw 2026.9): "full", or "cli-metadata"
+   * when it only collects CLI descriptors, among others. */
+  registrationMode?: string;
   name?: string;
   pluginConfig?: Record<string, unknown>;
   /** The host's whole config (read for tool-name conflicts). */

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
 import plugin, { registerOvstream } from "../src/index.js";
+import { quietRegistration, SAID_ONCE } from "../src/registration.js";
 import { FakeApi } from "./helpers/fakes.js";
 
 describe("plugin entry", () => {
@@ -52,5 +53,29 @@ describe("plugin entry", () => {
     const rt = registerOvstream(api)!;
     assert.ok(!api.logger.lines.some((l) => l.message.includes("secret")));
     void rt.close(10);
+  });
+});
+
+describe("what a registration says", () => {
+  it("says its registration line once a process, and nothing while the host collects CLI descriptors", async () => {
+    SAID_ONCE.clear();
+    const metadata = new FakeApi({ redisUrl: "redis://127.0.0.1:1/0" });
+    metadata.registrationMode = "cli-metadata";
+    const first = registerOvstream(metadata)!;
+    assert.ok(!metadata.logger.lines.some((l) => l.message.includes("registered context engine")));
+    const full = [new FakeApi({ redisUrl: "redis://127.0.0.1:1/0" }), new FakeApi({ redisUrl: "redis://127.0.0.1:1/0" })];
+    const runtimes = full.map((api) => registerOvstream(api)!);
+    const said = full.flatMap((api) => api.logger.at("info").filter((m) => m.includes("registered context engine")));
+    assert.equal(said.length, 1, said.join("\n")); // the host loads the plugin twice: one line
+    await Promise.all([first, ...runtimes].map((rt) => rt.close(10)));
+  });
+
+  it("keeps quiet in its own CLI command, not in the gateway or doctor", () => {
+    const api = new FakeApi({});
+    assert.equal(quietRegistration(api, ["node", "openclaw", "ovstream", "import", "--dry-run"]), true);
+    assert.equal(quietRegistration(api, ["node", "openclaw", "gateway", "run"]), false);
+    assert.equal(quietRegistration(api, ["node", "openclaw", "doctor"]), false);
+    api.registrationMode = "cli-metadata";
+    assert.equal(quietRegistration(api, ["node", "openclaw", "doctor"]), true);
   });
 });

@@ -29,6 +29,7 @@ export class FakeApi implements PluginApi {
   readonly tools: Array<{ tool: AgentTool | ToolFactory; opts?: { name?: string } }> = [];
   readonly engines = new Map<string, (ctx?: unknown) => ContextEngine | Promise<ContextEngine>>();
   readonly services: PluginService[] = [];
+  registrationMode?: string;
   constructor(public pluginConfig?: Record<string, unknown>) {}
   registerTool = (tool: AgentTool | ToolFactory, opts?: { name?: string }) => {
     this.tools.push({ tool, opts });
