@@ -290,7 +290,7 @@ def main() -> None:
         default=2.0,
         help="simulated OV round trip added to each /context read (default 2)",
     )
-    uvloop.run(run(parser.parse_args()))  # the RPC's event loop in production (workers.rpc.app.cli_rpc)
+    uvloop.run(run(parser.parse_args()))  # the RPC's event loop in production (workers.rpc.serve.cli_rpc)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from typing import Any
 
 _EXPORTS = {
     "Settings": "core.config",
-    "load_settings": "core.config",
+    "load_settings": "core.config_load",
     "ConfigError": "core.config",
     "TurnEvent": "core.events",
     "CommitRequest": "core.events",

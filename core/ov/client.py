@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import ssl
 import time
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
 from core.backoff import Backoff
 from core.config import Settings
+from core.ov.content_calls import ContentCalls, segment
 from core.ov.envelope import OVError, OVRefused, OVUnavailable, decode_result, object_result, unwrap
 from core.ov.layout import BATCH_LIMIT
 from core.ov.messages import OVMessage, known_parts, to_json
@@ -34,8 +33,6 @@ from core.ov.models import (
     AddMessagesResult,
     Archive,
     CommitAccepted,
-    FindResult,
-    GrepResult,
     SessionContext,
     SessionState,
     TaskState,
@@ -49,19 +46,11 @@ __all__ = ["OVClient", "OVError", "OVRefused", "OVUnavailable"]
 
 log = logging.getLogger(__name__)
 
-_UPLOAD_ID = re.compile(r"^(upload_[0-9a-f]{32}(\.[A-Za-z0-9]+)?|shared_[\w.-]+)$")
-
-
-def _seg(value: str) -> str:
-    """One URL path segment, fully percent-encoded (``/`` included)."""
-    return quote(str(value), safe="")
-
-
 _DEFAULT = Settings.model_fields
 """The client's defaults are the settings' (``core.config``)."""
 
 
-class OVClient:
+class OVClient(ContentCalls):
     """One OV identity (API key or dev-mode account/user, plus an optional actor peer)."""
 
     def __init__(
@@ -239,11 +228,11 @@ class OVClient:
 
     async def get_session(self, session_id: str, *, auto_create: bool = False) -> SessionState:
         params = {"auto_create": "true"} if auto_create else None
-        result = await self._get(f"/api/v1/sessions/{_seg(session_id)}", params=params)
+        result = await self._get(f"/api/v1/sessions/{segment(session_id)}", params=params)
         return decode_result(result, SessionState)
 
     async def add_message(self, session_id: str, message: OVMessage) -> AddMessagesResult:
-        result = await self._post(f"/api/v1/sessions/{_seg(session_id)}/messages", to_json([message])[0])
+        result = await self._post(f"/api/v1/sessions/{segment(session_id)}/messages", to_json([message])[0])
         out = decode_result(result, AddMessagesResult)
         out.added = 1
         return out
@@ -256,7 +245,7 @@ class OVClient:
         given up on may still be applied later, so a slow OV is waited for, not raced.
         """
         timeout = httpx.Timeout(self.write_timeout, connect=self.timeout)
-        path = f"/api/v1/sessions/{_seg(session_id)}/messages/batch"
+        path = f"/api/v1/sessions/{segment(session_id)}/messages/batch"
         size = max(1, min(self.batch_max, BATCH_LIMIT))
         bodies = to_json(messages)
         chunks = [bodies[i : i + size] for i in range(0, len(bodies), size)] or [[]]
@@ -280,11 +269,11 @@ class OVClient:
             body["keep_recent_count"] = keep_recent_count
         if enable_working_memory is not None:
             body["enable_working_memory"] = enable_working_memory
-        result = await self._post(f"/api/v1/sessions/{_seg(session_id)}/commit", body)
+        result = await self._post(f"/api/v1/sessions/{segment(session_id)}/commit", body)
         return decode_result(result, CommitAccepted)
 
     async def get_task(self, task_id: str) -> TaskState:
-        return decode_result(await self._get(f"/api/v1/tasks/{_seg(task_id)}"), TaskState)
+        return decode_result(await self._get(f"/api/v1/tasks/{segment(task_id)}"), TaskState)
 
     async def session_commit_tasks(self, session_id: str, *, limit: int = 20) -> list[TaskState]:
         """The session's commit tasks OV still knows (``GET /api/v1/tasks``), newest first."""
@@ -295,116 +284,20 @@ class OVClient:
 
     async def get_context(self, session_id: str, *, token_budget: int) -> SessionContext:
         result = await self._get(
-            f"/api/v1/sessions/{_seg(session_id)}/context", params={"token_budget": str(token_budget)}
+            f"/api/v1/sessions/{segment(session_id)}/context", params={"token_budget": str(token_budget)}
         )
         return decode_result(_known_parts(result), SessionContext)
 
     async def get_archive(self, session_id: str, archive_id: str) -> Archive:
-        result = await self._get(f"/api/v1/sessions/{_seg(session_id)}/archives/{_seg(archive_id)}")
+        result = await self._get(f"/api/v1/sessions/{segment(session_id)}/archives/{segment(archive_id)}")
         return decode_result(_known_parts(result), Archive)
 
     async def delete_session(self, session_id: str) -> dict[str, Any]:
-        return object_result(await self._call("DELETE", f"/api/v1/sessions/{_seg(session_id)}", idempotent=True))
-
-    # --- search and content -----------------------------------------------------------
-
-    async def find(
-        self,
-        query: str,
-        *,
-        target_uri: str | list[str],
-        limit: int,
-        score_threshold: float | None = None,
-        context_type: str | list[str] | None = None,
-    ) -> FindResult:
-        body: dict[str, Any] = {"query": query, "target_uri": target_uri, "limit": limit}
-        if score_threshold is not None:
-            body["score_threshold"] = score_threshold
-        if context_type is not None:
-            body["context_type"] = context_type
-        return decode_result(await self._post("/api/v1/search/find", body, idempotent=True), FindResult)
-
-    async def grep(self, uri: str, pattern: str, *, case_insensitive: bool = True) -> GrepResult:
-        body = {"uri": uri, "pattern": pattern, "case_insensitive": case_insensitive}
-        return decode_result(await self._post("/api/v1/search/grep", body, idempotent=True), GrepResult)
-
-    async def _content(self, kind: str, uri: str) -> str:
-        result = await self._get(f"/api/v1/content/{kind}", params={"uri": uri})
-        return result if isinstance(result, str) else ("" if result is None else str(result))
-
-    async def read(self, uri: str) -> str:
-        return await self._content("read", uri)
-
-    async def abstract(self, uri: str) -> str:
-        return await self._content("abstract", uri)
-
-    async def overview(self, uri: str) -> str:
-        return await self._content("overview", uri)
-
-    async def rm(self, uri: str, *, recursive: bool = False) -> dict[str, Any]:
-        params = {"uri": uri, "recursive": "true" if recursive else "false"}
-        return object_result(await self._call("DELETE", "/api/v1/fs", idempotent=True, params=params))
-
-    # --- uploads, resources, skills ---------------------------------------------------
-
-    async def temp_upload(self, filename: str, content: bytes) -> str:
-        """Upload a file; returns its ``temp_file_id`` for add_resource / add_skill."""
-        result = await self._call(
-            "POST", "/api/v1/resources/temp_upload", idempotent=False, files={"file": (filename, content)}
-        )
-        if not isinstance(result, dict) or not isinstance(result.get("temp_file_id"), str):
-            raise OVError("BAD_RESPONSE", f"temp_upload answered {result!r}", status=200)
-        return str(result["temp_file_id"])
-
-    async def add_resource(
-        self,
-        path: str | None = None,
-        *,
-        temp_file_id: str | None = None,
-        to: str | None = None,
-        reason: str | None = None,
-        wait: bool | None = None,
-    ) -> dict[str, Any]:
-        """Add a resource from a public URL (``path``) or an upload (``temp_file_id``).
-
-        0.5.2 takes an upload id in its own ``temp_file_id`` field; a ``path`` that
-        looks like one (``upload_<hex>.<ext>``) is sent there too.
-        """
-        if temp_file_id is None and path is not None and _UPLOAD_ID.match(path):
-            path, temp_file_id = None, path
-        body = _drop_none({"path": path, "temp_file_id": temp_file_id, "to": to, "reason": reason, "wait": wait})
-        return object_result(await self._post("/api/v1/resources", body))
-
-    async def add_skill(
-        self, data: Any = None, *, temp_file_id: str | None = None, wait: bool | None = None
-    ) -> dict[str, Any]:
-        """Add a skill from SKILL.md text (``data``) or an upload (``temp_file_id``)."""
-        if temp_file_id is None and isinstance(data, str) and _UPLOAD_ID.match(data):
-            data, temp_file_id = None, data
-        body = _drop_none({"data": data, "temp_file_id": temp_file_id, "wait": wait})
-        return object_result(await self._post("/api/v1/skills", body))
-
-    # --- admin (root or account-admin key) --------------------------------------------
-
-    async def admin_create_account(self, account_id: str, admin_user_id: str) -> dict[str, Any]:
-        """Returns ``{account_id, admin_user_id, user_key}``."""
-        return object_result(
-            await self._post("/api/v1/admin/accounts", {"account_id": account_id, "admin_user_id": admin_user_id})
-        )
-
-    async def admin_create_user(self, account_id: str, user_id: str, role: str = "user") -> dict[str, Any]:
-        """Returns ``{account_id, user_id, user_key}``."""
-        return object_result(
-            await self._post(f"/api/v1/admin/accounts/{_seg(account_id)}/users", {"user_id": user_id, "role": role})
-        )
+        return object_result(await self._call("DELETE", f"/api/v1/sessions/{segment(session_id)}", idempotent=True))
 
 
 def _ms(started: float) -> float:
     return (time.perf_counter() - started) * 1000
-
-
-def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in body.items() if v is not None}
 
 
 def _known_parts(result: Any) -> Any:

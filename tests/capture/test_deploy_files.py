@@ -22,7 +22,7 @@ import httpx
 import pytest
 import yaml
 
-from core.config import load_settings
+from core.config_load import load_settings
 from tests.helpers.e2e import ovstream_command, unique
 from tests.helpers.waiting import wait_until
 from workers.dev.local_redis import free_port

@@ -14,7 +14,8 @@ from core.config import Settings
 from core.events import CommitOutcome, encode
 from tests.helpers.redis_faults import REDIS_CONNECTION, raised_in
 from workers.cli import build_parser
-from workers.rpc.app import add_rpc_arguments, create_app
+from workers.rpc.app import create_app
+from workers.rpc.serve import add_rpc_arguments
 from workers.store.connection import connect, connect_async
 from workers.store.keys import Keys
 

@@ -5,7 +5,8 @@ import pydantic
 import pytest
 
 from core import defaults as d
-from core.config import ConfigError, Settings, load_settings
+from core.config import Settings
+from core.config_load import ConfigError, load_settings
 
 SEED_DEFAULTS = [
     ("base_url", "http://127.0.0.1:1933"),

@@ -3,7 +3,7 @@
 A shard's lease (``Keys.capture_lease``) names the consumer holding it and lives
 ``lease_ms``; every taking moves the shard's epoch (``Keys.capture_lease_epoch``), which is how
 a consumer whose lease lapsed while nobody took it knows it may take it back
-(workers.store.scripts._HOLDS). Renewals go out one command per shard, concurrently: on a
+(workers.store.lua.HOLDS). Renewals go out one command per shard, concurrently: on a
 Redis Cluster a node that is away (a master failing over) delays only the shards whose
 leases it holds, not every shard of the worker.
 """

@@ -13,7 +13,8 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from core.config import ConfigError, Settings, load_settings
+from core.config import Settings
+from core.config_load import ConfigError, load_settings
 from workers import logs
 from workers.store.connection import redis_went_away
 from workers.version import installed_version
@@ -22,7 +23,7 @@ from workers.version import installed_version
 COMMANDS: dict[str, tuple[str, str]] = {
     "capture": ("workers.capture.cli:cli_capture", "run a capture worker (Redis Streams consumer)"),
     "worker": ("workers.commits.worker:cli_worker", "run an RQ worker with scheduler for commit/poll jobs"),
-    "rpc": ("workers.rpc.app:cli_rpc", "serve assemble/compact/tools over HTTP"),
+    "rpc": ("workers.rpc.serve:cli_rpc", "serve assemble/compact/tools over HTTP"),
     "up": ("workers.dev.up:cli_up", "run capture, worker and rpc in one process"),
     "commits": ("workers.cli.commits:cli_commits", "show the commit outcomes of a session"),
     "dlq": ("workers.cli.dlq:cli_dlq", "list or replay dead-lettered turn events"),

@@ -22,7 +22,8 @@ from typing import TypeVar
 
 import httpx
 
-from core.config import Settings, load_settings
+from core.config import Settings
+from core.config_load import load_settings
 from core.ov.client import OVClient
 from core.session import SessionAddress
 from workers.store.connection import connect, connect_async

@@ -20,13 +20,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any, cast
 
 import msgspec
 
 from core.assemble_plan import (
-    FullContext,
     Overlay,
     Passthrough,
     build_full_context,
@@ -35,20 +33,20 @@ from core.assemble_plan import (
     plan_overlay,
     recall_query,
 )
-from core.defaults import DEFAULT_TOKEN_BUDGET, RECALL_QUERY_MIN_CHARS
+from core.defaults import RECALL_QUERY_MIN_CHARS
 from core.messages.model import MessageFormatError, parse_messages
 from core.messages.tokens import estimate_message_tokens
 from core.ov.client import OVError, OVUnavailable
 from core.recall.hits import prepend_recall_block
 from core.recall.text import prepare_recall_query
 from core.turns import PendingTurn
+from workers.rpc.answers import Answered, Recalled, budget_of, keep_trace
 from workers.rpc.assemble_snapshot import NO_SNAPSHOT, Snap, cached_snap, ov_unavailable, refresh, remember
 from workers.rpc.assemble_turn import pending_turns, recall_key, redis_block, remembered_block, settle_turn_block
 from workers.rpc.bounded import bounded
 from workers.rpc.context import Caller, Services
 from workers.rpc.models import AssembleRequest
 from workers.rpc.recall import recall_block
-from workers.rpc.responses import encode_body
 from workers.rpc.subagents import fork_snap
 from workers.store.connection import redis_failed
 from workers.store.snapshots import ZERO_ID
@@ -58,34 +56,6 @@ log = logging.getLogger(__name__)
 
 def _passthrough(messages: list[dict[str, Any]]) -> dict[str, Any]:
     return {"messages": messages, "estimatedTokens": estimate_message_tokens(messages)}
-
-
-@dataclass(frozen=True, slots=True)
-class Recalled:
-    """A recall call's answer: the caller's messages with ``block`` before the latest user's."""
-
-    body: dict[str, Any]
-    block: str
-
-
-@dataclass(frozen=True, slots=True)
-class Answered:
-    """An assembled context with its answer body encoded once: a cached result (the same
-    snapshot, budget and recall block) is answered with these bytes, not encoded again."""
-
-    context: FullContext
-    body: msgspec.Raw
-    snapshot_id: str | None = None
-    """The stream entry the snapshot it came from reflected (None: no snapshot)."""
-    overlay_turns: tuple[str, ...] = ()
-    """Event ids of the turns the overlay appended to the snapshot."""
-
-    @classmethod
-    def of(cls, context: FullContext, snapshot_id: str | None = None, overlay_turns: tuple[str, ...] = ()) -> Answered:
-        body: dict[str, Any] = {"messages": context.messages, "estimatedTokens": context.estimated_tokens}
-        if context.system_prompt_addition:
-            body["systemPromptAddition"] = context.system_prompt_addition
-        return cls(context, msgspec.Raw(encode_body(body)), snapshot_id, overlay_turns)
 
 
 async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[str, Any] | msgspec.Raw:
@@ -118,7 +88,7 @@ async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[
         body, reason = outcome.body, "recalled"
     svc.metrics.assembled(path, reason, time.perf_counter() - started)
     if (sid := caller.ov_session_id) is not None and svc.traces.enabled:
-        _keep_trace(svc, req, caller, sid, path, reason, outcome)
+        keep_trace(svc, req, caller, sid, path, reason, outcome)
     if isinstance(outcome, Passthrough):
         level = logging.DEBUG if reason in _QUIET_PASSTHROUGHS else logging.INFO
         log.log(
@@ -130,56 +100,6 @@ async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[
             reason,
         )
     return body
-
-
-def _keep_trace(
-    svc: Services, req: AssembleRequest, caller: Caller, sid: str, path: str, reason: str, outcome: object
-) -> None:
-    """What the console's session inspector shows of this answer (workers.rpc.traces); a
-    cached answer already kept costs one dictionary lookup."""
-    traces = svc.traces
-    if isinstance(outcome, Answered):
-        if not traces.first_time(sid, outcome):
-            return
-        c = outcome.context
-        traces.assembled(
-            caller.address(),
-            session_key=caller.session_key,
-            path=path,
-            reason=reason,
-            budget=_budget(req),
-            messages=c.messages,
-            estimated_tokens=c.estimated_tokens,
-            session_kept=c.session_kept,
-            overlay_messages=c.tail_count,
-            overlay_turns=outcome.overlay_turns,
-            snapshot_id=outcome.snapshot_id,
-            system_prompt_addition=c.system_prompt_addition,
-        )
-    elif isinstance(outcome, Recalled):
-        block = outcome.block
-        if traces.first_time(f"recall\x00{sid}", ("recalled", len(req.messages), len(block), hash(block))):
-            traces.assembled(
-                caller.address(),
-                session_key=caller.session_key,
-                path=path,
-                reason=reason,
-                budget=_budget(req),
-                messages=outcome.body["messages"],
-                estimated_tokens=outcome.body["estimatedTokens"],
-                injected=block,
-            )
-    elif traces.first_time(f"recall\x00{sid}" if path == "recall" else sid, (reason, len(req.messages))):
-        # the caller's own messages came back (a main call, a recall call or a bypass): say why
-        traces.assembled(
-            caller.address(),
-            session_key=caller.session_key,
-            path=path,
-            reason=reason,
-            budget=_budget(req),
-            messages=req.messages,
-            estimated_tokens=estimate_message_tokens(req.messages),
-        )
 
 
 # Passthroughs that are normal traffic, not news: logged at debug level only.
@@ -308,7 +228,7 @@ async def _direct_full_path(svc: Services, req: AssembleRequest, caller: Caller)
     if not svc.ov_breaker.allows():
         return ov_unavailable(svc, "assemble", caller, None)
     try:
-        ctx = await svc.ov_for(caller).get_context(caller.require_session(), token_budget=_budget(req))
+        ctx = await svc.ov_for(caller).get_context(caller.require_session(), token_budget=budget_of(req))
         base = build_session_base(
             ctx.latest_archive_overview, ctx.pre_archive_abstracts, ctx.messages, ctx.stats.total_archives
         )
@@ -319,12 +239,6 @@ async def _direct_full_path(svc: Services, req: AssembleRequest, caller: Caller)
             return Passthrough("session_not_found" if exc.code == "NOT_FOUND" else "ov_error")
         base = NO_SNAPSHOT.base
     return await _answer(svc, req, caller, Snap(None, base, 0, ZERO_ID, [], []), direct=True)
-
-
-def _budget(req: AssembleRequest) -> int:
-    """The request's budget; missing or not positive: the default, as in the reference."""
-    budget = req.tokenBudget
-    return int(budget) if budget is not None and budget >= 1 else DEFAULT_TOKEN_BUDGET
 
 
 async def _lag_tail(
@@ -377,7 +291,7 @@ async def _answer(
         return lag if recall is None else Answered.of(passthrough_with(req.messages, recall))
     tail_raw, pending = lag
     recall = await _turn_recall(svc, caller, req, snap.event_ids, pending)
-    budget = _budget(req)
+    budget = budget_of(req)
     version = snap.version
     cache_key = (version, budget, recall or "") if version is not None and not tail_raw else None
     if cache_key is not None and (cached := svc.results.get(cache_key)) is not None:

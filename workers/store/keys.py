@@ -255,7 +255,7 @@ class Keys:
 
     def capture_lease_epoch(self, shard: int | StreamShard) -> str:
         """Counter: how many times the shard's lease was taken. A consumer whose lease lapsed
-        takes it back only while this still names its own taking (workers.store.scripts._HOLDS)."""
+        takes it back only while this still names its own taking (workers.store.lua.HOLDS)."""
         return self._of_stream(shard, "lease:capture:epoch")
 
     def capture_failures(self, shard: int | StreamShard) -> str:
