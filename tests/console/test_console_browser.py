@@ -5,6 +5,7 @@ console error, shows the figures the API gives, and leaves a screenshot (``.arti
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +21,7 @@ from tests.helpers.console import (
     ARTIFACTS,
     CHILD_KEY,
     CREDENTIALS,
+    DOC_SHOTS,
     KEY,
     OPS_TOKEN,
     OTHER_AGENT_SESSION,
@@ -82,6 +84,8 @@ def _shot(driver: webdriver.Chrome, name: str) -> None:
     height = driver.execute_script("return document.documentElement.scrollHeight")
     driver.set_window_size(1280, max(900, min(int(height) + 40, 4000)))
     assert driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+    if DOC_SHOTS:  # scripts/screenshots: the docs' pictures, made here
+        assert driver.save_screenshot(str(Path(DOC_SHOTS) / f"console-{name}.png"))
 
 
 def _submit(driver: webdriver.Chrome, button: Any) -> None:

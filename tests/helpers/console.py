@@ -40,6 +40,9 @@ OTHER_AGENT_KEY = "agent:demo:console-other"
 TENANT_SESSION = "66666666-6666-4666-8666-666666666666"
 TENANT_KEY = "agent:main:acme-chat"
 ARTIFACTS = Path(os.environ.get("OVSTREAM_ARTIFACTS", Path(__file__).resolve().parents[2] / ".artifacts")) / "console"
+DOC_SHOTS = os.environ.get("OVSTREAM_DOC_SCREENSHOTS")
+"""Where scripts/screenshots has the browser test put the docs' pictures (docs/img), as
+``console-<name>.png``: they show the console as it is, made by the test that checks it."""
 
 CREDENTIALS: dict[str, Any] = {
     "ops": {"token": OPS_TOKEN},  # acts as the service: may replay dead letters

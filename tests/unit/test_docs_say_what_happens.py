@@ -60,3 +60,12 @@ def test_the_readme_says_how_to_reach_the_demos_redis() -> None:
     assert "OVSTREAM_REDIS_URL=" in serve and ".venv/bin/ovstream" in serve, serve
     banner = _read("workers/dev/demo.py")
     assert "demo_environment(settings)} {ovstream_program()} status" in banner
+
+
+def test_the_docs_pictures_of_the_console_are_the_browser_tests_shots() -> None:
+    shots = set(re.findall(r'_shot\(browser, "([a-z-]+)"\)', _read("tests/console/test_console_browser.py")))
+    pictures = {p.name for p in (ROOT / "docs" / "img").glob("console-*.png")}
+    assert pictures == {f"console-{name}.png" for name in shots}, (pictures, shots)  # scripts/screenshots made them
+    for shown in re.findall(r"\(docs/img/([^)]+)\)", _read("README.md")):
+        assert shown in pictures, shown
+    assert "OVSTREAM_DOC_SCREENSHOTS" in _read("scripts/screenshots")
