@@ -1,0 +1,196 @@
+"""Every test tier, in lanes that run side by side (``./test``), then one summary.
+
+A lane is a list of tiers that share one resource and so run one after another in one pytest
+process: the real openviking-server and the OpenClaw host (``ov``), the fault tiers that kill
+processes and fail Redis over (``faults``), and the rest (``fast``: unit, rpc, capture, the
+console, deploy); the plugin's node tests are a lane of their own. Each lane writes its output
+to ``.artifacts/lanes/<lane>.log`` and its tests' durations to a JUnit file; when all are
+done this prints each lane's end, a table of wall time per lane and per tier, the failed tests
+with the lane (and log) to read, and one closing line ``N passed, N failed``.
+
+    .venv/bin/python scripts/lanes.py [pytest arguments...]
+
+Arguments go to every pytest lane (``-m "not ov"``, ``-k name``); a lane whose tiers the
+arguments select nothing of is said to have run nothing, which is no failure, as long as some
+lane ran tests.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = Path(os.environ.get("OVSTREAM_ARTIFACTS", ROOT / ".artifacts")) / "lanes"
+PYTEST_NO_TESTS = 5
+
+
+@dataclass
+class Lane:
+    name: str
+    command: list[str]
+    tiers: list[str] = field(default_factory=list)
+    started: float = 0.0
+    took: float = 0.0
+    code: int | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log(self) -> Path:
+        return OUT / f"{self.name}.log"
+
+    @property
+    def junit(self) -> Path:
+        return OUT / f"{self.name}.xml"
+
+
+def pytest_lane(name: str, tiers: list[str], args: list[str]) -> Lane:
+    paths = [f"tests/{tier}" for tier in tiers]
+    junit = OUT / f"{name}.xml"
+    command = [sys.executable, "-m", "pytest", *paths, f"--junitxml={junit}", "-p", "no:cacheprovider", *args]
+    return Lane(name, command, tiers)
+
+
+def lanes(args: list[str]) -> list[Lane]:
+    out = [
+        pytest_lane("ov", ["integration"], args),
+        pytest_lane("faults", ["chaos", "cluster", "slow"], args),
+        pytest_lane("fast", ["capture", "rpc", "unit", "console", "deploy"], args),
+    ]
+    plugin = ROOT / "clients" / "openclaw" / "run-tests.sh"
+    if plugin.exists():
+        out.append(Lane("plugin", [str(plugin)], ["plugin (node)"]))
+    return out
+
+
+def start(lane: Lane) -> None:
+    lane.started = time.monotonic()
+    with lane.log.open("wb") as log:
+        lane.proc = subprocess.Popen(
+            lane.command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+
+
+def tier_of(classname: str, file: str | None) -> str:
+    parts = (file or classname.replace(".", "/")).split("/")
+    return parts[1] if len(parts) > 1 and parts[0] == "tests" else "?"
+
+
+@dataclass
+class Counts:
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    seconds: float = 0.0
+
+
+def junit_counts(lane: Lane) -> tuple[dict[str, Counts], list[str]]:
+    """Per tier: tests passed, failed (errors too) and skipped, and their seconds; the failed ids."""
+    tiers: dict[str, Counts] = defaultdict(Counts)
+    failed: list[str] = []
+    if not lane.junit.exists():
+        return tiers, failed
+    for case in ET.parse(lane.junit).getroot().iter("testcase"):
+        classname = case.get("classname", "")
+        tier = tier_of(classname, case.get("file"))
+        counts = tiers[tier]
+        counts.seconds += float(case.get("time") or 0)
+        if case.find("failure") is not None or case.find("error") is not None:
+            counts.failed += 1
+            failed.append(f"{classname.replace('.', '/')}.py::{case.get('name')}")
+        elif case.find("skipped") is not None:
+            counts.skipped += 1
+        else:
+            counts.passed += 1
+    return tiers, failed
+
+
+def node_counts(lane: Lane) -> Counts:
+    """The plugin's counts from node's test runner's closing lines (``ℹ pass N``)."""
+    counts = Counts(seconds=lane.took)
+    for line in lane.log.read_text(errors="replace").splitlines()[-40:]:
+        words = line.split()
+        if len(words) == 3 and words[0] == "ℹ" and words[2].isdigit():
+            if words[1] == "pass":
+                counts.passed = int(words[2])
+            elif words[1] == "fail":
+                counts.failed = int(words[2])
+            elif words[1] == "skipped":
+                counts.skipped = int(words[2])
+    return counts
+
+
+def tail(path: Path, lines: int) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def main(args: list[str]) -> int:
+    OUT.mkdir(parents=True, exist_ok=True)
+    running = lanes(args)
+    show_all = "-s" in args or "--capture=no" in args  # what the tests print is what was asked for
+    began = time.monotonic()
+    for lane in running:
+        start(lane)
+        print(f"[lanes] {lane.name}: {' '.join(lane.tiers)} (log {lane.log.relative_to(ROOT)})", flush=True)
+    waiting = list(running)
+    while waiting:
+        for lane in list(waiting):
+            assert lane.proc is not None
+            code = lane.proc.poll()
+            if code is None:
+                continue
+            lane.code, lane.took = code, time.monotonic() - lane.started
+            waiting.remove(lane)
+            print(f"\n[lanes] ===== {lane.name} done in {lane.took:.0f} s (exit {code}) =====", flush=True)
+            shown = 1_000_000 if show_all else 25 if code not in (0, PYTEST_NO_TESTS) else 6
+            print(tail(lane.log, shown), flush=True)
+        time.sleep(0.5)
+    return summary(running, time.monotonic() - began)
+
+
+def summary(done: list[Lane], wall: float) -> int:
+    total, failures, ran_nothing = Counts(), [], []
+    print("\n[lanes] wall time per lane and tier (tier seconds: its tests' own durations)")
+    print(f"  {'lane':<8} {'tier':<14} {'passed':>7} {'failed':>7} {'skipped':>8} {'seconds':>8}")
+    for lane in done:
+        if lane.name == "plugin":
+            per_tier = {"plugin (node)": node_counts(lane)}
+            failed_ids = ["clients/openclaw (node tests): see the log"] if lane.code else []
+        else:
+            per_tier, failed_ids = junit_counts(lane)
+        for tier, c in sorted(per_tier.items()):
+            print(f"  {lane.name:<8} {tier:<14} {c.passed:>7} {c.failed:>7} {c.skipped:>8} {c.seconds:>8.0f}")
+            total.passed, total.failed, total.skipped = (
+                total.passed + c.passed,
+                total.failed + c.failed,
+                total.skipped + c.skipped,
+            )
+        print(f"  {lane.name:<8} {'(lane wall)':<14} {'':>7} {'':>7} {'':>8} {lane.took:>8.0f}")
+        if lane.code == PYTEST_NO_TESTS:
+            ran_nothing.append(lane.name)
+        elif lane.code != 0:
+            failures.append((lane, failed_ids))
+    print(f"  {'all':<8} {'(wall)':<14} {'':>7} {'':>7} {'':>8} {wall:>8.0f}")
+    for lane, ids in failures:
+        print(f"\n[lanes] FAILED lane {lane.name} (exit {lane.code}; log {lane.log.relative_to(ROOT)}):")
+        for test in ids or ["(no test failed: the lane itself did; see its log)"]:
+            print(f"  {test}")
+        if not ids:
+            total.failed += 1
+    if ran_nothing:
+        print(f"[lanes] ran nothing (the arguments selected none of their tests): {', '.join(ran_nothing)}")
+    if total.passed + total.failed == 0:
+        print("[lanes] no test ran at all")
+        total.failed += 1
+    print(f"{total.passed} passed, {total.failed} failed, {total.skipped} skipped")
+    return 1 if total.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
