@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core import defaults
-from workers.rpc.plugins import SeenPlugins, refusal, release_of
+from workers.rpc.plugins import VERDICTS_KEPT, SeenPlugins, refusal, release_of, verdict
 
 
 @pytest.mark.parametrize(
@@ -48,3 +48,16 @@ def test_seen_plugins_forget_the_oldest_and_the_silent() -> None:
     seen.saw("0.2.0", now=1_000.0)
     assert seen.recent(now=1_000.0 + defaults.PLUGIN_SEEN_S / 2) == ["0.2.0"]  # the silent ones went
     assert seen.recent(now=1_000.0 + defaults.PLUGIN_SEEN_S + 1) == []
+
+
+def test_a_header_values_verdict_is_remembered_bounded_and_follows_the_oldest_accepted() -> None:
+    verdict.cache_clear()
+    assert verdict(b" 0.3.0 ", "0.1.0") == ("0.3.0", None)
+    assert verdict(b" 0.3.0 ", "0.1.0") == ("0.3.0", None)
+    info = verdict.cache_info()
+    assert (info.hits, info.misses) == (1, 1)  # the second call parsed nothing
+    assert verdict(b"0.3.0", "0.4.0")[1] is not None  # another oldest accepted: judged afresh
+    assert verdict(b"nonsense", "0.1.0")[1] == refusal("nonsense")
+    for n in range(VERDICTS_KEPT * 2):  # any number of odd values: bounded
+        verdict(f"9.9.{n}".encode(), "0.1.0")
+    assert verdict.cache_info().currsize == VERDICTS_KEPT
