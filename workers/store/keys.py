@@ -229,7 +229,7 @@ class Keys:
 
     def extractions_lost(self) -> str:
         """Counter: extractions found lost, the loss shown by their repair writing memories
-        (``ovstream_extractions_lost_total``). Named anew in 0.4.0: 0.2.0 counted every
+        (``ovstream_extractions_lost_total``). Named anew after 0.3.0: 0.2.0 counted every
         suspicion under ``extractions-lost``, and a deployment upgraded from it read those as
         losses (the old key is left to expire with nothing reading it)."""
         return f"{self.prefix}:extractions-lost-repaired"
