@@ -60,6 +60,9 @@ class TurnEvent(msgspec.Struct, kw_only=True):
     import_transcript: bool = False
     """The plugin's bootstrap import of a transcript older than ovstream: written
     only into a session capture has never applied an entry to (core.turns)."""
+    import_run: str | None = None
+    """The run of ``openclaw ovstream import`` that sent this import: capture records what it
+    did with it under the run (``Keys.session(...).imports``), which that run then asks for."""
     release: bool = False
     """A release marker (no messages; only ``ovstream dlq replay`` sends one): the session,
     parked behind a dead-lettered entry, applies its dead letters here in their order, then

@@ -110,6 +110,8 @@ def test_history_from_before_the_plugin_is_imported_once_and_in_order(history: H
         dry = run_import(history, "--dry-run")
         assert dry["outcomes"]["would import"] >= len(conversations) + len(many), dry
         assert dry["undelivered"] == 0 and not list(history.spool.iterdir()), dry
+        # what the dry run says of them: none known to capture yet, every one new
+        assert dry["inOv"]["already"] == 0 and dry["inOv"]["pending"] == dry["outcomes"]["would import"], dry
         assert all(ov.state(ov_sid) is None for ov_sid in ov_sids.values())  # the dry run sent nothing
 
         # killed part way (one message a second), then run again: each once, none left out
@@ -129,6 +131,10 @@ def test_history_from_before_the_plugin_is_imported_once_and_in_order(history: H
         assert not all(ov.state(ov_sids[k]) for k in many), "killed too late to show anything"
         rerun = run_import(history, "--match", f"^agent:main:many-.*-{tag}$")
         assert rerun["outcomes"]["imported"] == len(many), rerun
+        # what it did, as capture applied it: the killed run's sessions already there, the rest new
+        said = rerun["inOv"]
+        assert said["pending"] == 0 and said["written"] + said["partly"] + said["already"] == len(many), rerun
+        assert said["written"] + said["partly"] >= 1 and said["already"] >= 1, rerun
         history.service.wait_drained()
         for n, key in enumerate(many):
             texts = ov_texts(ov, ov_sids[key])
@@ -137,6 +143,10 @@ def test_history_from_before_the_plugin_is_imported_once_and_in_order(history: H
         first = run_import(history)
         assert first["outcomes"]["imported"] == dry["outcomes"]["would import"], first
         assert first["undelivered"] == 0
+        said = first["inOv"]  # the `many` imported before: already there; the others new to OV
+        assert said["pending"] == 0 and said["already"] >= len(many), first
+        assert said["written"] >= len(conversations) + 1 and said["writtenMessages"] > 0, first
+        assert said["written"] + said["partly"] + said["already"] == first["outcomes"]["imported"], first
         history.service.wait_drained()
         held: dict[str, list[str]] = {}
         for key, lines in conversations.items():
@@ -161,6 +171,8 @@ def test_history_from_before_the_plugin_is_imported_once_and_in_order(history: H
 
         again = run_import(history)
         assert again["outcomes"]["imported"] == first["outcomes"]["imported"]  # sent again ...
+        # ... and said to be already there, every one (it said "imported" of them all before)
+        assert again["inOv"]["already"] == again["outcomes"]["imported"] and again["inOv"]["written"] == 0, again
         history.service.wait_drained()
         for key in conversations:
             assert ov_texts(ov, ov_sids[key]) == held[key]  # ... and written by nobody

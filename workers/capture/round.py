@@ -9,20 +9,18 @@ session's entries strictly in stream order, merged into one OV batch write):
    learn the base total when not cached;
 3. record each write's intent (one script);
 4. write to OV (fault hook ``before_write`` / ``after_write`` around each);
-5. fault hook ``before_ack``; one script moving ``last_id``, clearing the
-   intents, marking each written session's snapshot behind (``SNAPSHOT_BEHIND``:
-   assemble reads OV rather than serve a snapshot older than this) and XACKing
+5. fault hook ``before_ack``; one script moving ``last_id``, clearing the intents, marking each
+   written session's snapshot behind (``SNAPSHOT_BEHIND``: assemble reads OV rather than serve
+   an older snapshot), recording what became of imports (workers.capture.imports) and XACKing
    every finished entry; fault hook ``after_ack``;
 6. per written (or settled) session: request a commit when its pending tokens reach
    the threshold; refresh its snapshot (hooks ``before_snapshot`` per session and
    ``before_snapshot_store``; OV reads concurrently, one pipeline of reads and one
    of writes), which clears the mark.
 
-Steps 3 and 5 are fenced by the shard's lease (workers.capture.fence): a
-consumer that lost it writes neither an intent nor an ack.
-
-A crash anywhere leaves either nothing written (intent or not), or a write
-whose intent says exactly how much to skip on redelivery.
+Steps 3 and 5 are fenced by the shard's lease (workers.capture.fence): a consumer that lost it
+writes neither an intent nor an ack. A crash anywhere leaves either nothing written (intent or
+not), or a write whose intent says exactly how much to skip on redelivery.
 """
 
 from __future__ import annotations
@@ -44,6 +42,7 @@ from core.snapshot_growth import first_records, grown_records
 from workers import logs
 from workers.capture.failures import EntryFailures
 from workers.capture.fence import KEEP, HashWrite, ShardFence
+from workers.capture.imports import import_records
 from workers.capture.parking import applied_letters, delete_letters, entries_of_parked
 from workers.capture.plan import (
     Entry,
@@ -235,6 +234,7 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
         worker.fault("before_ack")
         applied, recorded = [], []
         for r in finished:
+            applied += import_records(settings, r.plan)  # before finishing the state (its partial entry)
             state = finish_state(r.plan)
             recorded.append((r.plan.session.applied_key, state))
             fields = state.applied_fields()

@@ -35,6 +35,7 @@ from workers.rpc.auth import RequireToken
 from workers.rpc.compact import compact
 from workers.rpc.console.routes import install_console
 from workers.rpc.context import Services
+from workers.rpc.imports import ImportOutcomesRequest, ImportOutcomesResponse, import_outcomes
 from workers.rpc.metrics import CONTENT_TYPE, RpcMetrics
 from workers.rpc.models import (
     AssembleResponse,
@@ -200,6 +201,17 @@ def create_app(
         behind its turns, from the plugin)."""
         child = caller_of(svc, request.scope, Identity(body.childSessionId, body.childSessionKey))
         return json_response(await spawn_ended(svc, body, child))
+
+    @app.post(
+        "/v1/import/outcomes",
+        response_model=None,
+        tags=["context"],
+        responses={200: {"model": ImportOutcomesResponse}, **ERROR_ANSWERS},
+    )
+    async def import_outcomes_route(body: ImportOutcomesRequest, request: Request) -> Response:
+        """What capture did with one run's imports (``openclaw ovstream import``): written,
+        partly there already, already there, or pending (not applied yet)."""
+        return json_response(await import_outcomes(svc, body, request.scope))
 
     @app.get("/v1/tools", tags=["tools"])
     async def list_tools() -> dict[str, Any]:

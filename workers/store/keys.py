@@ -44,6 +44,9 @@ class SessionKeys:
     """String: what assemble last answered for the session (workers.store.traces)."""
     assembled_recall: str
     """String: what assemble's last recall call (transform-context) answered for the session."""
+    imports: str
+    """Hash with the session state's lifetime: an import's event id -> what capture did with it
+    (workers.store.imports)."""
     recalled: str
     """String: the session's last recall search and its memories (workers.store.traces)."""
     recall_prefix: str
@@ -80,6 +83,7 @@ class Keys:
             lineage=self.lineage(shard, scope, sid),
             assembled=self._session("assembled", shard, scope, sid),
             assembled_recall=self._session("assembled-recall", shard, scope, sid),
+            imports=self._session("imports", shard, scope, sid),
             recalled=self._session("recalled", shard, scope, sid),
             recall_prefix=self._session("recall", shard, scope, sid),
         )

@@ -5,6 +5,8 @@
 import { readTranscript } from "./engine.js";
 import {
   IMPORT_DEFAULTS,
+  type ImportDeps,
+  type ImportedOutcome,
   importHistory,
   progressLine,
   summaryLines,
@@ -67,6 +69,14 @@ export function serviceLoad(rt: PluginRuntime): () => Promise<ServiceLoad> {
     type Scaling = { capture?: { backlog?: number }; commits?: { inFlight?: number } };
     const scaling = await rt.rpc.get<Scaling>("/v1/scaling", { timeoutMs: 10_000 });
     return { backlog: scaling.capture?.backlog ?? 0, commitsInFlight: scaling.commits?.inFlight ?? 0 };
+  };
+}
+
+/** What capture did with a run's imports: the RPC's `POST /v1/import/outcomes`. */
+export function importOutcomes(rt: PluginRuntime): NonNullable<ImportDeps["outcomes"]> {
+  return async (run, sessions) => {
+    const answer = await rt.rpc.post<{ outcomes: ImportedOutcome[] }>("/v1/import/outcomes", { run, sessions }, { timeoutMs: 30_000 });
+    return answer.outcomes;
   };
 }
 
@@ -148,6 +158,7 @@ async function importCommand(api: PluginApi, rt: PluginRuntime, flags: ImportFla
       host: hostSessions(api),
       rt,
       load: serviceLoad(rt),
+      outcomes: importOutcomes(rt),
       progress: (p) => {
         const line = `${progressLine(p, Date.now())}  ${p.session.agentId}/${p.session.sessionKey}: ${p.outcome}`;
         process.stderr.write(tty ? `\r\x1b[K${line}` : `${line}\n`);

@@ -37,6 +37,8 @@ export interface TurnEvent {
   commit: string | null;
   /** bootstrap's import of a transcript older than ovstream (written only into a new session). */
   import_transcript: boolean;
+  /** The `openclaw ovstream import` run that sent this import (capture records its outcome under it). */
+  import_run: string | null;
   /** Set only by `ovstream dlq replay`: the session's dead letters apply here, in order. */
   release: boolean;
 }
@@ -53,6 +55,7 @@ export interface TurnInput {
   user?: string | null;
   commit?: string | null;
   importTranscript?: boolean;
+  importRun?: string | null;
   /** Injected in tests. */
   now?: () => number;
   eventId?: string;
@@ -115,6 +118,7 @@ export function buildTurnEvent(input: TurnInput): TurnEvent {
     user: nonEmptyString(input.user),
     commit: nonEmptyString(input.commit),
     import_transcript: input.importTranscript === true,
+    import_run: nonEmptyString(input.importRun),
     release: false,
   };
 }

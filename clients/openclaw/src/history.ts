@@ -16,6 +16,8 @@
  * are in flight (the RPC's `/v1/scaling`), and it publishes at most `rate` messages a second.
  */
 
+import { randomUUID } from "node:crypto";
+
 import { isBypassed, ovSessionId } from "./ids.js";
 import type { PluginRuntime } from "./runtime.js";
 import type { AgentMessage } from "./types.js";
@@ -72,6 +74,12 @@ export interface ImportSummary {
   sessions: number;
   outcomes: Record<SessionOutcome, number>;
   messages: number;
+  /** What capture did with what was sent (asked of the service once applied; a dry run asks
+   * which sessions capture knows): new to OV, partly there (the rest written now), already
+   * there (nothing written), not applied yet when the command stopped asking. */
+  inOv?: { written: number; writtenMessages: number; partly: number; partlyMessages: number; already: number; pending: number };
+  /** Why the service could not say what capture did (the RPC away, say). */
+  inOvUnknown?: string;
   /** Events Redis had not taken when the command ended (kept in the spool; the next run sends them). */
   undelivered: number;
 }
@@ -87,11 +95,33 @@ export interface ImportDeps {
   rt: PluginRuntime;
   /** The service's load now (the RPC's `/v1/scaling`). */
   load: () => Promise<ServiceLoad>;
+  /** What capture did with this run's imports (the RPC's `/v1/import/outcomes`); absent: not asked. */
+  outcomes?: (run: string, sessions: ImportedSession[]) => Promise<ImportedOutcome[]>;
   progress?: (p: ImportProgress) => void;
   /** Waits (tests: returns at once). */
   sleep?: (ms: number) => Promise<void>;
   now?: () => number;
 }
+
+/** One imported session, as the service is asked about it. */
+export interface ImportedSession {
+  sessionId: string;
+  sessionKey: string;
+  agentId: string;
+  eventId: string;
+}
+
+export interface ImportedOutcome {
+  eventId: string;
+  outcome: "written" | "partly" | "already" | "pending";
+  messages: number;
+  /** Capture keeps the session's state: an import of it now writes nothing (what a dry run reads). */
+  known?: boolean;
+}
+
+/** How long the command waits, at most, for capture to apply what it sent before saying so. */
+export const OUTCOME_WAIT_MS = 120_000;
+const OUTCOME_POLL_MS = 1_000;
 
 const LOAD_POLL_MS = 500;
 const DRAIN_WAIT_MS = 10_000;
@@ -132,6 +162,8 @@ export async function importHistory(opts: ImportOptions, deps: ImportDeps): Prom
     unreadable: 0,
   };
   const startedAt = now();
+  const run = randomUUID();
+  const sent: ImportedSession[] = [];
   let messages = 0;
   let nextAllowed = startedAt; // the rate limit: a session's messages spend rate-seconds ahead
   for (const [index, { session, skip }] of selected.entries()) {
@@ -145,6 +177,7 @@ export async function importHistory(opts: ImportOptions, deps: ImportDeps): Prom
       else if (opts.dryRun) {
         outcome = "would import";
         messages += transcript.length;
+        sent.push(imported(session));
       } else {
         await waitForRoom(opts, deps, sleep);
         if (nextAllowed > now()) await sleep(nextAllowed - now());
@@ -155,8 +188,10 @@ export async function importHistory(opts: ImportOptions, deps: ImportDeps): Prom
           agentId: session.agentId,
           messages: transcript,
           importTranscript: true,
+          importRun: run,
           eventId: `import-${ovSid}`, // bootstrap's id: the same event to capture, whoever sends it
         }, { remember: false }); // no assemble here: a long import holds no transcripts
+        sent.push(imported(session));
         // Redis away: the publisher keeps it (and spools it at the end, for the next run)
         await rt.publisher.drainedWithin(DRAIN_WAIT_MS);
         messages += transcript.length;
@@ -167,8 +202,58 @@ export async function importHistory(opts: ImportOptions, deps: ImportDeps): Prom
     outcomes[outcome] += 1;
     deps.progress?.({ done: index + 1, total: selected.length, messages, startedAt, session, outcome });
   }
-  return { sessions: selected.length, outcomes, messages, undelivered: rt.publisher.getStats().pending };
+  const summary: ImportSummary = { sessions: selected.length, outcomes, messages, undelivered: rt.publisher.getStats().pending };
+  if (deps.outcomes && sent.length > 0) {
+    try {
+      summary.inOv = await whatCaptureDid(deps.outcomes, opts.dryRun ? DRY_RUN : run, sent, { sleep, now });
+    } catch (err) {
+      // what was sent stands (capture applies it all the same); only the account of it is missing
+      summary.inOvUnknown = (err as Error).message;
+    }
+  }
+  return summary;
 }
+
+/** The run a dry run asks about: none (so every session reads as known or not, none as applied). */
+const DRY_RUN = "dry-run";
+
+function imported(session: StoredSession): ImportedSession {
+  const ovSid = ovSessionId(session.sessionId, session.sessionKey);
+  return { sessionId: session.sessionId, sessionKey: session.sessionKey, agentId: session.agentId, eventId: `import-${ovSid}` };
+}
+
+/** Ask the service what capture did with `sent` until nothing is pending (a dry run: once). */
+async function whatCaptureDid(
+  ask: NonNullable<ImportDeps["outcomes"]>,
+  run: string,
+  sent: ImportedSession[],
+  clock: { sleep: (ms: number) => Promise<void>; now: () => number },
+): Promise<NonNullable<ImportSummary["inOv"]>> {
+  const until = clock.now() + OUTCOME_WAIT_MS;
+  let answers: ImportedOutcome[] = [];
+  for (;;) {
+    answers = [];
+    for (let i = 0; i < sent.length; i += OUTCOMES_PAGE) answers.push(...(await ask(run, sent.slice(i, i + OUTCOMES_PAGE))));
+    if (run === DRY_RUN || !answers.some((a) => a.outcome === "pending") || clock.now() >= until) break;
+    await clock.sleep(OUTCOME_POLL_MS);
+  }
+  const tally = { written: 0, writtenMessages: 0, partly: 0, partlyMessages: 0, already: 0, pending: 0 };
+  for (const a of answers) {
+    if (run === DRY_RUN) {
+      if (a.known) tally.already += 1;
+      else tally.pending += 1; // new to ovstream: what capture would write
+      continue;
+    }
+    if (a.outcome === "written") [tally.written, tally.writtenMessages] = [tally.written + 1, tally.writtenMessages + a.messages];
+    else if (a.outcome === "partly") [tally.partly, tally.partlyMessages] = [tally.partly + 1, tally.partlyMessages + a.messages];
+    else if (a.outcome === "already") tally.already += 1;
+    else tally.pending += 1;
+  }
+  return tally;
+}
+
+/** Sessions one ask names at most (the service's own limit is 10,000). */
+const OUTCOMES_PAGE = 1_000;
 
 /** Until capture's backlog and the commits in flight leave room (live turns go first). */
 async function waitForRoom(opts: ImportOptions, deps: ImportDeps, sleep: (ms: number) => Promise<void>): Promise<void> {
@@ -202,10 +287,23 @@ export function summaryLines(summary: ImportSummary, dryRun: boolean): string[] 
   const o = summary.outcomes;
   const lines = [
     dryRun
-      ? `would import ${o["would import"]} of ${summary.sessions} sessions (${summary.messages} messages); nothing was sent`
-      : `imported ${o.imported} of ${summary.sessions} sessions (${summary.messages} messages): ` +
+      ? `would send ${o["would import"]} of ${summary.sessions} sessions (${summary.messages} messages); nothing was sent`
+      : `sent ${o.imported} of ${summary.sessions} sessions (${summary.messages} messages): ` +
         "capture writes each into OV once, only where OV holds none of it",
   ];
+  const c = summary.inOv;
+  if (c && dryRun) {
+    lines.push(`of those, ${c.pending} new to ovstream (capture would write them), ${c.already} already captured (nothing of them would be written)`);
+  } else if (c) {
+    lines.push(
+      `in OV now: ${c.written} new (${c.writtenMessages} messages written), ${c.partly} partly there before ` +
+        `(${c.partlyMessages} written now), ${c.already} already there (nothing written)` +
+        (c.pending > 0 ? `, ${c.pending} not applied yet (capture is behind: \`ovstream status\`)` : ""),
+    );
+  }
+  if (summary.inOvUnknown !== undefined) {
+    lines.push(`what capture did with them is not known: the service did not say (${summary.inOvUnknown})`);
+  }
   const left = (["bypassed", "filtered", "empty", "unreadable"] as const).filter((k) => o[k] > 0);
   if (left.length > 0) lines.push(`left out: ${left.map((k) => `${o[k]} ${k}`).join(", ")}`);
   if (summary.undelivered > 0) {

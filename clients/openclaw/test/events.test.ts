@@ -19,6 +19,7 @@ const FIELDS = [
   "user",
   "commit",
   "import_transcript",
+  "import_run",
   "release",
 ].sort();
 

@@ -171,7 +171,60 @@ describe("importHistory", () => {
     });
     assert.equal(summary.outcomes["would import"], 4);
     assert.equal((await published(rt)).length, 0);
-    assert.match(summaryLines(summary, true)[0]!, /^would import 4 of 6 sessions \(10 messages\); nothing was sent$/);
+    assert.match(summaryLines(summary, true)[0]!, /^would send 4 of 6 sessions \(10 messages\); nothing was sent$/);
+  });
+
+  it("says what capture did with what it sent: new to OV, partly there, already there, not applied yet", async () => {
+    const rt = runtime({ bypassSessionPatterns: ["agent:*:cron:**"] });
+    const asked: Array<{ run: string; ids: string[] }> = [];
+    const answers = [
+      // the first ask: one still pending; the second: all applied
+      ["written:5", "already:0", "pending:0"],
+      ["written:5", "already:0", "partly:2"],
+    ];
+    let clock = NOW;
+    const summary = await importHistory(options(), {
+      host: new FakeHost(SESSIONS, TRANSCRIPTS),
+      rt,
+      load: async () => ({ backlog: 0, commitsInFlight: 0 }),
+      now: () => clock,
+      sleep: async (ms) => void (clock += ms),
+      outcomes: async (run, sessions) => {
+        asked.push({ run, ids: sessions.map((s) => s.eventId) });
+        const said = answers.shift() ?? [];
+        return sessions.map((s, i) => {
+          const [outcome, messages] = (said[i] ?? "pending:0").split(":");
+          return { eventId: s.eventId, outcome: outcome as "written", messages: Number(messages) };
+        });
+      },
+    });
+    assert.equal(asked.length, 2, "asked again while one was pending");
+    assert.equal(asked[0]!.ids.length, 3);
+    assert.equal(new Set(asked.map((a) => a.run)).size, 1);
+    const events = await published(rt);
+    assert.ok(events.every((e) => e.import_run === asked[0]!.run), "each event names the run that asks");
+    assert.deepEqual(summary.inOv, { written: 1, writtenMessages: 5, partly: 1, partlyMessages: 2, already: 1, pending: 0 });
+    const lines = summaryLines(summary, false);
+    assert.match(lines[0]!, /^sent 3 of 6 sessions \(8 messages\)/);
+    assert.equal(lines[1], "in OV now: 1 new (5 messages written), 1 partly there before (2 written now), 1 already there (nothing written)");
+  });
+
+  it("on a dry run, says which sessions capture already knows", async () => {
+    const rt = runtime();
+    const summary = await importHistory(options({ dryRun: true }), {
+      host: new FakeHost(SESSIONS, TRANSCRIPTS),
+      rt,
+      load: async () => {
+        throw new Error("a dry run asks the service nothing of its load");
+      },
+      outcomes: async (_run, sessions) =>
+        sessions.map((s, i) => ({ eventId: s.eventId, outcome: "pending" as const, messages: 0, known: i === 0 })),
+    });
+    assert.deepEqual(summary.inOv, { written: 0, writtenMessages: 0, partly: 0, partlyMessages: 0, already: 1, pending: 3 });
+    assert.equal(
+      summaryLines(summary, true)[1],
+      "of those, 3 new to ovstream (capture would write them), 1 already captured (nothing of them would be written)",
+    );
   });
 
   it("waits while capture has a backlog or commits are in flight, and keeps to its rate", async () => {
