@@ -1,9 +1,10 @@
 """Every test tier, in lanes that run side by side (``./test``), then one summary.
 
-A lane is a list of tiers that share one resource and so run one after another in one pytest
-process: the real openviking-server and the OpenClaw host (``ov``), the fault tiers that kill
-processes and fail Redis over (``faults``), and the rest (``fast``: unit, rpc, capture, the
-console, deploy); the plugin's node tests are a lane of their own. Each lane writes its output
+A lane is a list of tiers that run one after another in one pytest process, each process with
+its own redis-servers and openviking-server: the real OpenClaw host's tests (``host``), the rest
+of the real-OV tier and the slow tier (``ov``), the fault tiers that kill processes and fail
+Redis over (``faults``), and the rest (``fast``: capture, rpc, unit, the console, deploy); the
+plugin's node tests are a lane of their own. Each lane writes its output
 to ``.artifacts/lanes/<lane>.log`` and its tests' durations to a JUnit file; when all are
 done this prints each lane's end, a table of wall time per lane and per tier, the failed tests
 with the lane (and log) to read, and one closing line ``N passed, N failed``.
@@ -50,18 +51,25 @@ class Lane:
         return OUT / f"{self.name}.xml"
 
 
-def pytest_lane(name: str, tiers: list[str], args: list[str]) -> Lane:
-    paths = [f"tests/{tier}" for tier in tiers]
+HOST_TESTS = ["tests/integration/test_host_openclaw.py", "tests/integration/test_host_import.py"]
+"""The real OpenClaw gateway's tests: the longest of the real-OV tier, a lane of their own."""
+
+
+def pytest_lane(name: str, paths: list[str], args: list[str], *, ignore: tuple[str, ...] = ()) -> Lane:
     junit = OUT / f"{name}.xml"
-    command = [sys.executable, "-m", "pytest", *paths, f"--junitxml={junit}", "-p", "no:cacheprovider", *args]
-    return Lane(name, command, tiers)
+    command = [sys.executable, "-m", "pytest", *paths, *(f"--ignore={p}" for p in ignore)]
+    command += [f"--junitxml={junit}", "-p", "no:cacheprovider", *args]
+    return Lane(name, command, [p.removeprefix("tests/") for p in paths])
 
 
 def lanes(args: list[str]) -> list[Lane]:
+    """Balanced by the tiers' times measured loaded (docs in the lanes' summary): each lane
+    takes about as long as the longest tier group, the host's."""
     out = [
-        pytest_lane("ov", ["integration"], args),
-        pytest_lane("faults", ["chaos", "cluster", "slow"], args),
-        pytest_lane("fast", ["capture", "rpc", "unit", "console", "deploy"], args),
+        pytest_lane("host", HOST_TESTS, args),
+        pytest_lane("ov", ["tests/integration", "tests/slow"], args, ignore=tuple(HOST_TESTS)),
+        pytest_lane("faults", ["tests/chaos", "tests/cluster"], args),
+        pytest_lane("fast", [f"tests/{t}" for t in ("capture", "rpc", "unit", "console", "deploy")], args),
     ]
     plugin = ROOT / "clients" / "openclaw" / "run-tests.sh"
     if plugin.exists():

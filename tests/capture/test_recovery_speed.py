@@ -29,8 +29,11 @@ from workers.commits.request import request_commit
 from workers.dev.local_redis import RedisServer, start_redis_server
 from workers.status import read_backlog
 
-RESUME_S = 2.0
-"""The issue's bound from a dependency's return to every shard (and the worker) going on."""
+RESUME_S = 3.0
+"""From a dependency's return to every shard (and the worker) going on. The issue asked 2 s of a
+quiet machine (1.3 s measured); beside ``./test``'s other lanes on 2 cores it took 2.35 s, every
+shard at once (one shared wake-up): 3 s holds there, and still fails shards that each wait out
+their own backoff (grown past 12 s in this outage)."""
 OUTAGE_S = 15.0
 """Long enough for a doubling backoff (0.2 s up) to reach 12.8 s: the old waits' worst case."""
 SHARDS = 4
@@ -73,7 +76,7 @@ def _caught_up(client: redis.Redis, deploy: Deployment) -> bool:
     return all(s.oldest_unapplied is None for s in read_backlog(client, deploy.settings))
 
 
-def test_every_shard_resumes_within_2_s_of_ov_taking_writes_again(tmp_path: Path) -> None:
+def test_every_shard_resumes_within_seconds_of_ov_taking_writes_again(tmp_path: Path) -> None:
     sessions = _sessions()
     with _redis() as server, fake_ov_process(tmp_path) as ov_url, ov_fault_proxy(ov_url) as (proxy, proxy_url):
         deploy = _deployment(server.url, proxy_url, tmp_path)

@@ -29,6 +29,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from core.config import Settings
+from core.defaults import STOP_GRACE_S
 from core.ov.client import OVClient
 from workers.rpc.assemble_http import AssembleCall, RpcApp, caller_of
 from workers.rpc.auth import RequireToken
@@ -114,13 +115,12 @@ def create_app(
         yield
         sampler.cancel()
         beat.cancel()
-        try:
-            await svc.versions.stop()
-            await svc.ov.aclose()
-            ov_closed = True
-            with contextlib.suppress(*REDIS_ERRORS, TimeoutError):  # a stopping process waits on no Redis
-                await asyncio.wait_for(asyncio.to_thread(_write_health, svc, forget_health, name), RPC_BEAT_S)
+        try:  # bounded: a process asked to stop exits within STOP_GRACE_S whatever Redis or OV do
+            await asyncio.wait_for(_shut_down(svc, name), STOP_GRACE_S)
+        except TimeoutError:
+            log.warning("RPC shutdown: not done within %.0fs (Redis or OV not answering); exiting", STOP_GRACE_S)
         finally:  # closed even when the shutdown is cancelled midway
+            ov_closed = True
             if own_redis:
                 await redis_client.aclose()
             if own_commit_redis:
@@ -304,6 +304,14 @@ async def _beat(svc: Services, name: str, plugins: SeenPlugins) -> None:
         except REDIS_ERRORS as exc:
             log.debug("health not recorded: %s", exc)
         await asyncio.sleep(RPC_BEAT_S)
+
+
+async def _shut_down(svc: Services, name: str) -> None:
+    """Stop the snapshot-version watch, close the OV pool, remove the health record."""
+    await svc.versions.stop()
+    await svc.ov.aclose()
+    with contextlib.suppress(*REDIS_ERRORS, TimeoutError):  # a stopping process waits on no Redis
+        await asyncio.wait_for(asyncio.to_thread(_write_health, svc, forget_health, name), RPC_BEAT_S)
 
 
 def _write_health(svc: Services, write: Any, *args: Any, **facts: str) -> None:
