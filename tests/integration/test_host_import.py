@@ -131,10 +131,11 @@ def test_history_from_before_the_plugin_is_imported_once_and_in_order(history: H
         assert not all(ov.state(ov_sids[k]) for k in many), "killed too late to show anything"
         rerun = run_import(history, "--match", f"^agent:main:many-.*-{tag}$")
         assert rerun["outcomes"]["imported"] == len(many), rerun
-        # what it did, as capture applied it: the killed run's sessions already there, the rest new
+        # what it did, as capture applied it: the killed run's sessions (what it had sent before the
+        # kill goes on being applied) already there, any it had not sent new to OV
         said = rerun["inOv"]
         assert said["pending"] == 0 and said["written"] + said["partly"] + said["already"] == len(many), rerun
-        assert said["written"] + said["partly"] >= 1 and said["already"] >= 1, rerun
+        assert said["already"] >= 1, rerun
         history.service.wait_drained()
         for n, key in enumerate(many):
             texts = ov_texts(ov, ov_sids[key])
