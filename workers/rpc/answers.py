@@ -57,46 +57,22 @@ def keep_trace(
 ) -> None:
     """What the console's session inspector shows of this answer (workers.rpc.traces); a
     cached answer already kept costs one dictionary lookup."""
-    traces = svc.traces
-    if isinstance(outcome, Answered):
-        if not traces.first_time(sid, outcome):
-            return
-        c = outcome.context
-        traces.assembled(
-            caller.address(),
-            session_key=caller.session_key,
-            path=path,
-            reason=reason,
-            budget=budget_of(req),
-            messages=c.messages,
-            estimated_tokens=c.estimated_tokens,
-            session_kept=c.session_kept,
-            overlay_messages=c.tail_count,
-            overlay_turns=outcome.overlay_turns,
-            snapshot_id=outcome.snapshot_id,
-            system_prompt_addition=c.system_prompt_addition,
-        )
-    elif isinstance(outcome, Recalled):
-        block = outcome.block
-        if traces.first_time(f"recall\x00{sid}", ("recalled", len(req.messages), len(block), hash(block))):
-            traces.assembled(
-                caller.address(),
-                session_key=caller.session_key,
-                path=path,
-                reason=reason,
-                budget=budget_of(req),
-                messages=outcome.body["messages"],
-                estimated_tokens=outcome.body["estimatedTokens"],
-                injected=block,
-            )
-    elif traces.first_time(f"recall\x00{sid}" if path == "recall" else sid, (reason, len(req.messages))):
-        # the caller's own messages came back (a main call, a recall call or a bypass): say why
-        traces.assembled(
-            caller.address(),
-            session_key=caller.session_key,
-            path=path,
-            reason=reason,
-            budget=budget_of(req),
-            messages=req.messages,
-            estimated_tokens=estimate_message_tokens(req.messages),
+    noted_as = f"recall\x00{sid}" if path == "recall" else sid  # a recall call's trace has a key of its own
+    shown: dict[str, Any]
+    mark: object
+    if isinstance(outcome, Answered):  # known by its identity: a cached answer is kept once
+        c, mark = outcome.context, outcome
+        shown = {"messages": c.messages, "estimated_tokens": c.estimated_tokens, "session_kept": c.session_kept}
+        shown |= {"overlay_messages": c.tail_count, "overlay_turns": outcome.overlay_turns}
+        shown |= {"snapshot_id": outcome.snapshot_id, "system_prompt_addition": c.system_prompt_addition}
+    elif isinstance(outcome, Recalled):  # what it injected
+        body, block = outcome.body, outcome.block
+        mark = ("recalled", len(req.messages), len(block), hash(block))
+        shown = {"messages": body["messages"], "estimated_tokens": body["estimatedTokens"], "injected": block}
+    else:  # the caller's own messages came back (a main call, a recall call or a bypass): say why
+        mark = (reason, len(req.messages))
+        shown = {"messages": req.messages, "estimated_tokens": estimate_message_tokens(req.messages)}
+    if svc.traces.first_time(noted_as, mark):
+        svc.traces.assembled(
+            caller.address(), session_key=caller.session_key, path=path, reason=reason, budget=budget_of(req), **shown
         )

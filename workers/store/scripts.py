@@ -3,13 +3,6 @@ the leases', the deployment record's, the commits', the snapshots' and the commi
 defined here; capture's (workers.store.capture_scripts) and the stream generations'
 (workers.store.reshard_scripts) are re-exported.
 
-A ``Lua`` wraps redis-py's ``Script`` / ``AsyncScript``: a call on a client
-goes out as EVALSHA, and the script is loaded (SCRIPT LOAD) only when a server
-does not know it yet, so its text crosses the wire once per server, not per
-call. Queued on a pipeline it goes as EVAL with its text: redis-py would
-otherwise ask SCRIPT EXISTS before every execute, one round trip more than
-the text costs.
-
 Each script touches only keys of one shard's hash tag (or one lease), so all
 of them run unchanged on Redis Cluster (where a pipeline's scripts go as EVAL, to the node of
 their first key).
