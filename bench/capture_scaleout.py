@@ -1,28 +1,24 @@
-"""Capture scale-out: throughput with 1, 2, 4 and 8 ``ovstream capture`` processes over 16
-shards, against an OV that takes ``--ov-latency-ms`` per call (the FakeOV over HTTP,
-``ovstream fake-ov --latency-ms``; several latencies, comma-separated), as ratios to one
-process, measured in one run. Prints figures (``--json`` keeps them for
-bench/scaleout_chart.py); not a test.
+"""Capture scale-out: throughput with 1, 2, 4 and 8 ``ovstream capture`` processes over 16 shards,
+against an OV that takes ``--ov-latency-ms`` per call (the FakeOV over HTTP, ``ovstream fake-ov
+--latency-ms``; several latencies, comma-separated), as ratios to one process, measured in one run.
+Prints figures (``--json`` keeps them for bench/scaleout_chart.py); not a test.
 
-Per row: a fresh key prefix and a fresh fake OV; the processes start and split the shards
-(with ``--cpu-cap PCT`` each in a cgroup of its own allowed PCT of one CPU, where this
-machine lets us: capture's CPU then is the bottleneck, not the machine's two cores); then
-``--sessions`` sessions send ``--turns`` turns each, shaped by ``--workload``:
+Per row: a fresh key prefix and a fresh fake OV; the processes start and split the shards (with
+``--cpu-cap PCT`` each in a cgroup of its own allowed PCT of one CPU, where this machine lets us:
+capture's CPU then is the bottleneck, not the machine's two cores); then ``--sessions`` sessions
+send ``--turns`` turns each, shaped by ``--workload``:
 
-- ``waves`` (default): a shard's sessions send their next turns together (one pipeline) once
-  the shard applied their last: each session has one turn in flight, as in a fleet whose
-  agents each wait for their answer, and every process count sees the same rounds (a
-  shard's sessions, one turn each).
+- ``waves`` (default): a shard's sessions send their next turns together (one pipeline) once the
+  shard applied their last: one turn in flight per session, as in a fleet whose agents each
+  wait for their answer; every process count sees the same rounds.
 - ``backlog``: every turn published at once (one pipeline): the catch-up after an outage.
-- ``trickle``: published one at a time as fast as this process can (the first version of
-  this bench): a round holds what arrived since the last, so faster consumers make smaller
-  rounds and pay each round's fixed cost for fewer turns.
+- ``trickle``: published one at a time as fast as this process can (the first version): a
+  round holds what arrived since the last, so faster consumers make smaller rounds.
 
-The clock runs from the first publish until every shard's backlog is applied. Per event,
-over that window: capture's CPU seconds (all its processes, /proc), Redis commands (``INFO
-commandstats``, less the bench's own publishes, measured alone first, and polls) and Redis's CPU, OV
-requests (the fake OV's count) and the fake OV's own CPU; and shards acquired by a process
-after the clock started (hand-overs, per minute: 0 when the split holds).
+The clock runs from the first publish until every shard's backlog is applied. Per event, over that
+window: capture's CPU seconds (/proc), Redis commands (``INFO commandstats``, less the bench's own
+publishes and polls) and Redis's CPU, OV requests and the fake OV's CPU; and shards acquired after
+the clock started (hand-overs per minute: 0 when the split holds).
 
     .venv/bin/python bench/capture_scaleout.py [--ov-latency-ms 250,20,0] [--workload waves]
         [--sessions 400] [--turns 10] [--processes 1,2,4,8] [--cpu-cap 25] [--json out.jsonl]
@@ -47,11 +43,13 @@ import redis
 from processes import (  # bench/processes.py
     OVSTREAM,
     CpuSplit,
+    acquisitions,
     append_rows,
     fake_ov_requests,
     group_cpu_seconds,
     must_cap,
     ovstream_env,
+    pool_errors,
     redis_calls,
     redis_cpu_seconds,
     spawn,
@@ -105,10 +103,6 @@ def publish_at_once(client: redis.Redis, settings: Settings, events: list[TurnEv
     return {e.session_id: value.decode() for e, (_, value) in zip(events, replies, strict=True)}
 
 
-POOL_ERRORS = ("Too many connections", "No connection available", "MaxConnectionsError")
-"""What redis-py says when a process's connection pool is exhausted."""
-
-
 def snapshots_complete(client: redis.Redis, settings: Settings, last_ids: dict[str, str]) -> int:
     """Sessions whose stored snapshot reflects their last published turn and is not behind
     what capture applied: what assemble serves as current is whole."""
@@ -129,15 +123,6 @@ def split(backlog: list[ShardBacklog], processes: int) -> bool:
     """Every shard owned, each of ``processes`` owners holding its equal share."""
     owners = Counter(s.owner for s in backlog)
     return None not in owners and len(owners) == processes and set(owners.values()) == {SHARDS // processes}
-
-
-def pool_errors(logs: list[Path]) -> int:
-    return sum(log.read_text(errors="replace").count(e) for log in logs for e in POOL_ERRORS)
-
-
-def acquisitions(logs: list[Path], offsets: list[int]) -> int:
-    """Shards acquired (a lease taken) in each log since its byte ``offsets``."""
-    return sum(log.read_bytes()[at:].count(b" acquired by ") for log, at in zip(logs, offsets, strict=True))
 
 
 @dataclass

@@ -41,7 +41,6 @@ import json
 import math
 import os
 import random
-import statistics
 import sys
 import threading
 import time
@@ -49,7 +48,6 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +56,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
 import redis
-from fleet_chart import draw  # bench/fleet_chart.py
+from fleet_day import HOURS, SIM_DAY_S, Hourly, Session, next_turn, plan_sessions  # bench/fleet_day.py
+from fleet_report import outcomes, report  # bench/fleet_report.py
 from processes import (  # bench/processes.py
     OVSTREAM,
     fake_ov_requests,
@@ -72,19 +71,14 @@ from processes import (  # bench/processes.py
 from redis.cluster import RedisCluster
 
 from core.config import Settings
-from core.events import CommitOutcome, TurnEvent, decode
+from core.events import TurnEvent
 from core.turns import address_of
-from workers.commits.records import OUTCOME_FIELD
 from workers.dev.local_redis import free_port, start_redis_cluster, start_redis_server
 from workers.store.applied import parse_id
-from workers.store.connection import stream_entries
-from workers.store.keys import Keys
 from workers.store.memory import read_memory
 from workers.store.snapshots import snapshot_key
 from workers.store.streams import publish_turn
 
-SIM_DAY_S = 86_400
-HOURS = 24
 NOT_IN_REDIS = {"missing_session_ttl_s": "an RPC's memory of OV's 'no such session': seconds, in process"}
 """Lifetime settings of nothing Redis keeps: not on the simulated clock."""
 
@@ -104,87 +98,6 @@ def simulated_lifetimes(state_ttl_s: float, compression: float) -> dict[str, str
         simulated = min(float(info.default), state_ttl_s)
         env[f"OVSTREAM_{name.upper()}"] = str(max(floor, math.ceil(simulated / compression)))
     return env
-
-
-def arrival_weight(hour: float) -> float:
-    """A working day's load: low at night, a morning and an afternoon peak."""
-    return 0.15 + math.exp(-(((hour - 10) / 2.5) ** 2)) + 0.8 * math.exp(-(((hour - 15) / 2.5) ** 2))
-
-
-@dataclass
-class Session:
-    sid: str
-    agent: str
-    tenant: str
-    start_s: float
-    """Simulated second of its first turn."""
-    turns: int
-    gap_s: float
-    """Simulated seconds between its turns."""
-    sent: int = 0
-    last_s: float = -math.inf
-    """Simulated second of its newest turn."""
-    ov_session_id: str = ""
-    transcript: list[dict[str, Any]] = field(default_factory=list)
-
-    def due_s(self) -> float:
-        return self.start_s + self.sent * self.gap_s
-
-
-def plan_sessions(args: argparse.Namespace, rng: random.Random) -> list[Session]:
-    """Sessions with start times drawn from the arrival curve and turn counts adding to ``--turns``."""
-    hours = [h + 0.5 for h in range(HOURS)]
-    weights = [arrival_weight(h) for h in hours]
-    mean_turns = max(1.0, args.turns / args.sessions)
-    sessions = []
-    for i in range(args.sessions * args.days):
-        hour = rng.choices(range(HOURS), weights)[0] + HOURS * (i // args.sessions)
-        turns = max(1, min(int(rng.expovariate(1 / mean_turns)) + 1, int(mean_turns * 6)))
-        sessions.append(
-            Session(
-                sid=f"fleet-{i:06d}",
-                agent=f"agent{rng.randrange(args.agents)}",
-                tenant=f"t{rng.randrange(args.tenants)}",
-                start_s=(hour + rng.random()) * 3600,
-                turns=turns,
-                gap_s=rng.uniform(30, 240),
-            )
-        )
-    return sessions
-
-
-def next_turn(session: Session, now_s: float) -> TurnEvent:
-    i = session.sent
-    before = len(session.transcript)
-    session.transcript += [
-        {"role": "user", "content": f"{session.sid} asks {i}: " + "how does the fleet keep up? " * 8},
-        {"role": "assistant", "content": [{"type": "text", "text": f"answer {i}: " + "shards, leases, queues. " * 16}]},
-    ]
-    session.sent += 1
-    session.last_s = now_s
-    return TurnEvent(
-        event_id=uuid.uuid4().hex,
-        session_id=session.sid,
-        session_key=f"agent:{session.agent}:{session.sid}",
-        messages=list(session.transcript),
-        pre_prompt_message_count=before,
-        user=session.tenant,
-        published_at=time.time(),
-    )
-
-
-@dataclass
-class Hourly:
-    """What one simulated hour saw."""
-
-    turns: int = 0
-    snapshot_ms: list[float] = field(default_factory=list)
-    assemble_ms: list[float] = field(default_factory=list)
-    commit_ms: list[float] = field(default_factory=list)
-
-
-def p99(values: list[float]) -> float:
-    return statistics.quantiles(values, n=100)[98] if len(values) >= 2 else (values[0] if values else 0.0)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -454,72 +367,6 @@ def run(args: argparse.Namespace) -> None:
         callers.shutdown(wait=False, cancel_futures=True)
         http.close()
         fleet.close()
-
-
-def outcomes(fleet: Fleet) -> list[CommitOutcome]:
-    entries = stream_entries(fleet.store.xrange(Keys(fleet.prefix).commit_outcomes()))
-    return [decode(fields[OUTCOME_FIELD.encode()], CommitOutcome) for _, fields in entries]
-
-
-def report(
-    args: argparse.Namespace,
-    fleet: Fleet,
-    sessions: list[Session],
-    hours: list[Hourly],
-    samples: list[dict[str, Any]],
-    turns: int,
-    started: float,
-    started_wall: float,
-) -> None:
-    done = [o for o in outcomes(fleet) if o.finished_at and o.requested_at]
-    for o in done:  # each commit's latency in the simulated hour it was asked for
-        hour = int((o.requested_at - started_wall) * fleet.compression // 3600)
-        hours[min(max(hour, 0), len(hours) - 1)].commit_ms.append((o.finished_at - o.requested_at) * 1000)  # type: ignore[operator]
-    commits = [v for h in hours for v in h.commit_ms]
-    jobs = sum(1 for _ in fleet.queue_client.scan_iter(match="rq:job:*", count=1000))
-    last = samples[-1]
-    print()
-    print(
-        f"fleet: {args.days} day(s), {len(sessions):,} sessions, {args.agents:,} agents, {args.tenants} tenants, "
-        f"{turns:,} turns run in {time.monotonic() - started:.0f} s ({fleet.compression:.0f}x), "
-        f"state kept {fleet.alive_s / 3600:.1f} simulated h"
-    )
-    for kind, seconds in sorted(last["cpu"].items()):
-        print(f"  CPU s per 1,000 turns, {kind:<8} {seconds / max(1, turns) * 1000:8.2f}")
-    print(f"  OV requests per turn          {last['ov_requests'] / max(1, turns):8.2f}")
-    snap = [v for h in hours for v in h.snapshot_ms]
-    asm = [v for h in hours for v in h.assemble_ms]
-    print(f"  XADD -> snapshot p99 ms       {p99(snap):8.1f}  ({len(snap)} turns watched)")
-    print(f"  assemble p99 ms               {p99(asm):8.1f}  ({len(asm)} calls)")
-    print(f"  commit latency p99 ms         {p99(commits):8.1f}  ({len(commits)} commits)")
-    print(f"  RQ jobs per commit            {jobs / max(1, len(commits)):8.2f}  (RQ keeps a job's result 500 s)")
-    for s in samples:
-        if s is last or s["hour"] % HOURS == 0:
-            total, owners = sum(s["memory"].values()), s["owners"]
-            need, gone = owners.get("alive", 0) + owners.get("deployment", 0), owners.get("gone", 0)
-            print(
-                f"  hour {s['hour']:5.1f}: Redis {total / 1e6:6.2f} MB for {s['alive']:,} sessions alive, they need "
-                f"{need / 1e6:6.2f} MB ({total / max(1, need):.2f}x; sessions gone {gone / 1e6:.2f} MB)"
-            )
-    peak = max(sum(s["memory"].values()) for s in samples)
-    print(f"  Redis memory: peak {peak / 1e6:.2f} MB, end {sum(last['memory'].values()) / 1e6:.2f} MB")
-    rss = {name: [s["rss"][name] for s in samples if name in s["rss"]] for name in last["rss"]}
-    print(
-        "  RSS MiB, first hour -> end (peak): "
-        + ", ".join(f"{n} {v[0] / 2**20:.0f} -> {v[-1] / 2**20:.0f} ({max(v) / 2**20:.0f})" for n, v in rss.items())
-    )
-    out = Path(__file__).with_name("fleet.json")
-    hourly = [
-        {
-            "turns": h.turns,
-            "commit_p99_ms": p99(h.commit_ms),
-            "snapshot_p99_ms": p99(h.snapshot_ms),
-            "assemble_p99_ms": p99(h.assemble_ms),
-        }
-        for h in hours
-    ]
-    out.write_text(json.dumps({"args": vars(args), "turns": turns, "samples": samples, "hours": hourly}, indent=1))
-    draw(args, turns, hourly, samples, Path(__file__).with_name("fleet.png"))
 
 
 def main() -> None:

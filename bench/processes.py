@@ -201,3 +201,16 @@ def append_rows(path: Path, rows: list[Any]) -> None:
     """Rows (dataclasses) appended to ``path`` as JSON lines (what bench/scaleout_chart.py draws)."""
     with path.open("a") as out:
         out.writelines(json.dumps(asdict(row)) + "\n" for row in rows)
+
+
+POOL_ERRORS = ("Too many connections", "No connection available", "MaxConnectionsError")
+"""What redis-py says when a process's connection pool is exhausted."""
+
+
+def pool_errors(logs: list[Path]) -> int:
+    return sum(log.read_text(errors="replace").count(e) for log in logs for e in POOL_ERRORS)
+
+
+def acquisitions(logs: list[Path], offsets: list[int]) -> int:
+    """Shards acquired (a lease taken) in each log since its byte ``offsets``."""
+    return sum(log.read_bytes()[at:].count(b" acquired by ") for log, at in zip(logs, offsets, strict=True))

@@ -1,11 +1,8 @@
-"""Helpers of the end-to-end tests: the ``ovstream up`` service as a subprocess,
-OpenClaw-shaped conversations, and bounded waits.
-
-The e2e tests drive ovstream only through its public surfaces: turn events
-published with ``workers.store.streams.publish_turn`` (what the plugin's afterTurn
-does) and HTTP calls to the RPC. What they check comes from the RPC answers,
-the commit records (``workers.commits.records.CommitRecords`` and the ``ovstream commits``
-CLI) and, to know when capture has caught up, OV itself.
+"""Helpers of the end-to-end tests: the ``ovstream up`` service as a subprocess, OpenClaw-shaped
+conversations, and bounded waits. The e2e tests drive ovstream only through its public surfaces:
+turn events published with ``workers.store.streams.publish_turn`` (what the plugin's afterTurn
+does) and HTTP calls to the RPC. What they check comes from the RPC answers, the commit records
+(``CommitRecords`` and the ``ovstream commits`` CLI) and, to know when capture caught up, OV.
 """
 
 from __future__ import annotations
