@@ -56,10 +56,6 @@ REDIS_POOL_PER_SHARD = 4
 """Connections a capture worker keeps per stream it may hold: its blocking read, its round's
 scripts and pipelines, its trim."""
 
-OWN_PENDING_RECHECK_S = 30.0
-"""An idle capture consumer that holds nothing looks this often for entries still pending for
-it (an acknowledgement lost in a failover) and reads them again (workers.capture.shard)."""
-
 STOP_GRACE_S = 5.0
 """A process asked to stop (SIGTERM) finishes its work in progress and releases what it holds
 for at most this long; with Redis or OV away it gives up the rest (its leases lapse, its

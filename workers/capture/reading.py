@@ -1,7 +1,7 @@
 """How a shard consumer reads its stream (workers.capture.shard): new entries through the
-fenced read, the entries earlier owners left pending (its drain at the start), its own left
-pending by a read whose reply was lost or an acknowledgement a failover lost, and how long it
-waits when nothing in its backlog can be tried.
+fenced read (which hands over first what a read whose reply was lost delivered), the entries
+earlier owners left pending (its drain at the start), and how long it waits when nothing in its
+backlog can be tried.
 
 A mixin of ``ShardConsumer``: the state it reads and writes is the consumer's, declared here.
 """
@@ -66,7 +66,6 @@ class ShardReading:
     ov_down_until: float
     woken: asyncio.Event
     last_seen: str
-    _own_checked_at: float
 
     def _sessions(self) -> dict[str, list[Entry]]:
         """The backlog by session, each in stream order."""
@@ -252,31 +251,6 @@ class ShardReading:
         """Remember the newest of ``ids`` as handed to this consumer (``last_seen``)."""
         if ids:
             self.last_seen = max([self.last_seen, *ids], key=stream_id)
-
-    async def _read_own_again(self) -> bool:
-        """Idle and holding nothing, yet entries are pending for this consumer: an XACK lost in
-        a failover (Redis replicates it asynchronously, and a TAKEOVER does not wait), which
-        would stay a lag that never drains. Read them again (at most every
-        ``OWN_PENDING_RECHECK_S``): each is applied or, already applied, acked by the round's
-        applied-offset check. Safe since the fenced read hands over what a lost reply
-        delivered (``last_seen``): nothing pending was skipped for a later entry."""
-        now = asyncio.get_running_loop().time()
-        if now < self._own_checked_at + defaults.OWN_PENDING_RECHECK_S:
-            return False
-        self._own_checked_at = now
-        rows = await self.redis.xpending_range(self.stream, self.group, "-", "+", 1, consumername=self.consumer)
-        if not rows:
-            return False
-        await self._load_own()
-        self.backlog.sort(key=lambda e: e.order)
-        await self.failures.load(self.backlog)
-        log.info(
-            "shard %s: %d entries were pending for %s though it held none; read again",
-            self.shard,
-            len(self.backlog),
-            self.consumer,
-        )
-        return bool(self.backlog)
 
     async def _forget_idle_consumers(self) -> None:
         # Consumers named after dead processes pile up in the group; drop those with nothing pending.

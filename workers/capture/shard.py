@@ -77,7 +77,6 @@ class ShardConsumer(ShardReading):
         self.last_seen = "0-0"
         """The newest entry id this consumer was handed (by a read, its drain or a claim): what
         is pending for it after that id was delivered to a read whose reply it never got."""
-        self._own_checked_at = 0.0
         self.isolate: set[str] = set()
         """Sessions (OV ids) applied one writing entry per round after a merged write failed."""
         self.stop_requested = False
@@ -115,8 +114,6 @@ class ShardConsumer(ShardReading):
                 if self.lost:
                     break
                 if not self.backlog:
-                    if fetched == 0 and await self._read_own_again():
-                        continue
                     if fetched == 0:  # idle: what the last rounds applied goes (at most every interval)
                         await self.trim()
                     if fetched == 0 and superseded(self) and await self._retire():
