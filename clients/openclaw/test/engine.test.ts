@@ -49,7 +49,8 @@ describe("assemble", () => {
     assert.deepEqual(res.messages, msgs);
     assert.equal(res.estimatedTokens, estimateMessageTokens(msgs));
     assert.equal(res.systemPromptAddition, undefined);
-    assert.equal(hang.requests.length, 1, "the RPC was called");
+    // the server may read the request after the client gave up on it (a busy machine): wait for it
+    await waitFor("the RPC called", () => hang.requests.length === 1 || undefined, 10_000);
     assert.ok(log.at("warn").some((m) => m.includes("assemble RPC failed") && m.includes("no answer within 150 ms")), log.at("warn").join("\n"));
   });
 
