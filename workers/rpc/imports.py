@@ -19,7 +19,7 @@ from workers.rpc.subagents import Identity
 from workers.store.imports import read_import_records
 
 IMPORTS_ASKED_MAX = 10_000
-"""Sessions one request may ask about (the command asks in pages of this)."""
+"""Sessions one request may ask about (the command asks in pages of 1,000)."""
 
 
 class ImportedSession(BaseModel):
@@ -59,10 +59,10 @@ async def import_outcomes(svc: Services, body: ImportOutcomesRequest, scope: Sco
     records = await read_import_records(svc.redis, svc.settings, wanted)
     outcomes = []
     for s, (record, known) in zip(body.sessions, records):
-        if record is None or record.run != body.run:
-            outcomes.append({"eventId": s.eventId, "outcome": "pending", "messages": 0, "known": known})
-        else:
-            outcomes.append(
-                {"eventId": s.eventId, "outcome": record.outcome, "messages": record.messages, "known": known}
-            )
+        outcome: str
+        if record is not None and record.run == body.run:
+            outcome, messages = record.outcome, record.messages
+        else:  # none yet, or another run's: not this run's answer
+            outcome, messages = "pending", 0
+        outcomes.append({"eventId": s.eventId, "outcome": outcome, "messages": messages, "known": known})
     return {"outcomes": outcomes}

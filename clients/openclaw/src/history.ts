@@ -244,9 +244,13 @@ async function whatCaptureDid(
       else tally.pending += 1; // new to ovstream: what capture would write
       continue;
     }
-    if (a.outcome === "written") [tally.written, tally.writtenMessages] = [tally.written + 1, tally.writtenMessages + a.messages];
-    else if (a.outcome === "partly") [tally.partly, tally.partlyMessages] = [tally.partly + 1, tally.partlyMessages + a.messages];
-    else if (a.outcome === "already") tally.already += 1;
+    if (a.outcome === "written") {
+      tally.written += 1;
+      tally.writtenMessages += a.messages;
+    } else if (a.outcome === "partly") {
+      tally.partly += 1;
+      tally.partlyMessages += a.messages;
+    } else if (a.outcome === "already") tally.already += 1;
     else tally.pending += 1;
   }
   return tally;
