@@ -270,7 +270,8 @@ class Settings(BaseSettings):
     raise it for many long sessions talking at once through one process."""
     liveness_dir: str = Field("/tmp", min_length=1)
     """Where capture and worker processes touch a file every second, for ``ovstream health
-    --probe live`` (workers.liveness): a writable directory (an emptyDir on Kubernetes)."""
+    --probe live`` (workers.liveness): a writable directory (an emptyDir on Kubernetes). Each file
+    names its deployment (key prefix and Redis), so deployments on one host may share it."""
     rpc_tls_cert_file: str | None = Field(None)
     """Serve the RPC over HTTPS with this certificate (and ``rpc_tls_key_file``)."""
     rpc_tls_key_file: str | None = Field(None)
