@@ -19,6 +19,7 @@ from core.config_names import (
     ConfigError,
     camel,
 )
+from core.redaction import Policy, RedactionMode, check_personal, custom_rules, policy
 
 __all__ = ["SECRET_KEYS", "ConfigError", "RpcCredential", "Settings"]
 
@@ -185,6 +186,10 @@ class Settings(BaseSettings):
     """Consecutive failed task reads over which the poll interval keeps doubling. A read that
     fails never fails the commit (OV restarts take longer than a few reads): only OV saying
     ``failed`` does; reads go on until ``phase2_deadline_s``."""
+    extraction_repairs_per_hour: int = Field(2, ge=0)
+    """Most repairs of suspected lost extractions (workers.commits.repair) started per OV user
+    and hour, each one more phase 2 (a model call) taking every suspect of the user waiting
+    then; the others wait for the next. 0 turns the repairs off (suspects are still counted)."""
     compact_wait_s: float = Field(150.0, gt=0)
     """How long compact waits for phase 2. OpenClaw bounds a compaction at 180 s
     (``agents.defaults.compaction.timeoutSeconds``) and the plugin's call at 170 s,
@@ -272,6 +277,16 @@ class Settings(BaseSettings):
     """Where capture and worker processes touch a file every second, for ``ovstream health
     --probe live`` (workers.liveness): a writable directory (an emptyDir on Kubernetes). Each file
     names its deployment (key prefix and Redis), so deployments on one host may share it."""
+    redaction: RedactionMode = Field("mask")
+    """What a secret in a turn becomes before anything stores it (docs/PRIVACY.md): ``mask`` a
+    typed placeholder (``[secret:jwt#1]``), ``drop`` the message's content withheld, ``off``."""
+    redaction_agents: dict[str, RedactionMode] = Field({})
+    """Per-agent ``redaction`` (agent id -> mode), over the deployment's."""
+    redaction_personal: Annotated[tuple[str, ...], NoDecode] = Field(())
+    """Personal data kinds masked too (opt-in): ``email``, ``phone``, ``card_number``, ``iban``."""
+    redaction_custom_patterns: tuple[dict[str, Any], ...] = Field(())
+    """Secrets of the deployment's own kinds: each ``{kind, pattern, flags?, group?}`` (the
+    regular expression syntax Python and JavaScript share), masked as ``[secret:<kind>#n]``."""
     rpc_tls_cert_file: str | None = Field(None)
     """Serve the RPC over HTTPS with this certificate (and ``rpc_tls_key_file``)."""
     rpc_tls_key_file: str | None = Field(None)
@@ -307,7 +322,13 @@ class Settings(BaseSettings):
             raise ValueError("redisSentinels: redisUrl must be a redis:// or rediss:// URL, not the embedded one")
         return self
 
-    @field_validator("bypass_session_patterns", "redis_sentinels", mode="before")
+    @field_validator("redaction_personal", "redaction_custom_patterns")
+    @classmethod
+    def _redaction(cls, v: tuple[Any, ...], info: Any) -> tuple[Any, ...]:
+        check_personal(v) if info.field_name == "redaction_personal" else custom_rules(v)
+        return v
+
+    @field_validator("bypass_session_patterns", "redis_sentinels", "redaction_personal", mode="before")
     @classmethod
     def _patterns(cls, v: Any) -> Any:
         if isinstance(v, str):  # env var: comma separated
@@ -351,6 +372,11 @@ class Settings(BaseSettings):
         if self.rpc_token is None:
             return dict(self.rpc_credentials)
         return {"default": RpcCredential.model_validate({"token": self.rpc_token}), **self.rpc_credentials}
+
+    def redaction_for(self, agent_id: str | None) -> Policy:
+        """The redaction of ``agent_id``'s turns (its ``redaction_agents`` mode, else ``redaction``)."""
+        custom = tuple(tuple(sorted(c.items())) for c in self.redaction_custom_patterns)
+        return policy(self.redaction_agents.get(agent_id or "", self.redaction), self.redaction_personal, custom)
 
     def redacted_redis_url(self, url: str | None = None) -> str:
         """``url`` (default ``redis_url``) without its credentials, for logs; the store behind

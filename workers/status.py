@@ -155,6 +155,10 @@ class DeploymentStatus:
     (workers.commits.repair), since the deployment began."""
     repairs: dict[str, int] = field(default_factory=dict)
     """The listed repairs of lost extractions by their commit's state."""
+    repairs_started: int = 0
+    """Repair commits started since the deployment began (each one more phase 2)."""
+    suspects_waiting: int = 0
+    """Suspected lost extractions waiting for their user's repair."""
     oldest_commit_s: float = 0.0
     """How long ago the oldest commit in flight was asked for (0: none in flight)."""
     oldest_commit: str = ""
@@ -194,6 +198,8 @@ class DeploymentStatus:
             "shard_map": self.shard_map,
             "extractions_lost": self.extractions_lost,
             "repairs": self.repairs,
+            "repairs_started": self.repairs_started,
+            "suspects_waiting": self.suspects_waiting,
             "oldest_commit_s": round(self.oldest_commit_s, 3),
             "oldest_commit": self.oldest_commit,
             "commits_stalled": self.commits_stalled,
@@ -267,6 +273,8 @@ def read_status(client: redis.Redis, settings: Settings) -> DeploymentStatus:
         shard_map=str(shard_map),
         extractions_lost=lost.lost_total,
         repairs=lost.repairs,
+        repairs_started=lost.repairs_started,
+        suspects_waiting=lost.suspects_waiting,
         oldest_commit_s=oldest_s,
         oldest_commit=oldest,
     )

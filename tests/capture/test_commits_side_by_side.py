@@ -20,9 +20,11 @@ from core.repair import repair_session_id
 from core.session import SessionAddress
 from workers.cli.status import format_status
 from workers.commits import context as jobs
+from workers.commits import repair as repair_module
 from workers.commits.context import context_of
 from workers.commits.records import FINAL_STATUSES, CommitRecords
 from workers.commits.repair import read_lost_extractions, run_check
+from workers.commits.repair_pool import schedule_repair
 from workers.commits.request import LEGACY_IN_LINE, request_commit
 from workers.commits.run import run_commit
 from workers.commits.sweep import sweep
@@ -118,6 +120,20 @@ def _commit_together(redis_client, settings, said: dict[str, str]) -> list[Commi
     return requests
 
 
+def _pooled_repair(redis_client, settings, *requests: CommitRequest) -> CommitRequest:
+    """The repair commit that took ``requests`` (their claims name one commit), once made."""
+    keys = Keys(settings.key_prefix)
+
+    def claimed() -> bool:
+        return all(redis_client.exists(keys.extraction_repair(r.commit_id)) for r in requests)
+
+    assert drain_jobs(redis_client, settings, until=claimed)
+    named = {redis_client.get(keys.extraction_repair(r.commit_id)) for r in requests}
+    assert len(named) == 1, named  # one repair for all of them
+    lost = read_lost_extractions(redis_client, settings, newest=50)
+    return next(e.repair for e, _, _ in lost.newest if e.commit_id == requests[0].commit_id)
+
+
 def test_no_memory_beside_another_commit_is_extracted_again_alone_and_lost_only_if_that_finds_some(
     redis_client, settings, fake_ov, caplog
 ):
@@ -131,30 +147,25 @@ def test_no_memory_beside_another_commit_is_extracted_again_alone_and_lost_only_
     request, other = _commit_together(redis_client, settings, said)
     outcome = CommitRecords(redis_client, settings).outcome(request)
     assert (outcome.status, outcome.memories_extracted) == ("completed", 0)
-    repairs = [SessionAddress(repair_session_id(r.commit_id), "main", None) for r in (request, other)]
+    # both suspects wait for their user's repair, and one repair session takes both
+    repair_request = _pooled_repair(redis_client, settings, request, other)
+    assert repair_request.ov_session_id in {repair_session_id(r.commit_id) for r in (request, other)}
     repaired = CommitRecords(redis_client, settings)
-
-    def repairs_final() -> bool:
-        listed = [repaired.list(r) for r in repairs]
-        return all(outcomes and outcomes[-1].status in FINAL_STATUSES for outcomes in listed)
-
-    assert drain_jobs(redis_client, settings, until=repairs_final)
-    # each repair's verdict: a job after its commit
-    assert drain_jobs(redis_client, settings, until=lambda: caplog.text.count("nothing had been lost") == 2)
-    # the repair session holds the archive's user messages, and was committed alone
-    repair = repairs[0]
+    assert drain_jobs(redis_client, settings, until=lambda: caplog.text.count("nothing had been lost") == 1)
+    # the repair session holds both archives' user messages, written once, committed alone once
+    repair = repair_request.address
     written = [r for r in fake_ov.requests if r.url.path == f"/api/v1/sessions/{repair.ov_session_id}/messages/batch"]
-    assert len(written) == 1 and said["lost"] in written[0].content.decode()
+    assert len(written) == 1 and all(text in written[0].content.decode() for text in said.values())
     assert [o.status for o in repaired.list(repair)] == ["completed"]
     lost = read_lost_extractions(redis_client, settings)
     # alone, the fake OV extracts nothing from it either: nothing had been lost, no alarm
     assert lost.lost_total == 0 and lost.repairs == {"completed": 2}
+    assert (lost.repairs_started, lost.suspects_waiting) == (1, 0)  # one more phase 2 for two suspects
     assert {entry.commit_id for entry, _, _ in lost.newest} == {request.commit_id, other.commit_id}
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     # once per archive: looked at again, nothing more is written or committed
     assert run_check(redis_client, context_of(settings), request) == "already repaired"
     # a repair that does write memories alone shows the loss: counted once, said at WARNING
-    repair_request = next(e.repair for e, _, _ in lost.newest if e.repair.ov_session_id == repair.ov_session_id)
     verdict = repaired.outcome(repair_request)
     redis_client.hset(  # as if the repair's phase 2 had written memories
         session_keys(settings, repair).commits,
@@ -167,6 +178,47 @@ def test_no_memory_beside_another_commit_is_extracted_again_alone_and_lost_only_
     assert "an extraction lost, now repaired" in caplog.text
     # the repair's own commit, which wrote no memory either, is not repaired in turn
     assert not redis_client.exists(Keys(settings.key_prefix).extraction_repair(repaired.list(repair)[0].commit_id))
+
+
+def test_a_users_repairs_keep_to_its_hourly_budget_and_the_suspects_wait_not_lost(
+    redis_client, settings, fake_ov, caplog
+):
+    settings = settings.model_copy(update={"extraction_repairs_per_hour": 1})
+    caplog.set_level(logging.INFO)
+    said = "We moved the launch to the ninth of March and Berta owns the budget."
+    for sid in ("a1", "a2", "b1", "b2"):
+        _seed(fake_ov, sid, said)
+    first = _commit_together(redis_client, settings, {"a1": "", "a2": ""})
+    _pooled_repair(redis_client, settings, *first)
+    assert drain_jobs(redis_client, settings, until=lambda: "nothing had been lost" in caplog.text)
+    # a second pair of the same user: suspected, and waiting for the hour's budget
+    second = _commit_together(redis_client, settings, {"b1": "", "b2": ""})
+    assert drain_jobs(
+        redis_client, settings, until=lambda: "wait" in caplog.text and "hourly repair budget" in caplog.text
+    )
+    keys = Keys(settings.key_prefix)
+    assert not any(redis_client.exists(keys.extraction_repair(r.commit_id)) for r in second)
+    lost = read_lost_extractions(redis_client, settings)
+    assert (lost.repairs_started, lost.suspects_waiting) == (1, 2)
+    assert "waiting for their user's repair: 2" in format_status(read_status(redis_client, settings))
+    # the hour over (its start forgotten), the waiting pair is repaired together (not waiting the
+    # hour for the job that would look then)
+    redis_client.delete(keys.extraction_repair_starts("-"))
+    schedule_repair(redis_client, settings, second[0], 0)
+    _pooled_repair(redis_client, settings, *second)
+    assert read_lost_extractions(redis_client, settings).repairs_started == 2
+
+
+def test_repairs_off_leave_the_suspects_counted(redis_client, settings, fake_ov):
+    settings = settings.model_copy(update={"extraction_repairs_per_hour": 0})
+    for sid in ("off1", "off2"):
+        _seed(fake_ov, sid, "The vendor contract renews in June; Dieter negotiates it this time.")
+    _commit_together(redis_client, settings, {"off1": "", "off2": ""})
+    assert drain_jobs(
+        redis_client, settings, until=lambda: read_lost_extractions(redis_client, settings).suspects_waiting == 2
+    )
+    assert drain_jobs(redis_client, settings)  # nothing left to run: no repair made
+    assert read_lost_extractions(redis_client, settings).repairs_started == 0
 
 
 def test_a_lone_commit_that_wrote_nothing_had_nothing_to_lose(redis_client, settings, fake_ov):
@@ -204,3 +256,26 @@ def test_status_says_when_commits_wait_with_nothing_moving_them(redis_client, se
     assert request.commit_id in format_status(said) and "PROBLEM: commits wait" in format_status(said)
     assert drain_jobs(redis_client, settings, until=_final(redis_client, settings, request))
     assert read_status(redis_client, settings).oldest_commit_s == 0.0  # final: none in flight
+
+
+def test_a_repair_that_wrote_nothing_beside_another_commit_of_its_user_is_tried_again_in_a_fresh_session(
+    redis_client, settings, fake_ov, caplog, monkeypatch
+):
+    caplog.set_level(logging.INFO)
+    for sid in ("again1", "again2"):
+        _seed(fake_ov, sid, "We moved the launch to the ninth of March and Berta owns the budget.")
+    suspects = _commit_together(redis_client, settings, {"again1": "", "again2": ""})
+    repair = _pooled_repair(redis_client, settings, *suspects)
+    records = CommitRecords(redis_client, settings)
+    assert drain_jobs(redis_client, settings, until=lambda: records.outcome(repair).status in FINAL_STATUSES)
+    # another commit of the user ran while the repair did: its empty result proves nothing
+    monkeypatch.setattr(repair_module, "_others", lambda *_: [(repair.requested_at, None)])
+    assert run_check(redis_client, context_of(settings), repair) == "inconclusive: suspected again"
+    assert read_lost_extractions(redis_client, settings).suspects_waiting == 2
+    assert run_check(redis_client, context_of(settings), repair) == "inconclusive: suspected again"  # idempotent
+    assert read_lost_extractions(redis_client, settings).suspects_waiting == 2
+    monkeypatch.undo()
+    second = _pooled_repair(redis_client, settings, *suspects)
+    assert second.ov_session_id in {repair_session_id(r.commit_id, 1) for r in suspects}  # its second try
+    assert second.ov_session_id != repair.ov_session_id
+    assert read_lost_extractions(redis_client, settings).repairs_started == 2

@@ -172,3 +172,26 @@ async def test_a_session_assembled_by_recall_calls_only_shows_what_they_injected
     await asyncio.sleep(0.1)
     kept = (await rpc.client.get("/v1/sessions/inspect", params={"sessionId": SID})).json()["assembled_recall"]
     assert kept["reason"] in ("no_recall_hits", "recalled"), kept
+
+
+async def test_a_trace_keeps_no_secret_the_host_sent_and_says_what_was_masked(rpc: Any) -> None:
+    aws, jwt = "AKIA" + "IOSFODNN7EXAMPLE", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+    said = f"deploy with key {aws} and the session token {jwt} please, " + "then report back " * 20
+    body = {"sessionId": SID, "messages": oc_turns("q0", "a0", said, "done"), "prompt": "hi"}
+    assert (await rpc.assemble(body)).status_code == 200
+
+    async def kept() -> dict[str, Any] | None:
+        return (await rpc.client.get("/v1/sessions/inspect", params={"sessionId": SID})).json()["assembled"]
+
+    trace = None
+    for _ in range(200):  # the trace is written after the answer, by a task of the RPC's loop
+        trace = await kept()
+        if trace is not None:
+            break
+        await asyncio.sleep(0.02)
+    assert trace is not None
+    assert aws not in str(trace) and jwt not in str(trace)
+    assert trace["masked"] == {"aws_access_key": 1, "jwt": 1}
+    assert "[secret:aws_access_key#1]" in trace["messages"][2]["preview"]  # redacted before it was cut
+    page = await rpc.client.get("/console/session", params={"id": SID, "agent": "main"})
+    assert "2 secrets masked in this turn: aws_access_key, jwt" in page.text and aws not in page.text

@@ -36,6 +36,7 @@ JOB_PATHS = (
     "workers.commits.run.poll_phase2",
     "workers.commits.run.recheck_phase2",
     "workers.commits.repair.check_extraction",
+    "workers.commits.repair_pool.repair_extractions",
 )
 """Functions RQ jobs name by dotted path: a job queued by the previous release runs on this one."""
 

@@ -1,7 +1,7 @@
 """One round of a shard consumer: apply a batch of sessions to OV, exactly once.
 
-Steps, each over every session of the round (sessions concurrently, each
-session's entries strictly in stream order, merged into one OV batch write):
+Steps, each over every session of the round (sessions concurrently, each session's entries
+strictly in stream order, merged into one OV batch write; each entry redacted as it was read):
 
 1. read the sessions' applied hashes (one pipeline);
 2. plan the units (workers.capture.plan); settle an intent left by a crash
@@ -13,10 +13,10 @@ session's entries strictly in stream order, merged into one OV batch write):
    written session's snapshot behind (``SNAPSHOT_BEHIND``: assemble reads OV rather than serve
    an older snapshot), recording what became of imports (workers.capture.imports) and XACKing
    every finished entry; fault hook ``after_ack``;
-6. per written (or settled) session: request a commit when its pending tokens reach
-   the threshold; refresh its snapshot (hooks ``before_snapshot`` per session and
-   ``before_snapshot_store``; OV reads concurrently, one pipeline of reads and one
-   of writes), which clears the mark.
+6. count what it wrote masked (workers.capture.redacting); per written (or settled) session:
+   request a commit when its pending tokens reach the threshold; refresh its snapshot (hooks
+   ``before_snapshot`` per session and ``before_snapshot_store``; OV reads concurrently, one
+   pipeline of reads and one of writes), which clears the mark.
 
 Steps 3 and 5 are fenced by the shard's lease (workers.capture.fence): a consumer that lost it
 writes neither an intent nor an ack. A crash anywhere leaves either nothing written (intent or
@@ -31,7 +31,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Protocol
+from typing import Protocol, cast
 
 import redis.asyncio as aioredis
 
@@ -53,6 +53,7 @@ from workers.capture.plan import (
     finish_state,
     plan_round,
 )
+from workers.capture.redacting import count_masked
 from workers.capture.services import CaptureServices
 from workers.capture.settle import lost_writes_intent, ov_total, settled_total
 from workers.capture.slices import CpuSlice
@@ -245,7 +246,9 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
             if _grows_ov(r.plan) and state.last_id is not None:
                 # until a snapshot this new is stored, the stored one is no snapshot to assemble
                 behind = {SNAPSHOT_BEHIND: state.last_id}
-                applied.append(HashWrite(snapshot_key(settings, r.plan.session.address), behind, px=_snapshot_ms(c)))
+                applied.append(
+                    HashWrite(snapshot_key(settings, r.plan.session.address), behind, px=settings.snapshot_ttl_s * 1000)
+                )
         applied += c.failures.forget([e for r in finished for e in r.plan.entries])
         try:
             await c.fence.apply(applied, [e.id for r in finished for e in r.plan.entries if e.letter is None])
@@ -262,6 +265,7 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
             outcome.acked.extend(r.plan.entries)
             worker.stats.count_applied(r.plan)
         worker.fault("after_ack")
+        await count_masked(redis, settings, [r.plan for r in finished])
         await delete_letters(redis, settings, [e for r in finished for e in r.plan.entries])
     await _record_failures(c, runs, outcome)
     written = [r for r in finished if _grows_ov(r.plan)]
@@ -280,8 +284,7 @@ def _server_errors_are_ov_failing(runs: list[_Run]) -> None:
     if not failing or any(r.ok and r.plan.messages for r in runs):
         return
     for r in failing:
-        error = r.error
-        assert isinstance(error, OVError)
+        error = cast(OVError, r.error)
         r.unavailable = OVUnavailable(error.code, f"HTTP {error.status} to every session: {error.message}")
         r.error = None
 
@@ -296,10 +299,6 @@ def _state_ms(c: RoundHost, state: AppliedState) -> int:
     """How long the session's applied state lives from this write (``sessionStateTtlS``); a
     parked session's, until it is released (``fence.KEEP``)."""
     return KEEP if state.parked is not None else c.settings.session_state_ttl_s * 1000
-
-
-def _snapshot_ms(c: RoundHost) -> int:
-    return c.settings.snapshot_ttl_s * 1000
 
 
 async def _commit_on_markers(c: RoundHost, finished: list[_Run]) -> None:

@@ -43,11 +43,12 @@ def format_status(status: DeploymentStatus) -> str:
     lines.append(f"commits in flight: {status.commits_in_flight}{oldest}; dead letters: {status.dead_letters}")
     if status.commits_stalled:
         lines.append(f"PROBLEM: {status.commits_stalled}")
-    if status.extractions_lost or status.repairs:
+    if status.extractions_lost or status.repairs or status.suspects_waiting:
         repairs = ", ".join(f"{state} {count}" for state, count in status.repairs.items()) or "none listed"
         lines.append(
             f"extractions lost to OV's merge (their repair, alone, wrote the memories): {status.extractions_lost}; "
-            f"phase 2s with no memory beside another of their user, extracted again alone: {repairs}"
+            f"phase 2s with no memory beside another of their user, extracted again alone: {repairs} "
+            f"({status.repairs_started} repair commits); waiting for their user's repair: {status.suspects_waiting}"
         )
     releases = ", ".join(f"{v} ({n} process{'es' if n > 1 else ''})" for v, n in sorted(status.releases.items()))
     plugins = ", ".join(status.plugins) or "none lately"

@@ -5,19 +5,18 @@ A commit whose phase 2 completed with no memories has its archive looked at by t
 ``check_extraction`` (scheduled by the poller, workers.commits.run). When its phase 2
 overlapped another of its OV user (``core.repair.overlapped``: only then does OV merge
 extractions) and the archive held substantive user text, the extraction may have been lost
-to the merge, or there was nothing worth remembering: the archive's user messages go to a
-repair session of the same user and agent, committed alone (an ordinary commit, reason
-``manual``, listed in ``Keys.extraction_repairs``: ``ovstream status``, the console), said at
-INFO. The repair's own commit decides: memories written alone mean the merge lost them (counted
-once in ``Keys.extractions_lost``, ``ovstream_extractions_lost_total``, its alert, and a
-WARNING); none written means nothing was lost (INFO). So a user who says nothing memorable in
-two sessions at once raises no alarm.
+to the merge, or there was nothing worth remembering: the commit waits as a suspect of its
+user, and the user's suspects are repaired together in one session committed alone
+(workers.commits.repair_pool: an ordinary commit, reason ``manual``, listed in
+``Keys.extraction_repairs``: ``ovstream status``, the console), said at INFO. The repair's own
+commit decides: memories written alone mean the merge lost them (counted once per repair in
+``Keys.extractions_lost``, ``ovstream_extractions_lost_total``, its alert, and a WARNING); none
+written means nothing was lost (INFO). So a user who says nothing memorable in two sessions at
+once raises no alarm, and costs at most ``extraction_repairs_per_hour`` phase 2s an hour.
 
 Once per archive: a claim (``Keys.extraction_repair``, a string with the session state's
-lifetime) names the repair commit, and a job run again finds it. Repairs of one tenant run
-one at a time (``Keys.extraction_repair_turn``): a repair overlapping another extraction of
-its user could be merged away again by the same model; a repair finding another of its tenant
-unfinished looks again after ``REPAIR_WAIT_S``. A repair's own commit is never repaired in turn.
+lifetime) names the repair commit, and a job run again finds it. A repair's own commit is never
+repaired in turn.
 """
 
 from __future__ import annotations
@@ -26,49 +25,21 @@ import logging
 import time
 from dataclasses import dataclass
 
-import msgspec
 import redis as redis_lib
 
 from core.config import Settings
-from core.events import EVENT_VERSION, CommitOutcome, CommitRequest, EventDecodeError, decode, encode
+from core.events import CommitOutcome, CommitRequest, decode
 from core.ov.client import OVError
-from core.ov.messages import OVMessage
-from core.repair import (
-    is_repair_session,
-    lost_extraction,
-    overlapped,
-    repair_messages,
-    repair_session_id,
-    user_text,
-)
-from core.session import SessionAddress
+from core.repair import REPAIR_ATTEMPTS, is_repair_session, lost_extraction, overlapped, user_text
 from workers import logs
 from workers.commits.context import JobContext, context_for
-from workers.commits.records import FINAL_STATUSES, OUTCOME_FIELD, CommitRecords, decoded, in_flight_requests
-from workers.commits.request import request_commit
-from workers.commits.run import patiently, schedule_extraction_check
+from workers.commits.records import OUTCOME_FIELD, CommitRecords, decoded, in_flight_requests
+from workers.commits.repair_pool import RepairEntry, suspect, suspect_again, suspects_waiting
+from workers.commits.run import patiently
 from workers.store.connection import optional_text, stream_entries
 from workers.store.keys import Keys
 
 log = logging.getLogger(__name__)
-
-REPAIR_WAIT_S = 5.0
-"""How long a repair waits before looking again while another repair of its tenant runs."""
-REPAIRS_LISTED = 1000
-"""Approximate length of the list of lost extractions (``Keys.extraction_repairs``)."""
-
-
-class RepairEntry(msgspec.Struct, kw_only=True):
-    """One lost extraction, as listed: the commit, its archive, and the commit repairing it."""
-
-    v: int = EVENT_VERSION
-    commit_id: str
-    ov_session_id: str
-    agent_id: str
-    user: str | None = None
-    archive_uri: str
-    repair: CommitRequest
-    at: float
 
 
 def check_extraction(request_json: str, key_prefix: str) -> str:
@@ -101,36 +72,7 @@ def run_check(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest) -
         return "archive unreadable"
     if not lost_extraction(outcome.status, outcome.memories_extracted, archive.messages):
         return "nothing lost"
-    if not _my_turn(redis, settings, request):
-        schedule_extraction_check(redis, settings, request, REPAIR_WAIT_S)
-        return "waits for its tenant's repair"
-    repair_sid = repair_session_id(request.commit_id)
-    try:
-        ctx.run(lambda: _write_repair_session(ctx, request, repair_sid, archive.messages))
-    except OVError as exc:
-        log.warning("commit %s: could not write its repair session: %s; trying again later", request.commit_id, exc)
-        schedule_extraction_check(redis, settings, request, REPAIR_WAIT_S)
-        return "repair session not written"
-    repair = request_commit(
-        redis,
-        settings,
-        SessionAddress(repair_sid, request.agent_id, request.user),
-        reason="manual",
-        keep_recent_count=0,
-    )
-    _claim(redis, settings, request, outcome.archive_uri, repair)
-    log.info(
-        "commit %s of session %s: phase 2 wrote no memories beside another commit of its user (OV merges "
-        "those: lost, or nothing to remember?); its archive %s holds %d characters the user said, "
-        "extracted again alone in session %s (commit %s)",
-        request.commit_id,
-        sid,
-        archive_id,
-        len(user_text(archive.messages)),
-        repair_sid,
-        repair.commit_id,
-    )
-    return "repairing"
+    return suspect(redis, settings, request, outcome.archive_uri, len(user_text(archive.messages)))
 
 
 def _verdict(redis: redis_lib.Redis, settings: Settings, repair: CommitRequest) -> str:
@@ -140,6 +82,21 @@ def _verdict(redis: redis_lib.Redis, settings: Settings, repair: CommitRequest) 
     if outcome is None or outcome.status != "completed":
         return "repair unfinished"
     if not outcome.memories_extracted:
+        # a repair starts once its user's commits are final: one that began while it ran may have shared its batch
+        ran = (outcome.requested_at, outcome.finished_at or time.time())
+        if overlapped(ran, _others(redis, settings, repair), margin_s=0.0):
+            again, given_up = suspect_again(redis, settings, repair)
+            log.log(
+                logging.WARNING if given_up else logging.INFO,
+                "repair commit %s (session %s) wrote no memories, but beside another commit of its user (a "
+                "merge may have lost them again): %d suspects wait for another repair, %d given up after %d tries",
+                repair.commit_id,
+                repair.ov_session_id,
+                again,
+                given_up,
+                REPAIR_ATTEMPTS,
+            )
+            return "inconclusive: suspected again"
         log.info(
             "repair commit %s (session %s) wrote no memories alone either: nothing had been lost",
             repair.commit_id,
@@ -160,22 +117,6 @@ def _verdict(redis: redis_lib.Redis, settings: Settings, repair: CommitRequest) 
     return "lost, repaired"
 
 
-async def _write_repair_session(
-    ctx: JobContext, request: CommitRequest, repair_sid: str, archive: list[OVMessage]
-) -> None:
-    """The archive's user messages into the repair session, unless a run before wrote them."""
-    ov = ctx.ov(request.address)
-    try:
-        state = await ov.get_session(repair_sid)
-        written = state.message_count + state.commit_count
-    except OVError as exc:
-        if exc.code != "NOT_FOUND":
-            raise
-        written = 0
-    if not written:
-        await ov.add_messages(repair_sid, repair_messages(archive))
-
-
 OTHERS_READ = 500
 """Most recent final outcomes, and in-flight commits, read for one that overlapped."""
 
@@ -193,44 +134,6 @@ def _others(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) 
     ]
 
 
-def _tenant(request: CommitRequest) -> str:
-    return request.user or "-"
-
-
-def _my_turn(redis: redis_lib.Redis, settings: Settings, request: CommitRequest) -> bool:
-    """Whether no other repair of ``request``'s tenant is unfinished (then this one may go)."""
-    held = redis.get(Keys(settings.key_prefix).extraction_repair_turn(_tenant(request)))
-    if held is None:
-        return True
-    try:
-        other = decode(held, CommitRequest)
-    except EventDecodeError:
-        return True
-    outcome = CommitRecords(redis, settings).outcome(other)
-    return outcome is None or outcome.status in FINAL_STATUSES
-
-
-def _claim(
-    redis: redis_lib.Redis, settings: Settings, request: CommitRequest, archive_uri: str, repair: CommitRequest
-) -> None:
-    """Record the repair: the claim (once per archive), the tenant's turn and the list (the
-    count waits for the repair's verdict)."""
-    keys, ttl = Keys(settings.key_prefix), settings.session_state_ttl_s
-    if not redis.set(keys.extraction_repair(request.commit_id), repair.commit_id, nx=True, ex=ttl):
-        return
-    redis.set(keys.extraction_repair_turn(_tenant(request)), encode(repair), ex=int(settings.phase2_deadline_s) + 60)
-    entry = RepairEntry(
-        commit_id=request.commit_id,
-        ov_session_id=request.ov_session_id,
-        agent_id=request.agent_id,
-        user=request.user,
-        archive_uri=archive_uri,
-        repair=repair,
-        at=repair.requested_at,
-    )
-    redis.xadd(keys.extraction_repairs(), {"e": encode(entry)}, maxlen=REPAIRS_LISTED, approximate=True)
-
-
 @dataclass(frozen=True, slots=True)
 class LostExtractions:
     """What ``ovstream status``, ``/metrics`` and the console say of lost extractions."""
@@ -241,11 +144,16 @@ class LostExtractions:
     """The listed repairs by their commit's state (pending, running, completed, failed, ...)."""
     newest: list[tuple[RepairEntry, str, int | None]]
     """The newest few: the entry, its repair's state and the memories it wrote."""
+    repairs_started: int = 0
+    """Repair commits started since the deployment began (each one more phase 2)."""
+    suspects_waiting: int = 0
+    """Suspected lost extractions waiting for their user's repair."""
 
 
 def read_lost_extractions(redis: redis_lib.Redis, settings: Settings, *, newest: int = 5) -> LostExtractions:
     keys, records = Keys(settings.key_prefix), CommitRecords(redis, settings)
     total = int(optional_text(redis.get(keys.extractions_lost())) or 0)
+    started = int(optional_text(redis.get(keys.extraction_repairs_started())) or 0)
     by_state: dict[str, int] = {}
     shown: list[tuple[RepairEntry, str, int | None]] = []
     for _, fields in reversed(stream_entries(redis.xrevrange(keys.extraction_repairs(), count=200))):
@@ -256,4 +164,10 @@ def read_lost_extractions(redis: redis_lib.Redis, settings: Settings, *, newest:
         state = outcome.status if outcome is not None else "unknown"
         by_state[state] = by_state.get(state, 0) + 1
         shown.append((entry, state, outcome.memories_extracted if outcome is not None else None))
-    return LostExtractions(total, dict(sorted(by_state.items())), list(reversed(shown))[:newest])
+    return LostExtractions(
+        total,
+        dict(sorted(by_state.items())),
+        list(reversed(shown))[:newest],
+        repairs_started=started,
+        suspects_waiting=suspects_waiting(redis, settings),
+    )

@@ -33,7 +33,7 @@ from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
 from workers.dev.local_ov import INSTALL_HINT, LocalOV, LocalOVError, find_openviking_server, start_local_ov
 from workers.dev.local_redis import LocalRedisError, free_port, redis_answers, start_redis_server
-from workers.dev.model_server import start_model_server
+from workers.dev.model_server import ModelServerHandle, start_model_server
 from workers.store.keys import Keys
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -148,6 +148,11 @@ def _start_ov_interruptibly(workdir: str, model_url: str, binary: str, say: Say)
 
 def start_local_stack(stack: ExitStack, say: Say) -> str:
     """The bundled model server plus a local openviking-server; returns OV's URL."""
+    return start_local_stack_with_model(stack, say)[0]
+
+
+def start_local_stack_with_model(stack: ExitStack, say: Say) -> tuple[str, ModelServerHandle]:
+    """``start_local_stack``, also returning the model server (its mode, its counts: benches)."""
     binary = find_openviking_server()
     if binary is None:
         raise ServiceError(INSTALL_HINT)
@@ -163,7 +168,7 @@ def start_local_stack(stack: ExitStack, say: Say) -> str:
     ov = _start_ov_interruptibly(workdir, model.url, binary, say)
     stack.callback(ov.stop)
     say(f"OV: local openviking-server pid {ov.pid} at {ov.url} (healthy after {ov.startup_s:.1f} s, log {ov.log_path})")
-    return ov.url
+    return ov.url, model
 
 
 def provide_ov(base_url: str, stack: ExitStack, say: Say, *, fake: bool = False) -> tuple[str, str]:

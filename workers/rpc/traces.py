@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ from core.config import Settings
 from core.messages.convert import content_text
 from core.messages.tokens import estimate_message_tokens
 from core.recall.hits import recall_category, to_hit
+from core.redaction import Placeholders, Policy, redact_text
 from core.session import SessionAddress
 from workers.store.keys import Keys
 from workers.store.lineage import lineage_address
@@ -38,16 +40,30 @@ NOTED_SESSIONS = 8192
 """Sessions whose last kept answer each process remembers (to skip keeping it again)."""
 
 
-def message_lines(messages: Sequence[Any]) -> list[MessageLine]:
-    """Each message's role, estimated tokens and the start of its text (of those given)."""
-    lines = []
+def message_lines(messages: Sequence[Any], policy: Policy | None = None) -> tuple[list[MessageLine], Counter[str]]:
+    """Each message's role, estimated tokens and the start of its text (of those given), the
+    text redacted by ``policy`` before it is cut (a secret cut short would not match); and what
+    was masked in the newest turn (from the last user message on)."""
+    lines, numbers, newest = [], Placeholders(), Counter[str]()
     for m in messages:
         role = str(m.get("role", "?")) if isinstance(m, dict) else "?"
         text = content_text(m.get("content")) if isinstance(m, dict) else ""
         if not text and isinstance(m, dict) and m.get("role") == "assistant":
             text = " ".join(f"[{b.get('name', 'tool')}]" for b in m.get("content") or [] if isinstance(b, dict))
+        if role == "user":
+            newest = Counter()
+        if policy is not None and policy.mode != "off":
+            text, kinds = redact_text(text, policy.rules, numbers)
+            newest.update(kinds)
         lines.append(MessageLine(role=role, tokens=estimate_message_tokens([m]), preview=text[:PREVIEW_CHARS]))
-    return lines
+    return lines, newest
+
+
+def redacted(text: str | None, policy: Policy) -> str | None:
+    """``text`` as a trace may keep it (core.redaction)."""
+    if text is None or policy.mode == "off":
+        return text
+    return redact_text(text, policy.rules, Placeholders())[0]
 
 
 class TraceRecorder:
@@ -104,6 +120,8 @@ class TraceRecorder:
         )
 
         async def keep() -> None:
+            policy = self.settings.redaction_for(address.agent_id)
+            lines, masked = message_lines(kept, policy)
             trace = AssembleTrace(
                 at=at,
                 ov_session_id=address.ov_session_id,
@@ -112,15 +130,16 @@ class TraceRecorder:
                 reason=reason,
                 budget=budget,
                 estimated_tokens=estimated_tokens,
-                messages=message_lines(kept),
+                messages=lines,
                 message_count=len(messages),
                 left_out=len(messages) - len(kept),
                 session_kept=session_kept,
                 overlay_messages=overlay_messages,
                 overlay_turns=list(overlay_turns),
                 snapshot_id=snapshot_id,
-                system_prompt_addition=system_prompt_addition,
-                injected=None if injected is None else injected[:INJECTED_CHARS],
+                system_prompt_addition=redacted(system_prompt_addition, policy),
+                injected=None if injected is None else (redacted(injected, policy) or "")[:INJECTED_CHARS],
+                masked=dict(masked),
             )
             ttl_s = self.settings.console_trace_ttl_s
             by_key = lineage_address(session_key, address)  # the address the key alone names
@@ -137,6 +156,7 @@ class TraceRecorder:
         if not self.enabled:
             return
         memories = [RecalledMemory(uri=h.uri, score=h.score, category=recall_category(h)) for h in map(to_hit, hits)]
+        query = redacted(query, self.settings.redaction_for(address.agent_id)) or ""
         trace = RecallTrace(at=time.time(), query=query, memories=memories)
         key = self.keys.session(address, self.settings.shards).recalled
         self._spawn(write_trace(self.redis, key, trace, self.settings.console_trace_ttl_s))

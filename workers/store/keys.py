@@ -226,6 +226,33 @@ class Keys:
         repairs go one at a time)."""
         return f"{self.prefix}:extraction-repair-turn:{tenant}"
 
+    def extraction_suspects(self, tenant: str) -> str:
+        """Hash with the session state's lifetime: the tenant's suspected lost extractions
+        waiting for a repair (workers.commits.repair_pool): commit id -> the suspect."""
+        return f"{self.prefix}:extraction-suspects:{tenant}"
+
+    def extraction_suspect_tenants(self) -> str:
+        """Set: the tenants with suspected lost extractions waiting (``extraction_suspects``)."""
+        return f"{self.prefix}:extraction-suspect-tenants"
+
+    def extraction_repair_starts(self, tenant: str) -> str:
+        """Sorted set with an hour's TTL: the tenant's repair commits -> when each started
+        (``extraction_repairs_per_hour``)."""
+        return f"{self.prefix}:extraction-repair-starts:{tenant}"
+
+    def extraction_repair_pool(self, repair_session_id: str) -> str:
+        """String with the session state's lifetime: the commit ids whose extractions the
+        repair session ``repair_session_id`` repairs, fixed before it is written."""
+        return f"{self.prefix}:extraction-repair-pool:{repair_session_id}"
+
+    def extraction_repairs_started(self) -> str:
+        """Counter: repair commits started (``ovstream_extraction_repairs_started_total``)."""
+        return f"{self.prefix}:extraction-repairs-started"
+
+    def redactions(self) -> str:
+        """Hash: values capture wrote to OV masked, by tenant and kind (``tenant|kind`` -> count)."""
+        return f"{self.prefix}:redactions"
+
     def extraction_loss(self, repair_commit_id: str) -> str:
         """String with the session state's lifetime: set once the repair commit
         ``repair_commit_id`` wrote memories, so its extraction loss is counted once."""

@@ -71,6 +71,9 @@ class AssembleTrace(msgspec.Struct, kw_only=True, frozen=True):
     injected: str | None = None
     """What a recall call put before the user's latest message: its recall block (the start of
     it, ``workers.rpc.traces.INJECTED_CHARS``)."""
+    masked: dict[str, int] = msgspec.field(default_factory=dict)
+    """Values masked (core.redaction) in the answer's newest turn, by kind: the host's transcript
+    holds them as typed; the trace, like OV, holds placeholders."""
 
 
 async def write_trace(redis: aioredis.Redis, key: str, trace: AssembleTrace | RecallTrace, ttl_s: int) -> None:

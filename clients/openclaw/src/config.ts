@@ -10,6 +10,8 @@
  * plugin says so in its log when they differ from the defaults.
  */
 
+import { compileRule, personalKinds, REDACTION_MODES, type RedactionMode, type RuleSpec } from "./redaction.js";
+
 export interface PluginConfig {
   // --- the seed's table ---
   baseUrl: string;
@@ -54,6 +56,14 @@ export interface PluginConfig {
   stateDir?: string;
   /** Tool name -> the name to register it under (a name another plugin holds). */
   toolNames: Record<string, string>;
+  /** What a secret in a turn becomes before it is published (src/redaction.ts). */
+  redaction: RedactionMode;
+  /** Agent id -> its own redaction mode. */
+  redactionAgents: Record<string, RedactionMode>;
+  /** Personal data kinds masked too (opt-in). */
+  redactionPersonal: string[];
+  /** Secrets of the deployment's own kinds. */
+  redactionCustomPatterns: RuleSpec[];
 }
 
 export const DEFAULTS: Readonly<PluginConfig> = Object.freeze({
@@ -84,6 +94,10 @@ export const DEFAULTS: Readonly<PluginConfig> = Object.freeze({
   bufferMaxEvents: 1000,
   bufferMaxBytes: 64 * 1024 * 1024,
   toolNames: {} as Record<string, string>,
+  redaction: "mask" as RedactionMode,
+  redactionAgents: {} as Record<string, RedactionMode>,
+  redactionPersonal: [] as string[],
+  redactionCustomPatterns: [] as RuleSpec[],
 });
 
 /** Seed keys the service applies from its own config, not the plugin. */
@@ -102,7 +116,7 @@ export class ConfigError extends Error {
   override name = "ConfigError";
 }
 
-type Kind = "string" | "boolean" | "int" | "number" | "patterns" | "addresses" | "names";
+type Kind = "string" | "boolean" | "int" | "number" | "patterns" | "addresses" | "names" | "modes" | "kinds" | "rules";
 
 const ADDRESS = /^[^\s,]+:\d{1,5}$/;
 
@@ -153,6 +167,10 @@ export const KEY_SPECS: Record<keyof PluginConfig, KeySpec> = {
   rpcToken: { kind: "string", optional: true, description: "Token sent to the RPC as Authorization: Bearer (the service's rpcToken or one of its rpcCredentials); write ${ENV_VAR} to keep it out of the config" },
   user: { kind: "string", optional: true, description: "Tenant label put on turn events (selects the service's user_api_keys entry)" },
   stateDir: { kind: "string", optional: true, description: "Directory for the turn spool and import markers (default: <OpenClaw state dir>/ovstream)" },
+  redaction: { kind: "string", pattern: /^(mask|drop|off)$/, patternHelp: "mask, drop or off", description: "What a secret in a turn (an API key, a token, a password, a private key) becomes before the turn is published, as the service's redaction: mask (a typed placeholder, [secret:jwt#1]), drop (the message's content withheld) or off" },
+  redactionAgents: { kind: "modes", description: "Agent id -> its own redaction (mask, drop or off), over redaction" },
+  redactionPersonal: { kind: "kinds", description: "Personal data kinds masked too (opt-in): email, phone, card_number, iban" },
+  redactionCustomPatterns: { kind: "rules", description: "Secrets of the deployment's own kinds, as the service's redactionCustomPatterns: each {kind, pattern, flags?, group?} (the regular expression syntax Python and JavaScript share)" },
   toolNames: { kind: "names", description: "Register a tool under another name, e.g. {\"memory_search\": \"ov_memory_search\"} when another plugin holds the name" },
 };
 
@@ -212,6 +230,30 @@ function checkValue(key: string, spec: KeySpec, value: unknown): unknown {
       }
       return out;
     }
+    case "modes": {
+      if (typeof value !== "object" || value === null || Array.isArray(value)) fail("an object of agent id -> mask, drop or off");
+      for (const [agent, mode] of Object.entries(value as Record<string, unknown>)) {
+        if (!REDACTION_MODES.includes(mode as RedactionMode)) fail(`an object whose values are mask, drop or off (${agent})`);
+      }
+      return { ...(value as Record<string, RedactionMode>) };
+    }
+    case "kinds": {
+      const kinds = typeof value === "string" ? value.split(",").map((k) => k.trim()).filter(Boolean) : value;
+      const known = personalKinds();
+      if (!Array.isArray(kinds) || kinds.some((k) => !known.includes(k as string))) fail(`a list of ${known.join(", ")}`);
+      return kinds as string[];
+    }
+    case "rules": {
+      if (!Array.isArray(value)) fail("a list of {kind, pattern, flags?, group?}");
+      for (const spec of value as RuleSpec[]) {
+        try {
+          compileRule(spec);
+        } catch (err) {
+          fail(`a list of valid patterns (${(err as Error).message})`);
+        }
+      }
+      return (value as RuleSpec[]).map((spec) => ({ ...spec }));
+    }
     case "patterns":
     case "addresses": {
       const items = typeof value === "string" ? value.split(",") : value;
@@ -252,6 +294,9 @@ export function parseConfigDetailed(raw: unknown): ParsedConfig {
     bypassSessionPatterns: [...DEFAULTS.bypassSessionPatterns],
     redisSentinels: [...DEFAULTS.redisSentinels],
     toolNames: { ...DEFAULTS.toolNames },
+    redactionAgents: { ...DEFAULTS.redactionAgents },
+    redactionPersonal: [...DEFAULTS.redactionPersonal],
+    redactionCustomPatterns: [...DEFAULTS.redactionCustomPatterns],
   };
   const unknownKeys: string[] = [];
   const retiredKeys: string[] = [];
@@ -318,6 +363,18 @@ export function configJsonSchema(): Record<string, unknown> {
       case "names":
         prop.type = "object";
         prop.additionalProperties = { type: "string", pattern: TOOL_NAME.source };
+        break;
+      case "modes":
+        prop.type = "object";
+        prop.additionalProperties = { type: "string", enum: [...REDACTION_MODES] };
+        break;
+      case "kinds":
+        prop.type = "array";
+        prop.items = { type: "string", enum: personalKinds() };
+        break;
+      case "rules":
+        prop.type = "array";
+        prop.items = { type: "object", required: ["kind", "pattern"], properties: { kind: { type: "string" }, pattern: { type: "string" }, flags: { type: "string" }, group: { type: "integer", minimum: 0 } } };
         break;
     }
     if (spec.min !== undefined) prop.minimum = spec.min;

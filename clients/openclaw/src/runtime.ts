@@ -17,6 +17,7 @@ import { buildTurnEvent, encodeTurnEvent, type TurnEvent, type TurnInput } from 
 import { isBypassed, ovSessionId } from "./ids.js";
 import { deploymentKey, LAST_TURN_TTL_S, lastTurnKey, shardOf, streamKey } from "./keys.js";
 import { TurnPublisher, type PublisherOptions } from "./publisher.js";
+import { TurnRedactor } from "./redaction.js";
 import { RpcClient } from "./rpc.js";
 import type { AgentMessage, PluginLogger } from "./types.js";
 
@@ -157,6 +158,8 @@ export class PluginRuntime {
   readonly forkedChildren = new RecentSet(4096);
   /** OV sessions a commit marker went out for lately (before_reset and session_end both fire). */
   private readonly ended = new RecentSet(1024);
+  /** Secrets masked in each turn before it is published (src/redaction.ts). */
+  private readonly redactor: TurnRedactor;
 
   constructor(
     readonly config: PluginConfig,
@@ -164,6 +167,7 @@ export class PluginRuntime {
     options: RuntimeOptions = {},
   ) {
     this.stateDir = pluginStateDir(config);
+    this.redactor = new TurnRedactor(config);
     this.publisher = new TurnPublisher({
       redisUrl: config.redisUrl,
       redisCluster: config.redisCluster,
@@ -208,6 +212,7 @@ export class PluginRuntime {
       return false;
     }
     const event = buildTurnEvent({ ...input, user: input.user ?? this.config.user ?? null });
+    event.messages = this.redactor.redact(ovSid, event.agent_id, event.messages)[0]; // before it leaves this host
     let payload: string;
     try {
       payload = encodeTurnEvent(event);

@@ -18,6 +18,7 @@ from core.recall.hits import (
     format_recall_line,
     select_recall_hits,
 )
+from core.redaction import Placeholders, redact_text
 from core.uris import is_memory_uri
 from workers.rpc.compact import commit_and_wait, memories_of
 from workers.rpc.context import Caller, Services
@@ -97,7 +98,14 @@ def temp_session_id() -> str:
 
 async def memory_store(svc: Services, caller: Caller, p: MemoryStoreParams) -> ToolResult:
     target = ov_session_id(p.sessionId, None) if p.sessionId else temp_session_id()
-    message = text_message(p.role, p.text)
+    policy = svc.settings.redaction_for(caller.agent_id)  # a secret is no memory: as in a turn
+    text, kinds = (p.text, {}) if policy.mode == "off" else redact_text(p.text, policy.rules, Placeholders())
+    if kinds and policy.mode == "drop":
+        held = ", ".join(sorted(kinds))
+        return text_result(
+            f"Not stored: the text held {held} (redaction drop).", action="withheld", kinds=sorted(kinds)
+        )
+    message = text_message(p.role, text)
     if p.role == "assistant":
         message.peer_id = caller.agent_id
     await svc.ov_for(caller).add_message(target, message)

@@ -1,0 +1,96 @@
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, it } from "node:test";
+
+import { parseConfig, ConfigError } from "../src/config.js";
+import { bundledRules, compileRule, iban, luhn, Placeholders, policyOf, redactMessages, redactText, TurnRedactor } from "../src/redaction.js";
+import { PACKAGE_ROOT } from "./helpers/proc.js";
+
+interface Case {
+  text: string;
+  personal?: string[];
+  expect: string;
+}
+
+const REPO = join(PACKAGE_ROOT, "..", "..");
+const CASES = (JSON.parse(readFileSync(join(REPO, "tests", "redaction", "cases.json"), "utf8")) as { cases: Case[] }).cases;
+const AWS = "AKIA" + "IOSFODNN7EXAMPLE";
+
+describe("redaction: the table the service's core/redaction is tested against", () => {
+  it("runs on the rule file the service reads (the build's copy is the same file)", () => {
+    const canonical = readFileSync(join(REPO, "core", "redaction", "rules.json"), "utf8");
+    const copy = readFileSync(join(PACKAGE_ROOT, "dist", "src", "redaction-rules.json"), "utf8");
+    assert.equal(copy, canonical);
+  });
+
+  for (const c of CASES) {
+    it(`${c.personal ? `[${c.personal.join(",")}] ` : ""}${c.text.slice(0, 50)}`, () => {
+      const policy = policyOf("mask", c.personal ?? [], []);
+      assert.equal(redactText(c.text, policy.rules, new Placeholders())[0], c.expect);
+    });
+  }
+
+  it("masks every secret kind in some case", () => {
+    const masked = new Set<string>();
+    for (const c of CASES) for (const kind of redactText(c.text, policyOf("mask", [], []).rules, new Placeholders())[1].keys()) masked.add(kind);
+    const kinds = bundledRules().filter((r) => r.ruleClass === "secret").map((r) => r.kind);
+    assert.deepEqual(kinds.filter((k) => !masked.has(k)), []);
+  });
+});
+
+describe("redaction of a turn", () => {
+  const messages = [
+    { role: "user", content: `my key ${AWS}` },
+    { role: "assistant", content: [{ type: "toolCall", id: "c1", name: "sh", arguments: { cmd: `export K=${AWS}` } }] },
+    { role: "toolResult", toolCallId: "c1", content: [{ type: "text", text: "DB_PASSWORD=hunter22" }] },
+    { role: "user", content: "nothing here" },
+  ];
+
+  it("reaches every text: user and assistant text, tool call arguments, tool results", () => {
+    const [masked, kinds] = redactMessages(messages, policyOf("mask", [], []), new Placeholders());
+    assert.deepEqual(Object.fromEntries(kinds), { aws_access_key: 2, password: 1 });
+    const json = JSON.stringify(masked);
+    assert.ok(!json.includes(AWS) && !json.includes("hunter22"), json);
+    assert.equal(masked[3], messages[3]); // untouched: the same object
+  });
+
+  it("drop withholds the message, keeping what pairs a tool call with its result", () => {
+    const [dropped] = redactMessages(messages, policyOf("drop", [], []), new Placeholders());
+    assert.deepEqual(dropped[2], { role: "toolResult", toolCallId: "c1", content: [{ type: "text", text: "[message withheld: it held password]" }] });
+  });
+
+  it("keeps a value's number across the turns of a session, per agent's policy", () => {
+    const redactor = new TurnRedactor({ redaction: "mask", redactionAgents: { coder: "off" }, redactionPersonal: [], redactionCustomPatterns: [] });
+    const first = redactor.redact("s1", "main", [{ role: "user", content: `a AKIA${"ABCDEFGHIJKLMNOP"} b ${AWS}` }])[0];
+    const later = redactor.redact("s1", "main", [{ role: "user", content: `again ${AWS}` }])[0];
+    assert.deepEqual(first, [{ role: "user", content: "a [secret:aws_access_key#1] b [secret:aws_access_key#2]" }]);
+    assert.deepEqual(later, [{ role: "user", content: "again [secret:aws_access_key#2]" }]);
+    assert.deepEqual(redactor.redact("s2", "coder", [{ role: "user", content: AWS }])[0], [{ role: "user", content: AWS }]);
+  });
+
+  it("checks the validators as the service does", () => {
+    assert.equal(luhn("4111 1111 1111 1111"), true);
+    assert.equal(luhn("4111 1111 1111 1112"), false);
+    assert.equal(iban("GB82WEST12345698765432"), true);
+    assert.equal(iban("DE89 3704 0044 0532 0130 01"), false);
+    assert.throws(() => compileRule({ kind: "Bad Kind", pattern: "x" }), /kind/);
+  });
+});
+
+describe("redaction config", () => {
+  it("defaults to masking secrets, no personal kinds, no custom patterns", () => {
+    const cfg = parseConfig({});
+    assert.equal(cfg.redaction, "mask");
+    assert.deepEqual([cfg.redactionAgents, cfg.redactionPersonal, cfg.redactionCustomPatterns], [{}, [], []]);
+  });
+
+  it("refuses what would mask nothing or never compile, naming the key", () => {
+    assert.throws(() => parseConfig({ redaction: "hide" }), (e: Error) => e instanceof ConfigError && /redaction must be mask, drop or off/.test(e.message));
+    assert.throws(() => parseConfig({ redactionPersonal: ["emails"] }), /redactionPersonal must be a list of/);
+    assert.throws(() => parseConfig({ redactionAgents: { coder: "never" } }), /redactionAgents/);
+    assert.throws(() => parseConfig({ redactionCustomPatterns: [{ kind: "x", pattern: "(" }] }), /redactionCustomPatterns must be a list of valid patterns/);
+    const cfg = parseConfig({ redactionPersonal: "email, iban", redactionCustomPatterns: [{ kind: "ticket", pattern: "TCK-[0-9]{6}" }] });
+    assert.deepEqual(cfg.redactionPersonal, ["email", "iban"]);
+  });
+});
