@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 from core.config import Settings
 from workers.capture.fence import KEEP, HashWrite, ShardFence
 from workers.capture.plan import Entry
+from workers.capture.redacting import redacted_payload
 from workers.capture.services import CaptureStats
 from workers.store.applied import PARKED
 from workers.store.connection import text
@@ -97,7 +98,7 @@ class EntryFailures:
                     dead_letter_fields(
                         stream=self.fence.stream,
                         entry_id=entry.id,
-                        payload=entry.payload,
+                        payload=redacted_payload(self.settings, entry),  # kept: no secret in it
                         reason=reason,
                         error=error,
                         deliveries=entry.failures,

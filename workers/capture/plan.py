@@ -22,11 +22,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from core.config import Settings
 from core.events import CommitReason, TurnEvent
 from core.messages.convert import turn_to_ov_messages
 from core.ov.layout import ov_message_count
-from core.ov.messages import OVMessage
+from core.ov.messages import OVMessage, TextPart
+from core.redaction import Placeholders, redact_messages, withheld_notice
 from core.session import SessionAddress
 from core.turns import SKIP_ADVANCEMENT_SEEN, address_of, captured_after, skip_reason, turn_start
 from workers.store.applied import AppliedState, Intent, parse_id
@@ -130,6 +133,12 @@ class SessionRound:
         return [u.entry for u in self.units]
 
     @property
+    def grows_ov(self) -> bool:
+        """Whether the round put messages of the session in OV: written now, or found there from
+        an interrupted write it settled. Its snapshot must then catch up."""
+        return bool(self.messages) or self.settled
+
+    @property
     def imports_into_unknown(self) -> bool:
         """It writes an import while capture keeps no state of the session: new to capture, or
         its state expired (then OV already holds the session, and the import must not land)."""
@@ -169,13 +178,16 @@ def plan_round(
     *,
     isolate: bool = False,
     in_ov: bool = False,
+    numbers: Placeholders | None = None,
 ) -> SessionRound:
     """The units of this round, in stream order; stops before an entry that fails to convert.
+    What each writes is redacted (``redacted``), numbered by ``numbers`` (the session's).
 
     ``in_ov``: OV holds messages of the session though capture keeps no state of it (its
     state expired, ``sessionStateTtlS``): the session is known, so an import writes nothing.
     """
     plan = SessionRound(session, state, round_start=state.last_id)
+    numbers = numbers or Placeholders()
     seen = set(state.advancements)
     seen_events = set(state.event_ids)
     writing = False
@@ -212,7 +224,9 @@ def plan_round(
             continue
         start = turn_start(event, captured)
         try:
-            messages = turn_to_ov_messages(event.messages, start, session.agent_id)
+            messages = redacted(
+                settings, session, turn_to_ov_messages(event.messages, start, session.agent_id), numbers
+            )
         except Exception as exc:  # a transcript convert cannot read: this entry fails, the ones before go on
             plan.failed_entry, plan.failure = entry, exc
             break
@@ -227,6 +241,27 @@ def plan_round(
         plan.units.append(Unit(entry, messages, None if messages else "no new messages"))
         captured = captured_after(captured, event)
     return plan
+
+
+def redacted(
+    settings: Settings, session: SessionRef, messages: list[OVMessage], numbers: Placeholders
+) -> list[OVMessage]:
+    """``messages`` (what a turn writes to OV, tool calls' inputs from earlier turns included) as
+    the agent's redaction leaves them (core.redaction; ``drop``: a message's parts become one
+    notice). Whatever redacted the turn before (the plugin), placeholders are left as they are."""
+    policy = settings.redaction_for(session.agent_id)
+    if policy.mode == "off" or not messages:
+        return messages
+    out = []
+    for message in messages:
+        [masked], kinds = redact_messages([msgspec.to_builtins(message)], policy, numbers)
+        if not kinds:
+            out.append(message)
+        elif policy.mode == "drop":
+            out.append(msgspec.structs.replace(message, parts=[TextPart(text=withheld_notice(kinds))]))
+        else:
+            out.append(msgspec.convert(masked, OVMessage))
+    return out
 
 
 def commit_markers(plan: SessionRound) -> list[CommitReason]:

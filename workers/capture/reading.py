@@ -23,7 +23,6 @@ from core.shard_map import StreamShard
 from workers.capture.failures import EntryFailures
 from workers.capture.fence import ShardFence
 from workers.capture.plan import Entry, session_of
-from workers.capture.redacting import redact_entry
 from workers.capture.slices import CpuSlice
 from workers.store.connection import stream_id, text
 from workers.store.scripts import FENCED_READ
@@ -78,11 +77,6 @@ class ShardReading:
         return by_session
 
     def _entry(self, entry_id: Any, fields: Any) -> Entry:
-        entry = self._decoded(entry_id, fields)
-        redact_entry(self.settings, entry)  # before anything keeps it (a dead letter, a parked turn)
-        return entry
-
-    def _decoded(self, entry_id: Any, fields: Any) -> Entry:
         raw = _flat_fields(fields)
         payload = raw.get(STREAM_FIELD.encode()) if raw else None
         entry = Entry(text(entry_id), payload)

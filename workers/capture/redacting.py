@@ -1,12 +1,13 @@
 """Capture redacts whatever reaches it before anything keeps it, and counts what was masked
 (core.redaction).
 
-The plugin redacts before it publishes; a producer without its rules (an old plugin, another
-client) is redacted here, as each entry is read: the event (every text of every message), and
-the payload a dead letter or a parked turn would keep, re-encoded from it. An entry that is no
-event at all has its raw text redacted, since it is dead-lettered as it is. What capture writes to
-OV is counted by the placeholders in it, per tenant and kind (``Keys.redactions``,
-``ovstream_redactions_total``): the plugin's masks and capture's alike, never a value.
+The plugin redacts before it publishes; for a producer without its rules (an old plugin, another
+client) capture redacts what it keeps: what a turn writes to OV (``plan.redacted``: the new
+messages only, as OV messages, so a tool call's input from an earlier turn too) and the payload
+of a dead letter or a parked turn (``redacted_payload``: every message, or the raw text of an
+entry that is no event). What capture writes to OV is counted by the placeholders in it, per
+tenant and kind (``Keys.redactions``, ``ovstream_redactions_total``): the plugin's masks and
+capture's alike, never a value.
 """
 
 from __future__ import annotations
@@ -27,20 +28,18 @@ TENANT_KIND_SEPARATOR = "|"
 """Between a tenant and a kind in a field of ``Keys.redactions`` (neither holds one)."""
 
 
-def redact_entry(settings: Settings, entry: Entry) -> None:
-    """Redact ``entry`` in place (its event and its payload) by its agent's policy."""
+def redacted_payload(settings: Settings, entry: Entry) -> bytes | None:
+    """``entry``'s payload as a dead letter (or a parked turn) may keep it: its event's every
+    message redacted by its agent's policy, or, not an event at all, its raw text."""
     if entry.event is not None:
-        policy = settings.redaction_for(entry.event.agent_id)
+        policy = settings.redaction_for(entry.session.agent_id if entry.session else entry.event.agent_id)
         messages, kinds = redact_messages(entry.event.messages, policy, Placeholders())
-        if kinds:
-            entry.event = msgspec.structs.replace(entry.event, messages=messages)
-            entry.payload = encode(entry.event)
-    elif entry.payload is not None:
-        policy = settings.redaction_for(None)
-        if policy.mode != "off":
-            redacted, kinds = redact_text(entry.payload.decode("utf-8", "replace"), policy.rules, Placeholders())
-            if kinds:
-                entry.payload = redacted.encode("utf-8")
+        return encode(msgspec.structs.replace(entry.event, messages=messages)) if kinds else entry.payload
+    policy = settings.redaction_for(None)
+    if entry.payload is None or policy.mode == "off":
+        return entry.payload
+    redacted, kinds = redact_text(entry.payload.decode("utf-8", "replace"), policy.rules, Placeholders())
+    return redacted.encode("utf-8") if kinds else entry.payload
 
 
 def masked_in(plan: SessionRound) -> Counter[str]:

@@ -1,12 +1,12 @@
 """One round of a shard consumer: apply a batch of sessions to OV, exactly once.
 
 Steps, each over every session of the round (sessions concurrently, each session's entries
-strictly in stream order, merged into one OV batch write; each entry redacted as it was read):
+strictly in stream order, merged into one OV batch write):
 
 1. read the sessions' applied hashes (one pipeline);
-2. plan the units (workers.capture.plan); settle an intent left by a crash
-   with OV's ``total_message_count`` (two reads that agree: ``settled_total``);
-   learn the base total when not cached;
+2. plan the units (workers.capture.plan: what each writes, redacted); settle an intent left by a
+   crash with OV's ``total_message_count`` (two reads that agree: ``settled_total``); learn the
+   base total when not cached;
 3. record each write's intent (one script);
 4. write to OV (fault hook ``before_write`` / ``after_write`` around each);
 5. fault hook ``before_ack``; one script moving ``last_id``, clearing the intents, marking each
@@ -19,8 +19,8 @@ strictly in stream order, merged into one OV batch write; each entry redacted as
    pipeline of reads and one of writes), which clears the mark.
 
 Steps 3 and 5 are fenced by the shard's lease (workers.capture.fence): a consumer that lost it
-writes neither an intent nor an ack. A crash anywhere leaves either nothing written (intent or
-not), or a write whose intent says exactly how much to skip on redelivery.
+writes neither an intent nor an ack. A crash anywhere leaves nothing written (intent or not), or
+a write whose intent says exactly how much to skip on redelivery.
 """
 
 from __future__ import annotations
@@ -210,7 +210,9 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
             if not entries:
                 continue
         isolate = ref.ov_session_id in c.isolate
-        plan = plan_round(settings, ref, entries, state, isolate=isolate)
+        plan = plan_round(
+            settings, ref, entries, state, isolate=isolate, numbers=worker.numbering.of(ref.ov_session_id)
+        )
         unconfirmed = settings.publish_replicas > 0 and worker.recorded.unconfirmed(ref.applied_key, state)
         runs.append(_Run(plan, worker.ov_for(ref), settings, entries, isolate, unconfirmed))
     slots = worker.ov_slots
@@ -243,7 +245,7 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
             dropped = (INTENT,) if state.parked is not None else (INTENT, PARKED)
             applied.append(HashWrite(r.plan.session.applied_key, fields, dropped, px=_state_ms(c, state)))
             applied += applied_letters(r.plan.session, r.plan.entries)
-            if _grows_ov(r.plan) and state.last_id is not None:
+            if r.plan.grows_ov and state.last_id is not None:
                 # until a snapshot this new is stored, the stored one is no snapshot to assemble
                 behind = {SNAPSHOT_BEHIND: state.last_id}
                 applied.append(
@@ -268,7 +270,7 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
         await count_masked(redis, settings, [r.plan for r in finished])
         await delete_letters(redis, settings, [e for r in finished for e in r.plan.entries])
     await _record_failures(c, runs, outcome)
-    written = [r for r in finished if _grows_ov(r.plan)]
+    written = [r for r in finished if r.plan.grows_ov]
     if written:
         await _follow_up(c, written)
     await _commit_on_markers(c, finished)
@@ -287,12 +289,6 @@ def _server_errors_are_ov_failing(runs: list[_Run]) -> None:
         error = cast(OVError, r.error)
         r.unavailable = OVUnavailable(error.code, f"HTTP {error.status} to every session: {error.message}")
         r.error = None
-
-
-def _grows_ov(plan: SessionRound) -> bool:
-    """Whether the round put messages of the session in OV: written now, or found there from an
-    interrupted write it settled. Its snapshot must then catch up."""
-    return bool(plan.messages) or plan.settled
 
 
 def _state_ms(c: RoundHost, state: AppliedState) -> int:

@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from core.config import Settings
 from core.events import CommitReason, ContextSnapshot
 from core.ov.client import OVClient
+from core.redaction import SessionPlaceholders
 from core.shard_map import ShardMap, StreamShard
 from workers.capture.ov_watch import Pausable
 from workers.capture.plan import SessionRef, SessionRound
@@ -62,6 +63,8 @@ class CaptureServices(Protocol):
     clock: Callable[[], float]
     shard_map: ShardMap
     recorded: RecordedStates
+    numbering: SessionPlaceholders
+    """Each session's placeholder numbering (core.redaction), while this process lives."""
     """What this process last recorded of each session (a Redis that lost writes shows older)."""
 
     @property

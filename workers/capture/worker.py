@@ -39,6 +39,7 @@ from core import defaults
 from core.config import Settings
 from core.events import CommitReason, ContextSnapshot
 from core.ov.client import OVClient
+from core.redaction import SessionPlaceholders
 from core.shard_map import ShardMap, StreamShard
 from core.shard_split import fair_share, preference
 from workers.capture.leases import ShardLeases
@@ -117,6 +118,7 @@ class CaptureWorker(ConsumerSupervision):
         self.shard_map = ShardMap(settings.shards)
         """The deployment's streams (core.shard_map), read again on every tick."""
         self.recorded = RecordedStates()
+        self.numbering = SessionPlaceholders()
         """What this process last recorded of each session (workers.capture.settle)."""
         self.retired: set[StreamShard] = set()
         """Streams of the draining generation that are retired (read on every tick while one drains)."""

@@ -23,6 +23,7 @@ export interface RuleSpec {
   flags?: string;
   group?: number;
   validator?: string;
+  hints?: string[];
 }
 
 export interface Rule {
@@ -31,13 +32,16 @@ export interface Rule {
   regex: RegExp;
   group: number;
   validator?: (text: string) => boolean;
+  /** Lowercase strings one of which a text holds whenever the pattern can match it (none: always tried). */
+  hints: string[];
 }
 
 const PLACEHOLDER = /\[(?:secret|personal):[a-z0-9_]{1,40}#[0-9]{1,6}\]/g;
 /** Keys of a message whose values are structure (or an image's bytes), never what someone said. */
 const SKIPPED_KEYS = new Set([
   "role", "type", "id", "toolCallId", "toolUseId", "name", "toolName", "mimeType", "stopReason", "api",
-  "provider", "model", "timestamp", "data",
+  "provider", "model", "timestamp", "data", "tool_id", "tool_name", "tool_status", "image_url", "context_type",
+  "created_at", "peer_id", "turn_id", "uri",
 ]);
 const PLACEHOLDERS_KEPT = 2000;
 const SESSIONS_KEPT = 512;
@@ -78,6 +82,7 @@ export function compileRule(spec: RuleSpec): Rule {
     regex: new RegExp(spec.pattern, `gd${(spec.flags ?? "").includes("i") ? "i" : ""}`),
     group: spec.group ?? 0,
     validator: spec.validator ? VALIDATORS[spec.validator] : undefined,
+    hints: (spec.hints ?? []).map((h) => h.toLowerCase()),
   };
 }
 
@@ -93,14 +98,29 @@ export function personalKinds(): string[] {
   return bundledRules().filter((r) => r.ruleClass === "personal").map((r) => r.kind);
 }
 
+/** Rules, in order, with one regular expression finding every hint of theirs in one pass. */
+export interface RuleSet {
+  rules: Rule[];
+  hints: RegExp | undefined;
+  /** A hint -> the hints it holds (itself too): found, each of those counts as found. */
+  within: Map<string, string[]>;
+}
+
+export function ruleSet(rules: Rule[]): RuleSet {
+  const hints = [...new Set(rules.flatMap((r) => r.hints))].sort((a, b) => b.length - a.length || (a < b ? -1 : 1));
+  const escape = (h: string) => h.replace(/[.*+?^${}()|[\]\\/-]/g, "\\$&");
+  const within = new Map(hints.map((h) => [h, hints.filter((o) => h.includes(o))]));
+  return { rules, hints: hints.length ? new RegExp(hints.map(escape).join("|"), "gi") : undefined, within };
+}
+
 export interface Policy {
   mode: RedactionMode;
-  rules: Rule[];
+  rules: RuleSet;
 }
 
 export function policyOf(mode: RedactionMode, personal: readonly string[], custom: readonly RuleSpec[]): Policy {
   const rules = bundledRules().filter((r) => r.ruleClass === "secret" || personal.includes(r.kind));
-  return { mode, rules: [...rules, ...custom.map((c) => compileRule({ ...c, class: "secret" }))] };
+  return { mode, rules: ruleSet([...rules, ...custom.map((c) => compileRule({ ...c, class: "secret" }))]) };
 }
 
 /** Numbers per kind within one scope: one value, one number; values kept only as keyed digests. */
@@ -127,10 +147,12 @@ export class Placeholders {
 
 type Span = [number, number, Rule];
 
-function spans(text: string, rules: readonly Rule[]): Span[] {
-  const protectedSpans = [...text.matchAll(PLACEHOLDER)].map((m) => [m.index, m.index + m[0].length] as const);
+function spans(text: string, set: RuleSet): Span[] {
+  const present = new Set<string>();
+  if (set.hints) for (const m of text.matchAll(set.hints)) for (const h of set.within.get(m[0].toLowerCase()) ?? []) present.add(h);
   const found: Span[] = [];
-  for (const rule of rules) {
+  for (const rule of set.rules) {
+    if (rule.hints.length && !rule.hints.some((h) => present.has(h))) continue;
     for (const match of text.matchAll(rule.regex)) {
       const indices = match.indices?.[rule.group] ?? match.indices?.[0];
       if (!indices) continue;
@@ -139,6 +161,8 @@ function spans(text: string, rules: readonly Rule[]): Span[] {
       found.push([start, end, rule]);
     }
   }
+  if (found.length === 0) return found;
+  const protectedSpans = [...text.matchAll(PLACEHOLDER)].map((m) => [m.index, m.index + m[0].length] as const);
   found.sort((a, b) => a[0] - b[0] || b[1] - a[1]);
   const kept: Span[] = [];
   for (const span of found) {
@@ -152,9 +176,9 @@ function spans(text: string, rules: readonly Rule[]): Span[] {
 }
 
 /** `text` with every match masked, and the kinds masked (counted). */
-export function redactText(text: string, rules: readonly Rule[], placeholders: Placeholders): [string, Map<string, number>] {
+export function redactText(text: string, rules: RuleSet | Rule[], placeholders: Placeholders): [string, Map<string, number>] {
   const kinds = new Map<string, number>();
-  const found = spans(text, rules);
+  const found = spans(text, Array.isArray(rules) ? ruleSet(rules) : rules);
   if (found.length === 0) return [text, kinds];
   let out = "";
   let at = 0;
@@ -166,7 +190,7 @@ export function redactText(text: string, rules: readonly Rule[], placeholders: P
   return [out + text.slice(at), kinds];
 }
 
-function walk(value: unknown, rules: readonly Rule[], placeholders: Placeholders, kinds: Map<string, number>): unknown {
+function walk(value: unknown, rules: RuleSet, placeholders: Placeholders, kinds: Map<string, number>): unknown {
   if (typeof value === "string") {
     const [redacted, found] = redactText(value, rules, placeholders);
     for (const [k, n] of found) kinds.set(k, (kinds.get(k) ?? 0) + n);
@@ -226,21 +250,31 @@ export interface RedactionSettings {
   redactionCustomPatterns: readonly RuleSpec[];
 }
 
-/** The plugin's redaction of turns: each agent's policy, each session's numbering. */
+/**
+ * The plugin's redaction of turns: each agent's policy, each session's numbering. afterTurn
+ * hands over the whole transcript each turn, mostly the same message objects as the turn
+ * before: each object's redaction is remembered (weakly, per policy), so a turn costs what is
+ * new in it.
+ */
 export class TurnRedactor {
-  private readonly policies = new Map<RedactionMode, Policy>();
+  private readonly policies = new Map<RedactionMode, { policy: Policy; done: WeakMap<object, object> }>();
   private readonly placeholders = new SessionPlaceholders();
 
   constructor(private readonly settings: RedactionSettings) {}
 
-  /** `messages` of a turn of `session` redacted by its agent's policy; the kinds masked. */
+  /** `messages` of a turn of `session` redacted by its agent's policy; the kinds masked in those new to it. */
   redact<T extends object>(session: string, agentId: string | null | undefined, messages: readonly T[]): [T[], Map<string, number>] {
     const mode = this.settings.redactionAgents[agentId ?? ""] ?? this.settings.redaction;
-    let policy = this.policies.get(mode);
-    if (!policy) {
-      policy = policyOf(mode, this.settings.redactionPersonal, this.settings.redactionCustomPatterns);
-      this.policies.set(mode, policy);
+    let known = this.policies.get(mode);
+    if (!known) {
+      known = { policy: policyOf(mode, this.settings.redactionPersonal, this.settings.redactionCustomPatterns), done: new WeakMap() };
+      this.policies.set(mode, known);
     }
-    return redactMessages(messages, policy, this.placeholders.of(session));
+    const { policy, done } = known;
+    if (policy.mode === "off") return [[...messages], new Map()];
+    const fresh = messages.filter((m) => !done.has(m));
+    const [redacted, kinds] = redactMessages(fresh, policy, this.placeholders.of(session));
+    fresh.forEach((m, i) => done.set(m, redacted[i] as object));
+    return [messages.map((m) => done.get(m) as T), kinds];
   }
 }

@@ -69,6 +69,18 @@ describe("redaction of a turn", () => {
     assert.deepEqual(redactor.redact("s2", "coder", [{ role: "user", content: AWS }])[0], [{ role: "user", content: AWS }]);
   });
 
+  it("redacts a message object once: the next turn's transcript costs only what is new", () => {
+    const redactor = new TurnRedactor({ redaction: "mask", redactionAgents: {}, redactionPersonal: [], redactionCustomPatterns: [] });
+    const old = { role: "user", content: `key ${AWS}` };
+    const [first, kinds] = redactor.redact("s3", "main", [old]);
+    const added = { role: "assistant", content: [{ type: "text", text: `saved ${AWS}` }] };
+    const [second, again] = redactor.redact("s3", "main", [old, added]);
+    assert.deepEqual(Object.fromEntries(kinds), { aws_access_key: 1 });
+    assert.deepEqual(Object.fromEntries(again), { aws_access_key: 1 }); // the new message only
+    assert.equal(second[0], first[0]); // the first message's redaction, remembered
+    assert.deepEqual(second[1], { role: "assistant", content: [{ type: "text", text: "saved [secret:aws_access_key#1]" }] });
+  });
+
   it("checks the validators as the service does", () => {
     assert.equal(luhn("4111 1111 1111 1111"), true);
     assert.equal(luhn("4111 1111 1111 1112"), false);
