@@ -279,14 +279,14 @@ class Settings(BaseSettings):
     names its deployment (key prefix and Redis), so deployments on one host may share it."""
     redaction: RedactionMode = Field("mask")
     """What a secret in a turn becomes before anything stores it (docs/PRIVACY.md): ``mask`` a
-    typed placeholder (``[secret:jwt#1]``), ``drop`` the message's content withheld, ``off``."""
+    typed placeholder (``<redacted:jwt#1>``), ``drop`` the message's content withheld, ``off``."""
     redaction_agents: dict[str, RedactionMode] = Field({})
     """Per-agent ``redaction`` (agent id -> mode), over the deployment's."""
     redaction_personal: Annotated[tuple[str, ...], NoDecode] = Field(())
     """Personal data kinds masked too (opt-in): ``email``, ``phone``, ``card_number``, ``iban``."""
     redaction_custom_patterns: tuple[dict[str, Any], ...] = Field(())
     """Secrets of the deployment's own kinds: each ``{kind, pattern, flags?, group?}`` (the
-    regular expression syntax Python and JavaScript share), masked as ``[secret:<kind>#n]``."""
+    regular expression syntax Python and JavaScript share), masked as ``<redacted:<kind>#n>``."""
     rpc_tls_cert_file: str | None = Field(None)
     """Serve the RPC over HTTPS with this certificate (and ``rpc_tls_key_file``)."""
     rpc_tls_key_file: str | None = Field(None)

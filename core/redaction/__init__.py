@@ -3,8 +3,8 @@
 
 The rules are one file, ``rules.json``, read here and by the OpenClaw plugin (its build copies
 it; ``clients/openclaw/src/redaction.ts`` is this module's twin, and both are tested against one
-table, ``tests/redaction/cases.json``). A match becomes a typed placeholder, ``[secret:jwt#1]``
-(``[personal:email#2]``), numbered per kind within a scope (``Placeholders``: one value keeps
+table, ``tests/redaction/cases.json``). A match becomes a typed placeholder, ``<redacted:jwt#1>``
+(``<redacted:email#2>``), numbered per kind within a scope (``Placeholders``: one value keeps
 its number, so the conversation still reads and the model can refer to it) and never holding
 the value. A placeholder already in a text is left as it is, so redacting twice changes
 nothing. Policy ``drop`` replaces a message holding one with a notice; ``off`` leaves it.
@@ -29,8 +29,11 @@ import re2  # type: ignore[import-untyped]
 RULES_PATH = Path(__file__).with_name("rules.json")
 RedactionMode = Literal["mask", "drop", "off"]
 RuleClass = Literal["secret", "personal"]
-PLACEHOLDER = re.compile(r"\[(?:secret|personal):[a-z0-9_]{1,40}#[0-9]{1,6}\]")
-"""A placeholder a redaction wrote: never matched again."""
+PLACEHOLDER = re.compile(r"<redacted:[a-z0-9_]{1,40}#[0-9]{1,6}>")
+"""A placeholder a redaction wrote: never matched again. Its shape is one OV 0.5.2's own session
+privacy extraction leaves alone (``openviking/privacy/session_extractor.py``: it reads
+``secret:`` in ``[secret:jwt#1]`` as a key and a bracketed value after ``PASSWORD=`` as a
+credential, and rewrites both into ``{{ov_privacy:...}}`` references; docs/OV-NOTES.md)."""
 SKIPPED_KEYS = frozenset(
     {"role", "type", "id", "toolCallId", "toolUseId", "name", "toolName", "mimeType", "stopReason", "api"}
     | {"provider", "model", "timestamp", "data", "tool_id", "tool_name", "tool_status", "image_url", "context_type"}
@@ -135,7 +138,7 @@ class Placeholders:
         if number is None:
             self.counts[rule.kind] += 1
             number = self.numbers[digest] = self.counts[rule.kind]
-        return f"[{rule.rule_class}:{rule.kind}#{number}]"
+        return f"<redacted:{rule.kind}#{number}>"
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,14 +59,14 @@ async def test_a_secret_from_a_producer_without_the_rules_reaches_neither_ov_nor
     await run_until([worker], lambda: len(ov_texts(fake_ov, "leaky")) >= 2)
     written = json.dumps([r.content.decode() for r in fake_ov.requests if r.method == "POST"])
     assert AWS not in written and JWT not in written
-    assert "my key is [secret:aws_access_key#1], token [secret:jwt#1]" in ov_texts(fake_ov, "leaky")
-    assert "export AWS_KEY=[secret:aws_access_key#1]" in written  # the tool call's arguments: the same number
+    assert "my key is <redacted:aws_access_key#1>, token <redacted:jwt#1>" in ov_texts(fake_ov, "leaky")
+    assert "export AWS_KEY=<redacted:aws_access_key#1>" in written  # the tool call's arguments: the same number
     # what capture keeps of it (applied state, snapshot) holds placeholders only; the stream keeps
     # what the producer wrote until trimmed: that producer had no rules (the plugin redacts first)
     stream = Keys(settings.key_prefix).stream(shard_of("leaky", settings.shards))
     kept = _everything_in_redis(redis_client).replace(repr(redis_client.xrange(stream)).encode(), b"")
     assert AWS.encode() not in kept and JWT.encode() not in kept
-    assert b"[secret:aws_access_key#1]" in kept
+    assert b"<redacted:aws_access_key#1>" in kept
     # counted per tenant and kind: what OV got masked, never a value
     [family] = list(RedactionCollector(redis_client, settings).collect())
     counted = {(s.labels["tenant"], s.labels["kind"]): s.value for s in family.samples if s.name.endswith("_total")}
@@ -82,7 +82,7 @@ async def test_a_dead_letter_keeps_no_secret(redis_client, settings, fake_ov):
     await run_until([worker], lambda: len(list_dead_letters(redis_client, settings)) >= 1)
     letters = list_dead_letters(redis_client, settings)
     assert letters and all(AWS.encode() not in (letter.payload or b"") for letter in letters)
-    assert any(b"[secret:aws_access_key#1]" in (letter.payload or b"") for letter in letters)
+    assert any(b"<redacted:aws_access_key#1>" in (letter.payload or b"") for letter in letters)
     assert all(b"hunter22" not in (letter.payload or b"") for letter in letters)
 
 

@@ -192,6 +192,6 @@ async def test_a_trace_keeps_no_secret_the_host_sent_and_says_what_was_masked(rp
     assert trace is not None
     assert aws not in str(trace) and jwt not in str(trace)
     assert trace["masked"] == {"aws_access_key": 1, "jwt": 1}
-    assert "[secret:aws_access_key#1]" in trace["messages"][2]["preview"]  # redacted before it was cut
+    assert "<redacted:aws_access_key#1>" in trace["messages"][2]["preview"]  # redacted before it was cut
     page = await rpc.client.get("/console/session", params={"id": SID, "agent": "main"})
     assert "2 secrets masked in this turn: aws_access_key, jwt" in page.text and aws not in page.text

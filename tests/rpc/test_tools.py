@@ -168,7 +168,7 @@ async def test_memory_store_keeps_no_secret(rpc: Any, commit_worker: None) -> No
     [message] = [m for archive in rpc.fake.sessions["n2"].archives for m in archive.messages] or rpc.fake.sessions[
         "n2"
     ].messages
-    assert aws not in str(message) and "[secret:aws_access_key#1]" in str(message)
+    assert aws not in str(message) and "<redacted:aws_access_key#1>" in str(message)
 
 
 async def test_memory_store_of_a_secret_under_drop_stores_nothing(make_rpc: Any, fake: Any) -> None:

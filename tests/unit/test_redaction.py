@@ -48,7 +48,7 @@ def test_one_value_keeps_its_number_within_a_scope_and_none_is_kept_as_text() ->
     numbers = Placeholders()
     first, kinds = redact_text(f"key {AWS}", Policy().rules, numbers)
     later, _ = redact_text(f"again {AWS}", Policy().rules, numbers)
-    assert first == "key [secret:aws_access_key#1]" and later == "again [secret:aws_access_key#1]"
+    assert first == "key <redacted:aws_access_key#1>" and later == "again <redacted:aws_access_key#1>"
     assert kinds == {"aws_access_key": 1}
     assert AWS.encode() not in repr(numbers.numbers).encode()  # digests under a key of this process
 
@@ -66,7 +66,7 @@ def test_every_text_a_turn_carries_is_redacted_and_drop_withholds_the_message() 
     masked, kinds = redact_messages(messages, Policy(), Placeholders())
     assert kinds == {"aws_access_key": 2, "password": 1}
     assert AWS not in json.dumps(masked) and "hunter22" not in json.dumps(masked)
-    assert masked[1]["content"][0]["arguments"]["cmd"] == "export K=[secret:aws_access_key#1]"
+    assert masked[1]["content"][0]["arguments"]["cmd"] == "export K=<redacted:aws_access_key#1>"
     assert masked[3] is messages[3]  # untouched
     dropped, _ = redact_messages(messages, Policy(mode="drop"), Placeholders())
     assert dropped[2] == {
@@ -79,7 +79,7 @@ def test_every_text_a_turn_carries_is_redacted_and_drop_withholds_the_message() 
 
 def test_custom_rules_and_their_errors() -> None:
     rule = compile_rule({"kind": "ticket", "pattern": "TCK-[0-9]{6}"})
-    assert redact_text("see TCK-123456", Policy(custom=(rule,)).rules, Placeholders())[0] == "see [secret:ticket#1]"
+    assert redact_text("see TCK-123456", Policy(custom=(rule,)).rules, Placeholders())[0] == "see <redacted:ticket#1>"
     with pytest.raises(ValueError, match="kind"):
         compile_rule({"kind": "Bad Kind", "pattern": "x"})
     with pytest.raises(ValueError, match="validator"):

@@ -167,7 +167,7 @@ export const KEY_SPECS: Record<keyof PluginConfig, KeySpec> = {
   rpcToken: { kind: "string", optional: true, description: "Token sent to the RPC as Authorization: Bearer (the service's rpcToken or one of its rpcCredentials); write ${ENV_VAR} to keep it out of the config" },
   user: { kind: "string", optional: true, description: "Tenant label put on turn events (selects the service's user_api_keys entry)" },
   stateDir: { kind: "string", optional: true, description: "Directory for the turn spool and import markers (default: <OpenClaw state dir>/ovstream)" },
-  redaction: { kind: "string", pattern: /^(mask|drop|off)$/, patternHelp: "mask, drop or off", description: "What a secret in a turn (an API key, a token, a password, a private key) becomes before the turn is published, as the service's redaction: mask (a typed placeholder, [secret:jwt#1]), drop (the message's content withheld) or off" },
+  redaction: { kind: "string", pattern: /^(mask|drop|off)$/, patternHelp: "mask, drop or off", description: "What a secret in a turn (an API key, a token, a password, a private key) becomes before the turn is published, as the service's redaction: mask (a typed placeholder, <redacted:jwt#1>), drop (the message's content withheld) or off" },
   redactionAgents: { kind: "modes", description: "Agent id -> its own redaction (mask, drop or off), over redaction" },
   redactionPersonal: { kind: "kinds", description: "Personal data kinds masked too (opt-in): email, phone, card_number, iban" },
   redactionCustomPatterns: { kind: "rules", description: "Secrets of the deployment's own kinds, as the service's redactionCustomPatterns: each {kind, pattern, flags?, group?} (the regular expression syntax Python and JavaScript share)" },

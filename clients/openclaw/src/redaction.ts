@@ -4,7 +4,7 @@
  *
  * The twin of the service's `core/redaction` (Python), from one rule file: the build copies
  * `core/redaction/rules.json` beside this module, and both are tested against one table
- * (`tests/redaction/cases.json`). A match becomes a typed placeholder, `[secret:jwt#1]`,
+ * (`tests/redaction/cases.json`). A match becomes a typed placeholder, `<redacted:jwt#1>`,
  * numbered per kind within a session (one value, one number, while this process lives), never
  * holding the value. A placeholder already in a text is left as it is. Policy `drop` replaces
  * the content of a message holding one with a notice; `off` leaves the turn as it is.
@@ -36,7 +36,8 @@ export interface Rule {
   hints: string[];
 }
 
-const PLACEHOLDER = /\[(?:secret|personal):[a-z0-9_]{1,40}#[0-9]{1,6}\]/g;
+/** A placeholder a redaction wrote (never matched again): a shape OV's own privacy extraction leaves alone. */
+const PLACEHOLDER = /<redacted:[a-z0-9_]{1,40}#[0-9]{1,6}>/g;
 /** Keys of a message whose values are structure (or an image's bytes), never what someone said. */
 const SKIPPED_KEYS = new Set([
   "role", "type", "id", "toolCallId", "toolUseId", "name", "toolName", "mimeType", "stopReason", "api",
@@ -141,7 +142,7 @@ export class Placeholders {
       this.counts.set(rule.kind, number);
       this.numbers.set(digest, number);
     }
-    return `[${rule.ruleClass}:${rule.kind}#${number}]`;
+    return `<redacted:${rule.kind}#${number}>`;
   }
 }
 

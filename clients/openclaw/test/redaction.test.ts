@@ -64,8 +64,8 @@ describe("redaction of a turn", () => {
     const redactor = new TurnRedactor({ redaction: "mask", redactionAgents: { coder: "off" }, redactionPersonal: [], redactionCustomPatterns: [] });
     const first = redactor.redact("s1", "main", [{ role: "user", content: `a AKIA${"ABCDEFGHIJKLMNOP"} b ${AWS}` }])[0];
     const later = redactor.redact("s1", "main", [{ role: "user", content: `again ${AWS}` }])[0];
-    assert.deepEqual(first, [{ role: "user", content: "a [secret:aws_access_key#1] b [secret:aws_access_key#2]" }]);
-    assert.deepEqual(later, [{ role: "user", content: "again [secret:aws_access_key#2]" }]);
+    assert.deepEqual(first, [{ role: "user", content: "a <redacted:aws_access_key#1> b <redacted:aws_access_key#2>" }]);
+    assert.deepEqual(later, [{ role: "user", content: "again <redacted:aws_access_key#2>" }]);
     assert.deepEqual(redactor.redact("s2", "coder", [{ role: "user", content: AWS }])[0], [{ role: "user", content: AWS }]);
   });
 
@@ -78,7 +78,7 @@ describe("redaction of a turn", () => {
     assert.deepEqual(Object.fromEntries(kinds), { aws_access_key: 1 });
     assert.deepEqual(Object.fromEntries(again), { aws_access_key: 1 }); // the new message only
     assert.equal(second[0], first[0]); // the first message's redaction, remembered
-    assert.deepEqual(second[1], { role: "assistant", content: [{ type: "text", text: "saved [secret:aws_access_key#1]" }] });
+    assert.deepEqual(second[1], { role: "assistant", content: [{ type: "text", text: "saved <redacted:aws_access_key#1>" }] });
   });
 
   it("checks the validators as the service does", () => {
