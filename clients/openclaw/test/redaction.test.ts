@@ -1,11 +1,16 @@
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, it } from "node:test";
+import { after, before, describe, it } from "node:test";
 
 import { parseConfig, ConfigError } from "../src/config.js";
 import { bundledRules, compileRule, iban, luhn, Placeholders, policyOf, redactMessages, redactText, TurnRedactor } from "../src/redaction.js";
-import { PACKAGE_ROOT } from "./helpers/proc.js";
+import { ovSessionId } from "../src/ids.js";
+import { shardOf, streamKey } from "../src/keys.js";
+import { PluginRuntime } from "../src/runtime.js";
+import { MemoryLogger } from "./helpers/fakes.js";
+import { freePort, PACKAGE_ROOT, startRedis, streamEvents, type RedisServer } from "./helpers/proc.js";
 
 interface Case {
   text: string;
@@ -104,5 +109,43 @@ describe("redaction config", () => {
     assert.throws(() => parseConfig({ redactionCustomPatterns: [{ kind: "x", pattern: "(" }] }), /redactionCustomPatterns must be a list of valid patterns/);
     const cfg = parseConfig({ redactionPersonal: "email, iban", redactionCustomPatterns: [{ kind: "ticket", pattern: "TCK-[0-9]{6}" }] });
     assert.deepEqual(cfg.redactionPersonal, ["email", "iban"]);
+  });
+});
+
+describe("redaction before a turn leaves the gateway", () => {
+  let redis: RedisServer;
+  before(async () => {
+    redis = await startRedis();
+  });
+  after(async () => {
+    await redis.stop();
+  });
+
+  it("publishes no secret to Redis, and spools none to disk while Redis is away", async () => {
+    const said = [
+      { role: "user", content: `deploy with ${AWS} and DB_PASSWORD=hunter22` },
+      { role: "assistant", content: [{ type: "toolCall", id: "c1", name: "sh", arguments: { cmd: `aws --key ${AWS}` } }] },
+    ];
+    const live = new PluginRuntime(parseConfig({ redisUrl: redis.url, stateDir: mkdtempSync(join(tmpdir(), "ovstream-red-")), keyPrefix: "red" }), new MemoryLogger());
+    assert.ok(live.publishTurn({ sessionId: "s-live", messages: said, prePromptMessageCount: 0 }));
+    await live.close(2000);
+    const ovSid = ovSessionId("s-live", undefined);
+    const events = await streamEvents(redis.url, streamKey("red", shardOf(ovSid, live.config.shards)));
+    const json = JSON.stringify(events);
+    assert.equal(events.length, 1);
+    assert.ok(!json.includes(AWS) && !json.includes("hunter22"), json);
+    assert.ok(json.includes("<redacted:aws_access_key#1>") && json.includes("<redacted:password#1>"), json);
+
+    const stateDir = mkdtempSync(join(tmpdir(), "ovstream-red-away-"));
+    const away = new PluginRuntime(parseConfig({ redisUrl: `redis://127.0.0.1:${await freePort()}/0`, stateDir, keyPrefix: "red" }), new MemoryLogger(), {
+      publisher: { initialBackoffMs: 20, maxBackoffMs: 200 },
+    });
+    assert.ok(away.publishTurn({ sessionId: "s-away", messages: said, prePromptMessageCount: 0 }));
+    const spool = join(stateDir, "spool");
+    const files = readdirSync(spool);
+    assert.equal(files.length, 1);
+    const kept = readFileSync(join(spool, files[0]!), "utf8");
+    assert.ok(!kept.includes(AWS) && !kept.includes("hunter22") && kept.includes("<redacted:aws_access_key#1>"), kept);
+    await away.close(50);
   });
 });
