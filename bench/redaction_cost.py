@@ -17,7 +17,6 @@ and off, measured in one run. Prints figures; not a test.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import subprocess

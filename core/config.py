@@ -287,6 +287,12 @@ class Settings(BaseSettings):
     redaction_custom_patterns: tuple[dict[str, Any], ...] = Field(())
     """Secrets of the deployment's own kinds: each ``{kind, pattern, flags?, group?}`` (the
     regular expression syntax Python and JavaScript share), masked as ``<redacted:<kind>#n>``."""
+    erase_settle_s: float = Field(3.0, ge=0)
+    """The pause an erasure makes after its tombstone and between its two passes: longer than a
+    capture worker takes to see the tombstone (1 s) and to end a round it began before."""
+    erase_tombstone_ttl_s: int = Field(30 * 24 * 3600, ge=60)
+    """How long an erased scope's turns are dropped unapplied after ``ovstream erase`` (a digest
+    of the scope is all the tombstone keeps): longer than any plugin's spool holds a turn."""
     rpc_tls_cert_file: str | None = Field(None)
     """Serve the RPC over HTTPS with this certificate (and ``rpc_tls_key_file``)."""
     rpc_tls_key_file: str | None = Field(None)

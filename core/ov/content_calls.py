@@ -74,6 +74,26 @@ class ContentCalls:
     async def overview(self, uri: str) -> str:
         return await self._content("overview", uri)
 
+    async def list_sessions(self) -> list[str]:
+        """The ids of every session of the caller's user (``GET /api/v1/sessions``)."""
+        result = await self._get("/api/v1/sessions")
+        rows = result if isinstance(result, list) else []
+        return [str(r["session_id"]) for r in rows if isinstance(r, dict) and isinstance(r.get("session_id"), str)]
+
+    async def cancel_task(self, task_id: str) -> dict[str, Any]:
+        """Ask OV to stop a task (``POST /api/v1/tasks/{id}/cancel``)."""
+        return object_result(await self._post(f"/api/v1/tasks/{segment(task_id)}/cancel", {}, idempotent=True))
+
+    async def files(self, uri: str) -> int:
+        """How many files (not directories) OV keeps under ``uri`` (0: nothing, or no such place)."""
+        try:
+            result = await self._get("/api/v1/fs/tree", params={"uri": uri, "node_limit": "100000"})
+        except OVError as exc:
+            if exc.code == "NOT_FOUND":
+                return 0
+            raise
+        return sum(1 for row in result or [] if isinstance(row, dict) and not row.get("isDir"))
+
     async def rm(self, uri: str, *, recursive: bool = False) -> dict[str, Any]:
         params = {"uri": uri, "recursive": "true" if recursive else "false"}
         return object_result(await self._call("DELETE", "/api/v1/fs", idempotent=True, params=params))

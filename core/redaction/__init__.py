@@ -206,9 +206,7 @@ def _spans(text: str, rules: RuleSet) -> list[tuple[int, int, Rule]]:
     return kept
 
 
-def redact_text(
-    text: str, rules: RuleSet | Iterable[Rule], placeholders: Placeholders
-) -> tuple[str, Counter[str]]:
+def redact_text(text: str, rules: RuleSet | Iterable[Rule], placeholders: Placeholders) -> tuple[str, Counter[str]]:
     """``text`` with every match masked, and the kinds masked (counted)."""
     spans = _spans(text, rules if isinstance(rules, RuleSet) else RuleSet.of(rules))
     if not spans:

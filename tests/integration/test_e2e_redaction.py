@@ -13,6 +13,7 @@ import json
 
 from core.messages.tokens import estimate_message_tokens
 from tests.helpers.e2e import Conversation, OVSession, Service
+from tests.helpers.redis_dump import values
 from workers.store.keys import Keys
 
 pytest_plugins = ("tests.helpers.e2e_fixtures",)
@@ -26,22 +27,7 @@ SECRETS = (AWS, JWT, PASSWORD)
 def _without_streams(service: Service) -> bytes:
     """Every key's value in the service's Redis but the turn streams' entries."""
     keys = Keys(service.settings.key_prefix)
-    streams = {keys.stream(s).encode() for s in range(service.settings.shards)}
-    dump = []
-    for key in service.redis.scan_iter(count=1000):
-        if key in streams:
-            continue
-        kind = service.redis.type(key).decode()
-        value = {
-            "string": lambda k: service.redis.get(k),
-            "hash": lambda k: service.redis.hgetall(k),
-            "stream": lambda k: service.redis.xrange(k),
-            "list": lambda k: service.redis.lrange(k, 0, -1),
-            "zset": lambda k: service.redis.zrange(k, 0, -1),
-            "set": lambda k: service.redis.smembers(k),
-        }.get(kind, lambda k: b"")(key)
-        dump.append(repr(value).encode())
-    return b"\n".join(dump)
+    return values(service.redis, leave_out=frozenset(keys.stream(s) for s in range(service.settings.shards)))
 
 
 def test_a_secret_typed_in_a_turn_is_kept_nowhere(e2e_service: Service, dev_ov: OVSession) -> None:

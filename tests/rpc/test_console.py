@@ -175,7 +175,8 @@ async def test_a_session_assembled_by_recall_calls_only_shows_what_they_injected
 
 
 async def test_a_trace_keeps_no_secret_the_host_sent_and_says_what_was_masked(rpc: Any) -> None:
-    aws, jwt = "AKIA" + "IOSFODNN7EXAMPLE", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+    aws = "AKIA" + "IOSFODNN7EXAMPLE"
+    jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0." + "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
     said = f"deploy with key {aws} and the session token {jwt} please, " + "then report back " * 20
     body = {"sessionId": SID, "messages": oc_turns("q0", "a0", said, "done"), "prompt": "hi"}
     assert (await rpc.assemble(body)).status_code == 200

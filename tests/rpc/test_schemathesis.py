@@ -32,7 +32,14 @@ def _make_app() -> object:
     fake = FakeOV()
     fake.seed_memory("User prefers Rust for backend services.")
     return create_app(
-        Settings(redis_url="fakeredis://", ov_backoff_s=0, ov_retries=0, compact_wait_s=0.05, recall_timeout_s=1.0),
+        Settings(
+            redis_url="fakeredis://",
+            ov_backoff_s=0,
+            ov_retries=0,
+            compact_wait_s=0.05,
+            recall_timeout_s=1.0,
+            erase_settle_s=0,  # an erasure's pauses: none needed with nothing capturing
+        ),
         redis=fakeredis.FakeAsyncRedis(),
         commit_redis=fakeredis.FakeRedis(),
         ov_transport=fake.transport(),

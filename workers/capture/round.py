@@ -40,6 +40,7 @@ from core.events import ContextSnapshot
 from core.ov.client import OVClient, OVError, OVUnavailable
 from core.snapshot_growth import first_records, grown_records
 from workers import logs
+from workers.capture.erased import drop_erased
 from workers.capture.failures import EntryFailures
 from workers.capture.fence import KEEP, HashWrite, ShardFence
 from workers.capture.imports import import_records
@@ -194,7 +195,8 @@ def _session(group: list[Entry]) -> SessionRef:
 
 async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
     settings, redis, worker = c.settings, c.redis, c.worker
-    outcome = RoundOutcome()
+    groups, erased = await drop_erased(settings, redis, c.fence, worker.tombstones, groups)
+    outcome = RoundOutcome(acked=erased)  # an erased session's turns: acked, never applied
     async with redis.pipeline(transaction=False) as pipe:
         for entries in groups:
             pipe.hgetall(_session(entries).applied_key)

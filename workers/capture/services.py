@@ -19,6 +19,7 @@ from core.events import CommitReason, ContextSnapshot
 from core.ov.client import OVClient
 from core.redaction import SessionPlaceholders
 from core.shard_map import ShardMap, StreamShard
+from workers.capture.erased import Tombstones
 from workers.capture.ov_watch import Pausable
 from workers.capture.plan import SessionRef, SessionRound
 from workers.capture.settle import RecordedStates
@@ -64,6 +65,8 @@ class CaptureServices(Protocol):
     shard_map: ShardMap
     recorded: RecordedStates
     numbering: SessionPlaceholders
+    tombstones: Tombstones
+    """The erased scopes' tombstones, as last read (workers.capture.erased)."""
     """Each session's placeholder numbering (core.redaction), while this process lives."""
     """What this process last recorded of each session (a Redis that lost writes shows older)."""
 

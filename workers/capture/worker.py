@@ -42,6 +42,7 @@ from core.ov.client import OVClient
 from core.redaction import SessionPlaceholders
 from core.shard_map import ShardMap, StreamShard
 from core.shard_split import fair_share, preference
+from workers.capture.erased import Tombstones
 from workers.capture.leases import ShardLeases
 from workers.capture.ov_watch import OvOutage, OvWatch, Pausable
 from workers.capture.plan import SessionRef
@@ -119,6 +120,7 @@ class CaptureWorker(ConsumerSupervision):
         """The deployment's streams (core.shard_map), read again on every tick."""
         self.recorded = RecordedStates()
         self.numbering = SessionPlaceholders()
+        self.tombstones = Tombstones()
         """What this process last recorded of each session (workers.capture.settle)."""
         self.retired: set[StreamShard] = set()
         """Streams of the draining generation that are retired (read on every tick while one drains)."""

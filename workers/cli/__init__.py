@@ -27,6 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("workers.dev.up:cli_up", "run capture, worker and rpc in one process"),
     "commits": ("workers.cli.commits:cli_commits", "show the commit outcomes of a session"),
     "dlq": ("workers.cli.dlq:cli_dlq", "list or replay dead-lettered turn events"),
+    "erase": (
+        "workers.cli.erase:cli_erase",
+        "remove a user, an agent or a session from OV and Redis, with a receipt (docs/PRIVACY.md)",
+    ),
     "reshard": ("workers.cli.reshard:cli_reshard", "change the number of turn streams of a running deployment"),
     "migrate": (
         "workers.cli.migrate:cli_migrate",

@@ -36,6 +36,7 @@ from workers.rpc.auth import RequireToken
 from workers.rpc.compact import compact
 from workers.rpc.console.routes import install_console
 from workers.rpc.context import Services
+from workers.rpc.erase import EraseReceipt, EraseRequest, erase_route
 from workers.rpc.imports import ImportOutcomesRequest, ImportOutcomesResponse, import_outcomes
 from workers.rpc.metrics import CONTENT_TYPE, RpcMetrics
 from workers.rpc.models import (
@@ -93,6 +94,7 @@ def create_app(
         ov=ov,
         metrics=RpcMetrics(commit_client, settings),
         direct=direct,
+        ov_transport=ov_transport,
     )
 
     plugins = SeenPlugins()
@@ -212,6 +214,14 @@ def create_app(
         """What capture did with one run's imports (``openclaw ovstream import``): written,
         partly there already, already there, or pending (not applied yet)."""
         return json_response(await import_outcomes(svc, body, request.scope))
+
+    @app.post(
+        "/v1/erase", response_model=None, tags=["privacy"], responses={200: {"model": EraseReceipt}, **ERROR_ANSWERS}
+    )
+    async def erase(body: EraseRequest, request: Request) -> Response:
+        """Erase the caller's own tenant (or one agent or session of it) from OV and Redis, and
+        answer the receipt (docs/PRIVACY.md); ``dryRun`` counts what would go."""
+        return json_response(await erase_route(svc, body, request.scope))
 
     @app.get("/v1/tools", tags=["tools"])
     async def list_tools() -> dict[str, Any]:

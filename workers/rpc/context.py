@@ -17,6 +17,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import redis.asyncio as aioredis
 from cachetools import LRUCache
 from redis import Redis as SyncRedis
@@ -275,6 +276,8 @@ class Services:
     """Sync, for the RQ commit queue (RQ is sync): used from threads only (``asyncio.to_thread``)."""
     ov: OVClient
     metrics: RpcMetrics
+    ov_transport: httpx.AsyncBaseTransport | None = None
+    """What replaces OV's connections (tests, the embedded mode), for a client on another loop."""
     direct: bool = False
     """Serve the main call by fetching OV /context every time (the reference
     plugin's way), bypassing snapshots; for the benchmark's comparison."""

@@ -176,7 +176,7 @@ class Keys:
     def session_glob(self, kind: str, shard: int, ov_session_id: str) -> str:
         """A SCAN glob over the ``kind`` keys (``commits``, ``applied``, ``assembled``) of one
         OV session under every scope: each agent and tenant that has one."""
-        return f"{_glob_escape(self._kind(kind, shard))}*:{_glob_escape(ov_session_id)}"
+        return f"{glob_escape(self._kind(kind, shard))}*:{glob_escape(ov_session_id)}"
 
     def scope_in(self, kind: str, key: str, shard: int, ov_session_id: str) -> str:
         """The scope in a ``kind`` key of ``ov_session_id`` (a ``session_glob`` match)."""
@@ -253,6 +253,21 @@ class Keys:
         """Hash: values capture wrote to OV masked, by tenant and kind (``tenant|kind`` -> count)."""
         return f"{self.prefix}:redactions"
 
+    def erased_scopes(self) -> str:
+        """Hash: an erased scope's digest (core.erasure.scope_digest) -> until when its tombstone
+        stands (epoch seconds): capture drops the scope's turns unapplied until then."""
+        return f"{self.prefix}:erased-scopes"
+
+    def erasure(self, digest: str) -> str:
+        """Hash with the tombstone's lifetime: an erasure's progress and counts (a rerun after a
+        crash goes on from them), by its scope's digest; no user id, no content."""
+        return f"{self.prefix}:erasure:{digest}"
+
+    def erasures(self) -> str:
+        """Stream (capped): the audit of erasures: when, the scope's kind and digest, who asked,
+        what was removed per store (counts); no user id, no content."""
+        return f"{self.prefix}:erasures"
+
     def extraction_loss(self, repair_commit_id: str) -> str:
         """String with the session state's lifetime: set once the repair commit
         ``repair_commit_id`` wrote memories, so its extraction loss is counted once."""
@@ -297,7 +312,7 @@ class Keys:
 
     def every_key(self) -> str:
         """A SCAN pattern matching every key of this deployment (and no other prefix's)."""
-        return f"{_glob_escape(self.prefix)}:*"
+        return f"{glob_escape(self.prefix)}:*"
 
     def family_of(self, key: str) -> str | None:
         """The family of one of this deployment's keys: its kind (``applied``, ``snapshot``,
@@ -331,7 +346,7 @@ class Keys:
         return f"{self.prefix}:capture-workers"
 
 
-def _glob_escape(value: str) -> str:
+def glob_escape(value: str) -> str:
     """``value`` matched literally by a Redis glob."""
     return "".join(f"\\{c}" if c in "*?[]\\" else c for c in value)
 

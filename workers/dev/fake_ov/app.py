@@ -62,6 +62,7 @@ ROUTES = [
     _route("GET", "/health", "health", auth="none"),
     _route("GET", "/_stats", "stats", auth="none"),
     _route("POST", "/api/v1/sessions", "create_session"),
+    _route("GET", "/api/v1/sessions", "list_sessions"),
     _route("GET", "/api/v1/sessions/{sid}", "get_session"),
     _route("DELETE", "/api/v1/sessions/{sid}", "delete_session"),
     _route("POST", "/api/v1/sessions/{sid}/messages", "add_message"),

@@ -72,6 +72,13 @@ class SessionRoutes(UploadRoutes):
         auto = r.query.get("auto_create", "false").lower() in {"true", "1", "yes"}
         return self._session(r, create=auto, short=True).state()
 
+    def _r_list_sessions(self, r: Req) -> list[dict[str, Any]]:
+        user = r.ctx.user
+        return [
+            {"session_id": sid, "uri": f"viking://user/{user}/sessions/{sid}", "is_dir": True}
+            for sid in self.tenant(r.ctx.account, user).sessions
+        ]
+
     def _r_delete_session(self, r: Req) -> dict[str, Any]:
         s = self._session(r)
         del self.tenant(r.ctx.account, r.ctx.user).sessions[s.session_id]
