@@ -57,7 +57,10 @@ class OVFaultProxy:
             self.refused += 1
             return JSONResponse(SERVER_ERROR, status_code=500)
         if self._client is None:  # made on the server's own loop
-            self._client = httpx.AsyncClient(base_url=self.upstream, timeout=60, trust_env=False)
+            # idle connections dropped well before OV's server closes them (uvicorn: 5 s idle): a
+            # write sent on one it had just closed came back as the proxy's own 500
+            limits = httpx.Limits(keepalive_expiry=1.0)
+            self._client = httpx.AsyncClient(base_url=self.upstream, timeout=60, trust_env=False, limits=limits)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
         answer = await self._client.request(
             request.method, request.url.path, params=request.query_params, headers=headers, content=await request.body()

@@ -10,6 +10,7 @@ anything, and passes twice, so a turn a round took before the tombstone is remov
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -19,7 +20,7 @@ from core.config import Settings
 from core.erasure import digests_of_session
 from workers.capture.fence import ShardFence
 from workers.capture.plan import Entry
-from workers.store.connection import text
+from workers.store.connection import REDIS_ERRORS, text
 from workers.store.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -29,20 +30,35 @@ REFRESH_S = 1.0
 
 
 class Tombstones:
-    """The tombstones standing, as this worker last read them."""
+    """The tombstones standing, as this worker last read them. A round never waits on Redis for
+    them: the first read is made once (a worker starting must not apply what was erased), every
+    later one by a task of its own, at most every ``REFRESH_S``; a read that fails keeps the view
+    it had (a Redis node failing over must not stall the shards it does not hold)."""
 
     def __init__(self) -> None:
         self._until: dict[str, float] = {}
         self._read_at = float("-inf")
+        self._reading: asyncio.Task[None] | None = None
 
     async def refresh(self, redis: aioredis.Redis, settings: Settings) -> None:
-        now = time.monotonic()
-        if now - self._read_at < REFRESH_S:
+        if self._read_at == float("-inf"):
+            await self._read(redis, settings)
+        elif time.monotonic() - self._read_at >= REFRESH_S and (self._reading is None or self._reading.done()):
+            self._reading = asyncio.get_running_loop().create_task(self._read(redis, settings))
+
+    async def _read(self, redis: aioredis.Redis, settings: Settings) -> None:
+        first = self._read_at == float("-inf")
+        self._read_at = time.monotonic()
+        try:
+            raw = await redis.hgetall(Keys(settings.key_prefix).erased_scopes())
+        except (TimeoutError, *REDIS_ERRORS, OSError) as exc:
+            if first:  # nothing known yet: said, since an erased scope's turn could apply meanwhile
+                log.warning("erased scopes not read (%s); read again every %.0f s", exc, REFRESH_S)
+            else:
+                log.debug("erased scopes not read (%s); the last view stands", exc)
             return
-        raw = await redis.hgetall(Keys(settings.key_prefix).erased_scopes())
         wall = time.time()
         self._until = {text(k): float(v) for k, v in raw.items() if float(v) > wall}
-        self._read_at = now
 
     def covers(self, settings: Settings, entry: Entry) -> bool:
         if not self._until or entry.session is None:
