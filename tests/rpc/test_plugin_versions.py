@@ -82,8 +82,9 @@ async def test_status_says_which_plugins_talk_and_which_releases_run(make_rpc: A
         assert post({"X-Ovstream-Plugin": "0.2.7"}) == 200
         assert post({}) == 200  # a plugin from before 0.3.0 says nothing
         assert post({"X-Ovstream-Plugin": "0.0.2"}) == 426  # refused: not one that talks
-        status = wait_until(
-            lambda: (s := read_status(rpc.redis, rpc.settings)).plugins and s, "the RPC's beat with its plugins"
+        status = wait_until(  # a beat between the two calls says the first alone: the next says both
+            lambda: (s := read_status(rpc.redis, rpc.settings)).plugins == ["0.2.7", UNVERSIONED] and s,
+            "the RPC's beat with both plugins",
         )
     assert status.plugins == ["0.2.7", UNVERSIONED]
     assert status.releases == {installed_version(): 1}

@@ -32,19 +32,26 @@ REFRESH_S = 1.0
 class Tombstones:
     """The tombstones standing, as this worker last read them. A round never waits on Redis for
     them: the first read is made once (a worker starting must not apply what was erased), every
-    later one by a task of its own, at most every ``REFRESH_S``; a read that fails keeps the view
-    it had (a Redis node failing over must not stall the shards it does not hold)."""
+    later one by a task of its own, every ``REFRESH_S``; a read that fails keeps the view it had
+    (a Redis node failing over must not stall the shards it does not hold)."""
 
     def __init__(self) -> None:
         self._until: dict[str, float] = {}
         self._read_at = float("-inf")
-        self._reading: asyncio.Task[None] | None = None
+        self._reader: asyncio.Task[None] | None = None
 
     async def refresh(self, redis: aioredis.Redis, settings: Settings) -> None:
+        """Read the tombstones now if never read, and keep a task reading them every
+        ``REFRESH_S`` (idle or not: the first turn after an idle spell meets a fresh view)."""
         if self._read_at == float("-inf"):
             await self._read(redis, settings)
-        elif time.monotonic() - self._read_at >= REFRESH_S and (self._reading is None or self._reading.done()):
-            self._reading = asyncio.get_running_loop().create_task(self._read(redis, settings))
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.get_running_loop().create_task(self._keep_reading(redis, settings))
+
+    async def _keep_reading(self, redis: aioredis.Redis, settings: Settings) -> None:
+        while True:
+            await asyncio.sleep(REFRESH_S)
+            await self._read(redis, settings)
 
     async def _read(self, redis: aioredis.Redis, settings: Settings) -> None:
         first = self._read_at == float("-inf")

@@ -21,7 +21,7 @@ from core.redaction import SessionPlaceholders
 from core.shard_map import ShardMap, StreamShard
 from workers.capture.erased import Tombstones
 from workers.capture.ov_watch import Pausable
-from workers.capture.plan import SessionRef, SessionRound
+from workers.capture.plan import SKIP_SETTLED, SessionRef, SessionRound
 from workers.capture.settle import RecordedStates
 
 
@@ -31,6 +31,8 @@ class CaptureStats:
     claimed: int = 0
     applied: int = 0
     skipped: int = 0
+    settled: int = 0
+    """Entries an earlier owner wrote to OV and could not ack, found written and acked here."""
     messages_written: int = 0
     ov_writes: int = 0
     failures: int = 0
@@ -42,7 +44,9 @@ class CaptureStats:
 
     def count_applied(self, plan: SessionRound) -> None:
         for unit in plan.units:
-            if unit.skip:
+            if unit.skip == SKIP_SETTLED:  # written by an owner that lost the shard before its ack
+                self.settled += 1
+            elif unit.skip:
                 self.skipped += 1
             else:
                 self.applied += 1
