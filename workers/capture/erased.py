@@ -38,13 +38,17 @@ class Tombstones:
     def __init__(self) -> None:
         self._until: dict[str, float] = {}
         self._read_at = float("-inf")
+        self._first: asyncio.Task[None] | None = None
         self._reader: asyncio.Task[None] | None = None
 
     async def refresh(self, redis: aioredis.Redis, settings: Settings) -> None:
-        """Read the tombstones now if never read, and keep a task reading them every
+        """The first read, which every shard of the worker waits for (one that went on while
+        another's read was in flight would apply what was erased), then a task reading them every
         ``REFRESH_S`` (idle or not: the first turn after an idle spell meets a fresh view)."""
-        if self._read_at == float("-inf"):
-            await self._read(redis, settings)
+        if self._first is None:
+            self._first = asyncio.get_running_loop().create_task(self._read(redis, settings))
+        if not self._first.done():
+            await asyncio.shield(self._first)
         if self._reader is None or self._reader.done():
             self._reader = asyncio.get_running_loop().create_task(self._keep_reading(redis, settings))
 
