@@ -32,11 +32,13 @@ from pathlib import Path
 
 import pytest
 import redis
+from rq.job import Job, JobStatus
 
 from core.session import SessionAddress, shard_of
 from tests.cluster.test_cluster_processes import _deployment
 from tests.helpers.chaos import Assembles, Deployment, Ledger, Load, answers, chaos_turn, expected_ids, measure
 from tests.helpers.waiting import wait_until
+from workers.commits.api import commit_queue, job_counts
 from workers.commits.records import FINAL_STATUSES
 from workers.commits.request import request_commit
 from workers.dev.local_redis import RedisClusterServers, RedisServer, free_port, start_redis_cluster
@@ -176,6 +178,21 @@ def test_a_failover_stalls_only_its_shards_and_leaves_no_false_lag_or_traceback(
         wait_until(asked_before_final, "every commit asked for before the kill final", timeout_s=DEADLINE_S)
         commits_final_s = time.monotonic() - promoted
         assert commits_final_s <= COMMITS_AFTER_PROMOTION_S, commits_final_s
+        # each of those that completed with no memory had its extraction looked at through the
+        # failover (a verdict for every check asked for), and no job of their chains failed
+        finals = [o for s in SESSIONS for o in ledger.commits(s) if o.commit_id in asked_before]
+        checks = [
+            f"{o.commit_id}_extraction"
+            for o in finals
+            if o.status == "completed" and o.archive_uri and o.memories_extracted == 0  # as the poller asks
+        ]
+        queue = commit_queue(client, settings)
+
+        def checked() -> bool:
+            return all(Job.fetch(c, connection=queue.connection).get_status() == JobStatus.FINISHED for c in checks)
+
+        wait_until(checked, f"a verdict for each of the {len(checks)} extraction checks", timeout_s=DEADLINE_S)
+        assert job_counts(client, settings)["failed"] == 0, job_counts(client, settings)
 
         victim.restart()  # rejoins as a replica of the promoted one
         cluster.wait_ok(DEADLINE_S)
@@ -215,6 +232,7 @@ def test_a_failover_stalls_only_its_shards_and_leaves_no_false_lag_or_traceback(
         assert assembles.twice == [], assembles.twice[:3]
         assert ledger.ov_ids(probe)[:2] == [f"{probe}:q0", f"{probe}:a0"]
         assert list_dead_letters(ledger.redis, settings) == []
+        assert job_counts(client, settings)["failed"] == 0, job_counts(client, settings)
         for name in ("capture-a", "capture-b", "worker", "rpc"):
             log = deploy.log(name, lines=100_000)
             assert "Traceback" not in log and "crashed" not in log and "quitting" not in log, (name, log[-5000:])
