@@ -6,6 +6,7 @@ turns of the user published afterwards are dropped unapplied."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from core.ids import ov_session_id
 from core.session import SessionAddress
 from tests.helpers.capture import make_worker, publish, run_until
 from tests.helpers.redis_dump import key_names, values
+from workers.capture.erased import Tombstones
 from workers.commits import context as jobs
 from workers.commits.request import request_commit
 from workers.commits.worker import drain_jobs
@@ -157,3 +159,21 @@ def test_who_can_be_erased() -> None:
         tenant_of(settings, "mallory")
     with pytest.raises(ValueError, match="not both"):
         ErasureScope("alice", agent="main", session="s")
+
+
+async def test_no_shard_of_a_worker_goes_on_before_its_first_read_of_the_tombstones() -> None:
+    class SlowRedis:
+        def __init__(self) -> None:
+            self.answer = asyncio.Event()
+
+        async def hgetall(self, key: str) -> dict[bytes, bytes]:
+            await self.answer.wait()
+            return {b"digest": str(time.time() + 60).encode()}
+
+    tombstones, redis_client, settings = Tombstones(), SlowRedis(), Settings()
+    shards = [asyncio.create_task(tombstones.refresh(redis_client, settings)) for _ in range(2)]  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)
+    assert not any(s.done() for s in shards)  # both wait for the one read
+    redis_client.answer.set()
+    await asyncio.gather(*shards)
+    assert set(tombstones._until) == {"digest"}
