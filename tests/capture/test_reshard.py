@@ -55,9 +55,10 @@ async def test_resharding_up_then_down_under_load_keeps_every_sessions_order(red
     check_deployment(redis_client, settings)
     sessions = [f"rs-{i}" for i in range(24)]
     turns = 30
-    kills = {"left": 3}
+    kills = {"left": 1}
 
-    def die_once(step: str) -> None:  # the first worker dies mid-round, before its third ack
+    def die_once(step: str) -> None:  # the first worker dies mid-round, before its first ack (its
+        # third, once: a loaded machine gave it fewer rounds, its batches larger)
         if step == "before_ack" and kills["left"] > 0:
             kills["left"] -= 1
             if kills["left"] == 0:
@@ -97,8 +98,10 @@ async def test_resharding_up_then_down_under_load_keeps_every_sessions_order(red
     final = read_shard_map(redis_client, settings)
     assert (final.generation, final.shards, final.previous) == (2, 4, None)
     keys = Keys(settings.key_prefix)
-    for old in [*ShardMap(4).current(), *maps[0].current()]:  # every retired stream was deleted
-        assert not redis_client.exists(keys.stream(old)), old
+    retired = [keys.stream(old) for old in [*ShardMap(4).current(), *maps[0].current()]]
+    # every retired stream is deleted: after the map forgets its generation (workers.store.shard_map.
+    # finish_drain deletes them in that order), so a moment after "previous" is gone
+    await eventually(lambda: not any(redis_client.exists(s) for s in retired), "the retired streams deleted")
     assert redis_client.xlen(keys.dead_letters()) == 0
 
 
