@@ -76,6 +76,8 @@ async def test_pages_ask_a_browser_to_sign_in_and_the_api_for_a_token(make_rpc: 
 
 async def test_the_inspector_needs_a_session_and_finds_one_by_its_key(rpc: Any) -> None:
     assert (await rpc.client.get("/v1/sessions/inspect")).json()["error"]["code"] == "session_required"
+    blank = await rpc.client.get("/v1/sessions/inspect", params={"sessionKey": "   "})  # names nothing
+    assert blank.status_code == 422 and blank.json()["error"]["code"] == "session_required", blank.text
     await rpc.ov.add_messages(SID, ov_turns("q0", "a0"))
     rpc.mark_captured(SID, 2)
     body = {"sessionId": SID, "sessionKey": KEY, "messages": oc_turns("q0", "a0"), "prompt": "hi"}
