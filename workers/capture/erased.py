@@ -2,7 +2,7 @@
 
 ``ovstream erase`` stands a tombstone (``Keys.erased_scopes``: a digest of the scope -> until
 when) before it removes anything; each capture worker reads the tombstones at most every
-``REFRESH_S`` (one HGETALL, nothing while there are none to read) and, at the start of each round,
+``REFRESH_S`` (one HGETALL, at the start of a round) and, at the start of each round,
 acks and deletes from the stream every entry of a session a tombstone covers, writing nothing
 of it anywhere. The erasure pauses longer than ``REFRESH_S`` plus a round before it removes
 anything, and passes twice, so a turn a round took before the tombstone is removed with the rest.
@@ -27,42 +27,29 @@ log = logging.getLogger(__name__)
 
 REFRESH_S = 1.0
 """How stale a worker's view of the tombstones may be."""
+READ_TIMEOUT_S = 0.5
+"""The longest a round waits to read them."""
 
 
 class Tombstones:
-    """The tombstones standing, as this worker last read them. A round never waits on Redis for
-    them: the first read is made once (a worker starting must not apply what was erased), every
-    later one by a task of its own, every ``REFRESH_S``; a read that fails keeps the view it had
-    (a Redis node failing over must not stall the shards it does not hold)."""
+    """The tombstones standing, as this worker last read them: read again, at the start of a
+    round, when the view is ``REFRESH_S`` old (so the first turn after an idle spell meets a fresh
+    one), each round reading for itself (none goes on while another's read is in flight). A read
+    waits ``READ_TIMEOUT_S`` at most and a failed one keeps the view it had: a Redis node failing
+    over stalls the shards it does not hold by that much a second at most."""
 
     def __init__(self) -> None:
         self._until: dict[str, float] = {}
         self._read_at = float("-inf")
-        self._first: asyncio.Task[None] | None = None
-        self._reader: asyncio.Task[None] | None = None
 
     async def refresh(self, redis: aioredis.Redis, settings: Settings) -> None:
-        """The first read, which every shard of the worker waits for (one that went on while
-        another's read was in flight would apply what was erased), then a task reading them every
-        ``REFRESH_S`` (idle or not: the first turn after an idle spell meets a fresh view)."""
-        if self._first is None:
-            self._first = asyncio.get_running_loop().create_task(self._read(redis, settings))
-        if not self._first.done():
-            await asyncio.shield(self._first)
-        if self._reader is None or self._reader.done():
-            self._reader = asyncio.get_running_loop().create_task(self._keep_reading(redis, settings))
-
-    async def _keep_reading(self, redis: aioredis.Redis, settings: Settings) -> None:
-        while True:
-            await asyncio.sleep(REFRESH_S)
-            await self._read(redis, settings)
-
-    async def _read(self, redis: aioredis.Redis, settings: Settings) -> None:
+        if time.monotonic() - self._read_at < REFRESH_S:
+            return
         first = self._read_at == float("-inf")
-        self._read_at = time.monotonic()
         try:
-            raw = await redis.hgetall(Keys(settings.key_prefix).erased_scopes())
+            raw = await asyncio.wait_for(redis.hgetall(Keys(settings.key_prefix).erased_scopes()), READ_TIMEOUT_S)
         except (TimeoutError, *REDIS_ERRORS, OSError) as exc:
+            self._read_at = time.monotonic()  # not again before REFRESH_S: the view stands meanwhile
             if first:  # nothing known yet: said, since an erased scope's turn could apply meanwhile
                 log.warning("erased scopes not read (%s); read again every %.0f s", exc, REFRESH_S)
             else:
@@ -70,6 +57,7 @@ class Tombstones:
             return
         wall = time.time()
         self._until = {text(k): float(v) for k, v in raw.items() if float(v) > wall}
+        self._read_at = time.monotonic()
 
     def covers(self, settings: Settings, entry: Entry) -> bool:
         if not self._until or entry.session is None:
