@@ -12,6 +12,7 @@ from core.events import TurnEvent
 from tests.helpers.capture import make_worker, ov_texts, publish, turn
 from workers.capture.imports import import_records
 from workers.capture.plan import Entry, Unit, plan_round, session_of
+from workers.rpc.imports import IMPORTS_ASKED_MAX
 from workers.store.applied import AppliedState
 
 
@@ -87,3 +88,11 @@ def test_an_import_finished_after_an_interrupted_write_is_partly_there(settings)
     replayed = plan_round(settings, entry.session, [entry], state)
     replayed.units = [Unit(entry, [], "applied before")]
     assert import_records(settings, replayed) == []  # an entry read again keeps the record it has
+
+
+async def test_more_sessions_than_a_page_are_refused(settings, fake_ov, make_rpc) -> None:
+    rpc = await make_rpc(fake_ov, **{k: getattr(settings, k) for k in ("key_prefix", "shards")})
+    page = [f"s{i}" for i in range(IMPORTS_ASKED_MAX)]
+    assert (await rpc.client.post("/v1/import/outcomes", json=_asked(page, "run-1"))).status_code == 200
+    over = await rpc.client.post("/v1/import/outcomes", json=_asked([*page, "one-more"], "run-1"))
+    assert over.status_code == 422 and "sessions" in over.text

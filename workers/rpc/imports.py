@@ -18,8 +18,11 @@ from workers.rpc.models import SESSION_ID_MAX
 from workers.rpc.subagents import Identity
 from workers.store.imports import read_import_records
 
-IMPORTS_ASKED_MAX = 10_000
-"""Sessions one request may ask about (the command asks in pages of 1,000)."""
+IMPORTS_ASKED_MAX = 1_000
+"""Sessions one request may ask about: the command's page (``OUTCOMES_PAGE`` in the plugin's
+history.ts). Each costs a caller's resolution and two Redis reads, and one answer is one
+event-loop turn: 10,000 long ids were 2 MB of JSON and seconds of a loop every caller shares
+(schemathesis timed one out on a loaded machine)."""
 
 
 class ImportedSession(BaseModel):

@@ -256,7 +256,7 @@ async function whatCaptureDid(
   return tally;
 }
 
-/** Sessions one ask names at most (the service's own limit is 10,000). */
+/** Sessions one ask names at most: the service's own limit (IMPORTS_ASKED_MAX, workers/rpc/imports.py). */
 const OUTCOMES_PAGE = 1_000;
 
 /** Until capture's backlog and the commits in flight leave room (live turns go first). */
