@@ -36,6 +36,7 @@ from rq import Queue
 
 from core.config import Settings
 from core.events import TurnEvent
+from workers.commits.queue import commit_lines
 from workers.dev.local_redis import free_port, start_redis_server
 from workers.store.keys import Keys
 from workers.store.streams import publish_turn
@@ -95,6 +96,7 @@ class Soak:
             raise
         self.client = redis.Redis.from_url(self.redis_server.url)
         self.queue = Queue(self.settings.commit_queue_name, connection=self.client)
+        self.lines = commit_lines(self.client, self.settings)
 
     def rss(self) -> dict[str, int]:
         return {role: group_rss_bytes(self.procs[role].pid) for role in ROLES}
@@ -105,7 +107,7 @@ class Soak:
         for key in self.client.scan_iter(match=f"{self.prefix}:*:turns", count=1000):
             for group in self.client.xinfo_groups(key):
                 groups += int(group.get("lag") or 0) + int(group.get("pending") or 0)
-        return groups, self.queue.count + self.queue.started_job_registry.count
+        return groups, self.lines.queued() + self.queue.started_job_registry.count
 
     def settle(self, at_most_s: float) -> None:
         """Until capture has applied every turn and the commit queue is empty (or ``at_most_s``)."""

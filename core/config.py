@@ -293,6 +293,12 @@ class Settings(BaseSettings):
     erase_tombstone_ttl_s: int = Field(30 * 24 * 3600, ge=60)
     """How long an erased scope's turns are dropped unapplied after ``ovstream erase`` (a digest
     of the scope is all the tombstone keeps): longer than any plugin's spool holds a turn."""
+    usage_keep_hours: int = Field(48, ge=1, le=24 * 90)
+    """How long the hourly usage per tenant is kept (``GET /v1/usage``, ``ovstream usage``)."""
+    usage_keep_days: int = Field(35, ge=1, le=3660)
+    """How long the daily usage per tenant is kept (a month's bill, and the days around it)."""
+    usage_metrics_tenants: int = Field(10, ge=0, le=1000)
+    """Tenants ``/metrics`` names in its usage series (the busiest); the rest are one series."""
     rpc_tls_cert_file: str | None = Field(None)
     """Serve the RPC over HTTPS with this certificate (and ``rpc_tls_key_file``)."""
     rpc_tls_key_file: str | None = Field(None)

@@ -9,6 +9,13 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from core.config import Settings
+
+TENANT_KEY_PREFIX = "k"
+"""Tenant labels derived from an unknown API key look like ``k<16 hex>``."""
 
 
 def shard_of(ov_session_id: str, shards: int) -> int:
@@ -18,6 +25,23 @@ def shard_of(ov_session_id: str, shards: int) -> int:
     """
     digest = hashlib.sha256(ov_session_id.encode("utf-8")).digest()
     return int.from_bytes(digest[:4], "big") % shards
+
+
+def tenant_for_api_key(settings: Settings, api_key: str | None) -> str | None:
+    """The tenant label scoping Redis keys for a caller's key.
+
+    No key, or the service's own key: the default tenant (None), as capture
+    uses for events without a user. A key configured in ``user_api_keys``:
+    its label, so capture workers (which act with those keys) and the RPC
+    agree on the scope. Any other key: ``k`` + the first 16 hex digits of its
+    sha256, stable per key and never revealing it.
+    """
+    if not api_key or api_key == settings.api_key:
+        return None
+    for label, key in settings.user_api_keys.items():
+        if key == api_key:
+            return str(label)
+    return TENANT_KEY_PREFIX + hashlib.sha256(api_key.encode("utf-8")).hexdigest()[:16]
 
 
 def scope_of(tenant: str | None, agent_id: str) -> str:

@@ -19,7 +19,7 @@ import redis
 
 from core import defaults
 from core.config import Settings
-from core.scaling import CAPTURE_LAG_PER_REPLICA, capture_replicas
+from core.scaling import CAPTURE_LAG_PER_REPLICA, COMMIT_JOBS_PER_WORKER, capture_replicas, commit_workers
 from core.shard_map import ShardMap, StreamShard
 from workers.commits.api import in_flight_requests, job_counts, outcome_status, read_lost_extractions
 from workers.store.applied import parse_id
@@ -286,6 +286,7 @@ def read_scaling(client: redis.Redis, settings: Settings) -> dict[str, Any]:
     and the commits in flight."""
     shards = read_backlog(client, settings)
     backlog = sum((s.unread or 0) + s.pending for s in shards)
+    queued = job_counts(client, settings)["queued"]
     return {
         "capture": {
             "replicas": capture_replicas(backlog, len(shards)),
@@ -296,7 +297,14 @@ def read_scaling(client: redis.Redis, settings: Settings) -> dict[str, Any]:
         # what `openclaw ovstream import` waits on, besides the backlog: phase 2 not flooded.
         # The slots still there, up to COMMIT_INDEX_SAMPLE (a final outcome removes its slot;
         # the index itself keeps it until the next sweep, so it is not counted)
-        "commits": {"inFlight": len(in_flight_requests(client, settings, COMMIT_INDEX_SAMPLE))},
+        # and the commit workers the jobs queued on every line ask for (``core.scaling``: KEDA's
+        # trigger for the workers; a list length would see the queue's own list only)
+        "commits": {
+            "inFlight": len(in_flight_requests(client, settings, COMMIT_INDEX_SAMPLE)),
+            "queued": queued,
+            "replicas": commit_workers(queued),
+            "queuedPerReplica": COMMIT_JOBS_PER_WORKER,
+        },
     }
 
 

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import ssl
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -68,6 +69,7 @@ class OVClient(ContentCalls):
         peer: str | None = None,
         batch_max: int = BATCH_LIMIT,
         ca_file: str | None = None,
+        on_request: Callable[[str | None], None] | None = None,
         _http: httpx.AsyncClient | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -80,6 +82,9 @@ class OVClient(ContentCalls):
         self.retries = retries
         self.backoff = backoff
         self.batch_max = batch_max
+        self.on_request = on_request
+        """Told the API key of every request sent (each try): the tenants' usage (shared by
+        ``scoped`` views)."""
         self.probe_key: str | None = api_key
         """The key ``key_check`` asks with when this client has none (``from_settings``)."""
         self._owns_http = _http is None
@@ -95,7 +100,12 @@ class OVClient(ContentCalls):
         self.headers = self._identity_headers()
 
     @classmethod
-    def from_settings(cls, settings: Any, transport: httpx.AsyncBaseTransport | None = None) -> OVClient:
+    def from_settings(
+        cls,
+        settings: Any,
+        transport: httpx.AsyncBaseTransport | None = None,
+        on_request: Callable[[str | None], None] | None = None,
+    ) -> OVClient:
         client = cls(
             settings.base_url,
             api_key=settings.api_key,
@@ -108,6 +118,7 @@ class OVClient(ContentCalls):
             batch_max=settings.ov_batch_max,
             transport=transport,
             ca_file=settings.ov_ca_file,
+            on_request=on_request,
         )
         # with per-tenant keys alone (no apiKey) the key check asks as one of the tenants
         client.probe_key = settings.api_key or next(iter(settings.user_api_keys.values()), None)
@@ -126,6 +137,7 @@ class OVClient(ContentCalls):
             backoff=self.backoff,
             peer=peer or self.peer,
             batch_max=self.batch_max,
+            on_request=self.on_request,
             _http=self._http,
         )
 
@@ -171,6 +183,8 @@ class OVClient(ContentCalls):
 
     async def _once(self, method: str, path: str, *, raw: bool, **kwargs: Any) -> Any:
         started = time.perf_counter()
+        if self.on_request is not None:
+            self.on_request(self.api_key)
         try:
             resp = await self._http.request(method, path, headers=self.headers, **kwargs)
         except httpx.TimeoutException as exc:

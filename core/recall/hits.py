@@ -304,6 +304,11 @@ def format_recall_line(hit: Any, content: str) -> str:
     return f"- [{recall_category(h)}]\n  <uri>{h.uri}</uri>\n{indented}"
 
 
+def memories_in_block(block: str) -> int:
+    """How many memories a block of ``build_recall_block`` holds (one ``<uri>`` line each)."""
+    return block.count("\n  <uri>")
+
+
 def build_recall_block(items: Sequence[tuple[Any, str]], max_chars: int) -> str | None:
     """The ``<relevant-memories>`` block for ``(hit, content)`` pairs in order.
 

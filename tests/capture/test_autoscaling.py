@@ -1,4 +1,5 @@
-"""KEDA's capture trigger (deploy/k8s/keda.yaml) resolved against a live deployment, before,
+"""KEDA's triggers (deploy/k8s/keda.yaml) resolved against a live deployment: the commit
+workers' on the jobs queued on every commit line; capture's before,
 during and after ``ovstream reshard``: the RPC's ``/v1/scaling`` read as KEDA reads it (its
 URL's path, the bearer token its TriggerAuthentication names, its ``valueLocation``), on a
 real redis-server with real streams whose backlog moves; the replica count follows the
@@ -13,8 +14,10 @@ from urllib.parse import urlparse
 
 import yaml
 
-from core.scaling import CAPTURE_LAG_PER_REPLICA
+from core.fairness import line_of
+from core.scaling import CAPTURE_LAG_PER_REPLICA, COMMIT_JOBS_PER_WORKER
 from tests.helpers.capture import make_worker, run_until, turn
+from workers.commits.queue import commit_lines, commit_queue
 from workers.status import read_backlog
 from workers.store.shard_map import read_shard_map, reshard
 from workers.store.streams import publish_turn
@@ -23,9 +26,9 @@ KEDA = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "keda.yaml"
 TOKEN = "keda-reads-with-this-token-0123"
 
 
-def _trigger() -> dict[str, Any]:
-    capture = next(d for d in yaml.safe_load_all(KEDA.read_text()) if d and d["metadata"]["name"] == "ovstream-capture")
-    [trigger] = capture["spec"]["triggers"]
+def _trigger(scaled: str = "ovstream-capture") -> dict[str, Any]:
+    obj = next(d for d in yaml.safe_load_all(KEDA.read_text()) if d and d["metadata"]["name"] == scaled)
+    [trigger] = obj["spec"]["triggers"]
     return trigger
 
 
@@ -36,16 +39,19 @@ def _value(body: Any, location: str) -> Any:
     return body
 
 
-async def _keda_reads(rpc: Any) -> tuple[int, dict[str, Any]]:
-    """What KEDA's metrics-api scaler gets: the replica count at valueLocation, and the answer."""
-    trigger = _trigger()
+async def _keda_reads(rpc: Any, scaled: str = "ovstream-capture") -> tuple[int, dict[str, Any]]:
+    """What KEDA's metrics-api scaler gets: the replica count at valueLocation, and the answer's
+    part about what ``scaled`` runs."""
+    trigger = _trigger(scaled)
     path = urlparse(trigger["metadata"]["url"]).path
     answer = await rpc.client.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
     assert answer.status_code == 200, answer.text
     body = answer.json()
     value = _value(body, trigger["metadata"]["valueLocation"])
     assert isinstance(value, int)  # KEDA refuses anything but a number
-    return value // int(trigger["metadata"]["targetValue"]), body["capture"]
+    return value // int(trigger["metadata"]["targetValue"]), body[
+        "capture" if scaled == "ovstream-capture" else "commits"
+    ]
 
 
 def _publish(redis_client: Any, settings: Any, sessions: list[str], turns: int) -> int:
@@ -85,3 +91,14 @@ async def test_kedas_capture_trigger_follows_the_backlog_and_a_reshard(redis_cli
     replicas, capture = await _keda_reads(rpc)
     assert capture["backlog"] == published and published > 8 * CAPTURE_LAG_PER_REPLICA
     assert replicas == 8  # the cap followed the reshard: 8 streams now
+
+
+async def test_kedas_worker_trigger_counts_the_jobs_on_every_line(redis_client, settings, fake_ov, make_rpc) -> None:
+    rpc = await make_rpc(fake_ov, rpc_token=TOKEN, shards=settings.shards, key_prefix=settings.key_prefix)
+    assert (await _keda_reads(rpc, "ovstream-worker"))[0] == 1  # nothing queued: one worker (never 0)
+    lines = commit_lines(redis_client, settings)
+    for i in range(3 * COMMIT_JOBS_PER_WORKER):  # three tenants' bursts, each on its own line
+        lines.enqueue(line_of(f"tenant-{i % 3}", "threshold"), print, i)
+    commit_queue(redis_client, settings).enqueue(print, "an earlier release's")  # the queue's own list
+    replicas, commits = await _keda_reads(rpc, "ovstream-worker")
+    assert commits["queued"] == 3 * COMMIT_JOBS_PER_WORKER + 1 and replicas == 4

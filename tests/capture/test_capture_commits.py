@@ -19,6 +19,7 @@ from workers.cli import main
 from workers.commits import context as jobs
 from workers.commits import queue as commit_queue
 from workers.commits.context import context_of
+from workers.commits.lines import line_of_request
 from workers.commits.records import CommitRecords
 from workers.commits.request import request_commit, wait_commit_outcome
 from workers.commits.run import run_commit, run_poll, run_recheck
@@ -227,8 +228,9 @@ def test_wait_gives_a_timeout_outcome_when_nothing_runs_the_job(redis_client, se
 def test_a_lost_commit_job_is_enqueued_again(redis_client, settings, fake_ov):
     _seed(fake_ov, "s")
     request = _request(redis_client, settings)
-    # as if the enqueue never happened
+    # as if the enqueue never happened: no job, and its id on no line
     Job.fetch(request.commit_id, connection=queue_client(redis_client, settings)).delete()
+    commit_queue.commit_lines(redis_client, settings).queue(line_of_request(request)).remove(request.commit_id)
     assert jobs_waiting(redis_client, settings) == 0
     assert _request(redis_client, settings).commit_id == request.commit_id
     assert wait_for_outcome(redis_client, settings, request).status == "completed"

@@ -10,7 +10,7 @@ from rq.job import Job, JobStatus
 
 from core.session import SessionAddress
 from workers.commits import sweep as commit_sweep
-from workers.commits.queue import commit_queue
+from workers.commits.queue import commit_lines
 from workers.commits.records import CommitRecords
 from workers.commits.request import request_commit, resume
 from workers.commits.worker import drain_jobs
@@ -34,7 +34,7 @@ def _commit(redis_client, settings, fake, sid: str):
 
 def _started_by(redis_client, settings, job: Job, worker_name: str) -> None:
     """As if ``worker_name`` had taken the job off the queue and started it."""
-    commit_queue(redis_client, settings).remove(job)
+    commit_lines(redis_client, settings).remove(job)
     job.worker_name = worker_name
     job.set_status(JobStatus.STARTED)
     job.save()
@@ -71,7 +71,7 @@ def test_a_commit_found_lost_by_two_processes_at_once_is_resumed_once(redis_clie
     outcome = CommitRecords(redis_client, settings).outcome(request)
     resume(redis_client, settings, request, outcome, job=job.id)
     resume(redis_client, settings, request, outcome, job=job.id)  # read before the first resumed it
-    again = [j for j in commit_queue(redis_client, settings).job_ids if j.startswith(request.commit_id + "_again")]
+    again = [j for j in commit_lines(redis_client, settings).job_ids() if j.startswith(request.commit_id + "_again")]
     assert len(again) == 1, again
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
         f"commit {request.commit_id}: its job {job.id} is lost; enqueueing it again"
@@ -90,7 +90,7 @@ def test_a_job_of_a_live_worker_is_left_alone(redis_client, settings, fake_ov):
 
 def test_a_stranded_job_is_resumed_at_the_second_look(redis_client, settings, fake_ov, caplog):
     request, job = _commit(redis_client, settings, fake_ov, "stranded")
-    commit_queue(redis_client, settings).remove(job)  # dequeued by a worker that stopped before starting it
+    commit_lines(redis_client, settings).remove(job)  # dequeued by a worker that stopped before starting it
     _make_due(redis_client, settings)
     assert commit_sweep.sweep(redis_client, settings) == 0  # maybe on its way: not yet
     _make_due(redis_client, settings)

@@ -223,7 +223,10 @@ def test_the_keda_objects_match_keda_and_watch_what_ovstream_writes() -> None:
     # the cap is ovstream's (the streams read now), so KEDA's ceiling is only a ceiling
     assert capture["maxReplicaCount"] >= 2 * settings.shards
     worker = scaled["ovstream-worker"]["spec"]
-    assert [t["metadata"]["listName"] for t in worker["triggers"]] == [f"rq:queue:{settings.commit_queue_name}"]
+    [commits] = worker["triggers"]  # the jobs on every line: one list's length would miss them
+    assert commits["type"] == "metrics-api" and commits["metadata"]["url"] == trigger["metadata"]["url"]
+    assert commits["metadata"]["valueLocation"] == "commits.replicas"
+    assert commits["metadata"]["targetValue"] == "1" and commits["authenticationRef"] == trigger["authenticationRef"]
     deployments = {d["metadata"]["name"] for d in _documents("ovstream.yaml") if d["kind"] == "Deployment"}
     assert {o["spec"]["scaleTargetRef"]["name"] for o in scaled.values()} <= deployments
 

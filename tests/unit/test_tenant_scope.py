@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from core.config import RpcCredential, Settings
+from core.session import tenant_for_api_key
 from workers.rpc.auth import visible_tenants
-from workers.rpc.context import tenant_for_api_key
 
 
 def test_a_credential_sees_the_tenants_of_its_ov_keys() -> None:

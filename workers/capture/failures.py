@@ -25,6 +25,7 @@ from workers.store.applied import PARKED
 from workers.store.connection import text
 from workers.store.dead_letters import REASON_FAILED, REASON_PARKED, dead_letter_fields
 from workers.store.keys import Keys
+from workers.store.usage import TALLY
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,8 @@ class EntryFailures:
                 parks.append(HashWrite(entry.session.applied_key, {PARKED: entry.id}, px=KEEP))
         await self.fence.apply(parks + self.forget([e for e, _, _ in items]), [e.id for e, _, _ in items])
         self.stats.dead_lettered += len(items)
+        for entry, _, _ in items:  # undecodable ones (no session): the deployment's own user's
+            TALLY.add(entry.session.address.tenant if entry.session else None, "dead_letters")
         for entry, reason, error in items:
             if reason != REASON_PARKED:  # those behind it are said once a round (workers.capture.parking)
                 log.error("shard %s: entry %s dead-lettered (%s): %s", self.fence.shard, entry.id, reason, error)

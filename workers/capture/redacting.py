@@ -1,5 +1,5 @@
 """Capture redacts whatever reaches it before anything keeps it, and counts what was masked
-(core.redaction).
+(core.redaction), and what it wrote (the tenants' usage: ``count_usage``).
 
 The plugin redacts before it publishes; for a producer without its rules (an old plugin, another
 client) capture redacts what it keeps: what a turn writes to OV (``plan.redacted``: the new
@@ -20,9 +20,11 @@ import redis.asyncio as aioredis
 
 from core.config import Settings
 from core.events import encode
+from core.messages.tokens import estimate_message_tokens
 from core.redaction import PLACEHOLDER, Placeholders, redact_messages, redact_text
 from workers.capture.plan import Entry, SessionRound
 from workers.store.keys import Keys
+from workers.store.usage import TALLY
 
 TENANT_KIND_SEPARATOR = "|"
 """Between a tenant and a kind in a field of ``Keys.redactions`` (neither holds one)."""
@@ -49,6 +51,18 @@ def masked_in(plan: SessionRound) -> Counter[str]:
         for match in PLACEHOLDER.finditer(msgspec.json.encode(plan.messages).decode()):
             kinds[match.group(0)[1:-1].split(":", 1)[1].split("#", 1)[0]] += 1
     return kinds
+
+
+def count_usage(plans: Iterable[SessionRound]) -> None:
+    """What ``plans`` wrote to OV, in the tenants' usage (workers.store.usage, flushed with the
+    worker's beat): turns, messages and their estimated tokens."""
+    for plan in plans:
+        messages = plan.messages
+        if messages:
+            tenant = plan.session.address.tenant
+            TALLY.add(tenant, "turns_captured", len(plan.units))
+            TALLY.add(tenant, "messages_captured", len(messages))
+            TALLY.add(tenant, "tokens_captured", estimate_message_tokens(messages))
 
 
 async def count_masked(redis: aioredis.Redis, settings: Settings, plans: Iterable[SessionRound]) -> None:

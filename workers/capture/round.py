@@ -54,7 +54,7 @@ from workers.capture.plan import (
     finish_state,
     plan_round,
 )
-from workers.capture.redacting import count_masked
+from workers.capture.redacting import count_masked, count_usage
 from workers.capture.services import CaptureServices
 from workers.capture.settle import lost_writes_intent, ov_total, settled_total
 from workers.capture.slices import CpuSlice
@@ -270,6 +270,7 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
             worker.stats.count_applied(r.plan)
         worker.fault("after_ack")
         await count_masked(redis, settings, [r.plan for r in finished])
+        count_usage([r.plan for r in finished])
         await delete_letters(redis, settings, [e for r in finished for e in r.plan.entries])
     await _record_failures(c, runs, outcome)
     written = [r for r in finished if r.plan.grows_ov]

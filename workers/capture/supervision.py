@@ -22,6 +22,7 @@ from workers.capture.shard import ShardConsumer
 from workers.store.connection import REDIS_ERRORS
 from workers.store.health import forget_health
 from workers.store.keys import Keys
+from workers.store.usage import flush_async
 
 log = logging.getLogger("workers.capture.worker")  # the worker's lines, as before the split
 
@@ -132,6 +133,7 @@ class ConsumerSupervision:
         log.info("capture worker %s stopped: %s", self.consumer, self.stats)
 
     async def _unregister(self) -> None:
+        await flush_async(self.redis, self.settings)  # the usage of its last rounds
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.zrem(self.keys.capture_workers(), self.consumer)
             forget_health(pipe, self.settings, self.consumer)

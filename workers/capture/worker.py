@@ -63,6 +63,7 @@ from workers.store.health import record_health
 from workers.store.keys import Keys
 from workers.store.shard_map import follow_map
 from workers.store.strays import adopt_strays
+from workers.store.usage import count_ov_request, flush_async
 
 SCOPED_CLIENTS = 4096
 """(tenant, agent) pairs whose OV client one capture process keeps (~1 KB each)."""
@@ -110,7 +111,11 @@ class CaptureWorker(ConsumerSupervision):
         self._owns_sync_redis = sync_redis is None
         self.sync_redis = sync_redis if sync_redis is not None else connect(settings)  # request_commit's threads
         self._owns_ov = ov is None
-        self.ov = ov if ov is not None else OVClient.from_settings(settings, transport=ov_transport)
+        self.ov = (
+            ov
+            if ov is not None
+            else OVClient.from_settings(settings, transport=ov_transport, on_request=count_ov_request(settings))
+        )
         self.consumer = consumer or default_consumer_name()
         if shards is not None and (not shards or any(s < 0 for s in shards)):
             raise ValueError(f"shards must be shard numbers (0 and up): {list(shards)}")
@@ -314,6 +319,7 @@ class CaptureWorker(ConsumerSupervision):
 
     async def _tick(self, *, acquire: bool) -> None:
         await self.leases.renew(list(self.consumers.values()))
+        await flush_async(self.redis, self.settings)  # the usage its rounds counted (workers.store.usage)
         now_ms = int(time.time() * 1000)
         workers_key = self.keys.capture_workers()
         async with self.redis.pipeline(transaction=False) as pipe:

@@ -28,6 +28,7 @@ from core.ov.client import OVClient
 from core.session import SessionAddress
 from workers.store.connection import connect, connect_async
 from workers.store.event_loop import quiet_dropped_connections
+from workers.store.usage import count_ov_request
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -56,7 +57,9 @@ class JobContext:
     def ov(self, address: SessionAddress) -> OVClient:
         """The shared pool, acting as ``address``'s agent with its tenant's API key (call on the loop)."""
         if self._ov is None:
-            self._ov = OVClient.from_settings(self.settings, transport=self._transport)
+            self._ov = OVClient.from_settings(
+                self.settings, transport=self._transport, on_request=count_ov_request(self.settings)
+            )
         key = self.settings.user_api_keys.get(address.tenant) if address.tenant else None
         return self._ov.scoped(peer=address.agent_id, api_key=key)
 

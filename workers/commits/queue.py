@@ -21,6 +21,7 @@ from rq.job import Job, JobStatus
 from core.config import Settings
 from core.defaults import COMMIT_RETRY_INTERVALS_S, FOLLOW_UP_RETRY_INTERVALS_S
 from core.events import CommitRequest
+from workers.commits.lines import CommitLines, CommitQueue
 from workers.store.connection import queue_client
 from workers.store.keys import Keys, session_keys
 
@@ -54,16 +55,22 @@ def commit_job_id(key_prefix: str, scope: str, ov_session_id: str, generation: i
 
 
 def commit_queue(redis: redis_lib.Redis, settings: Settings) -> Queue:
-    """The RQ commit queue, bound to the queue's Redis (``queue_client`` of the store ``redis``)."""
-    return Queue(settings.commit_queue_name, connection=queue_client(redis, settings))
+    """The RQ commit queue, bound to the queue's Redis (``queue_client`` of the store ``redis``):
+    its registries, and its own list (the legacy line: workers.commits.lines)."""
+    return CommitQueue(settings.commit_queue_name, connection=queue_client(redis, settings))
+
+
+def commit_lines(redis: redis_lib.Redis, settings: Settings) -> CommitLines:
+    """The commit queue's lines (workers.commits.lines), on the queue's Redis."""
+    return CommitLines(queue_client(redis, settings), settings)
 
 
 def job_counts(redis: redis_lib.Redis, settings: Settings) -> dict[str, int]:
-    """The commit queue's jobs by state: queued, scheduled, running, and failed (each given up
-    after its RQ retries; kept in RQ's failed registry for an operator)."""
+    """The commit queue's jobs by state: queued (in every line), scheduled, running, and failed
+    (each given up after its RQ retries; kept in RQ's failed registry for an operator)."""
     queue = commit_queue(redis, settings)
     return {
-        "queued": queue.count,
+        "queued": commit_lines(redis, settings).queued(),
         "scheduled": queue.scheduled_job_registry.count,
         "running": queue.started_job_registry.count,
         "failed": queue.failed_job_registry.count,
@@ -77,8 +84,9 @@ def inflight_key(settings: Settings, request: CommitRequest) -> str:
 
 def job_state(redis: redis_lib.Redis, settings: Settings, job_id: str | None) -> tuple[str, Job | None]:
     """ "live", "crashed" (the job raised), "lost" (gone, ended without an outcome, or started
-    by a worker that is dead: ``Keys.commit_worker``) or "stranded": queued but on no queue
-    (dequeued by a worker that died before starting it) or scheduled but in no schedule. A
+    by a worker that is dead: ``Keys.commit_worker``) or "stranded": queued but on no line
+    (dequeued by a worker that died before starting it; or on a line no worker reads:
+    workers.commits.lines) or scheduled but in no schedule. A
     job is stranded for a moment on its way too, so only a second look (workers.commits.
     sweep) takes a stranded job for lost."""
     if not job_id:
@@ -91,7 +99,7 @@ def job_state(redis: redis_lib.Redis, settings: Settings, job_id: str | None) ->
     status = job.get_status(refresh=False)
     if status not in _LIVE_JOB_STATUSES:
         return ("crashed" if status == JobStatus.FAILED else "lost"), job
-    if status == JobStatus.QUEUED and queue.connection.lpos(queue.key, job_id) is None:
+    if status == JobStatus.QUEUED and not commit_lines(redis, settings).holds(job):
         return "stranded", job
     if status == JobStatus.SCHEDULED and queue.connection.zscore(queue.scheduled_job_registry.key, job_id) is None:
         return "stranded", job

@@ -31,6 +31,7 @@ from workers.store.connection import stream_entries, text
 from workers.store.keys import Keys, SessionKeys
 from workers.store.recent import addresses_by_keys
 from workers.store.scripts import CLAIM_STALE, DROP_IF_SCORE
+from workers.store.usage import TALLY
 
 log = logging.getLogger(__name__)
 _E = TypeVar("_E", bound=msgspec.Struct)
@@ -112,6 +113,18 @@ def in_flight_requests(redis: redis_lib.Redis, settings: Settings, limit: int) -
     return [r for r in (decoded(raw, CommitRequest) for raw in pipe.execute()) if r is not None]
 
 
+def count_outcome(request: CommitRequest, outcome: CommitOutcome, *, corrects: str | None = None) -> None:
+    """A final outcome in its tenant's usage (workers.store.usage); one that ``corrects`` an
+    outcome counted before (a timeout OV finished later) moves that one's count over."""
+    tenant = request.user
+    if corrects is None:
+        TALLY.add(tenant, "commits")
+    elif corrects != "completed":
+        TALLY.add(tenant, "commits_failed", -1)
+    TALLY.add(tenant, "commits_completed" if outcome.status == "completed" else "commits_failed")
+    TALLY.add(tenant, "memories_extracted", outcome.memories_extracted or 0)
+
+
 class CommitRecords:
     """The commit records of one deployment (``Settings.key_prefix``), bound to a connection."""
 
@@ -166,6 +179,7 @@ class CommitRecords:
                     continue
         if final:
             self._announce(ks, outcome)
+            count_outcome(request, outcome)
             log.info(
                 "commit %s of session %s: %s%s",
                 request.commit_id,
@@ -197,6 +211,7 @@ class CommitRecords:
                 except redis_lib.WatchError:
                     continue
         self._announce(ks, outcome)
+        count_outcome(request, outcome, corrects="timeout")
         log.info(
             "commit %s of session %s: timeout corrected to %s", request.commit_id, request.ov_session_id, outcome.status
         )

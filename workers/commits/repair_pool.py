@@ -43,6 +43,7 @@ from workers.commits.request import request_commit
 from workers.commits.run import _schedule, patiently
 from workers.store.connection import optional_text, text
 from workers.store.keys import Keys
+from workers.store.usage import TALLY
 
 log = logging.getLogger(__name__)
 
@@ -254,6 +255,7 @@ def record_start(redis: redis_lib.Redis, settings: Settings, tenant: str, repair
     pipe.expire(keys.extraction_repair_starts(tenant), int(REPAIR_BUDGET_WINDOW_S))
     pipe.incr(keys.extraction_repairs_started())
     pipe.execute()
+    TALLY.add(repair.user, "repairs")
 
 
 def suspects_waiting(redis: redis_lib.Redis, settings: Settings) -> int:

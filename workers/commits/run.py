@@ -32,7 +32,8 @@ from core.repair import is_repair_session
 from workers import logs
 from workers.commits import ov_steps
 from workers.commits.context import JobContext, context_for
-from workers.commits.queue import COMMIT_RETRY, FOLLOW_UP_RETRY, commit_queue, inflight_key, now
+from workers.commits.lines import LINE_META, background_line, line_of_request
+from workers.commits.queue import COMMIT_RETRY, FOLLOW_UP_RETRY, commit_lines, commit_queue, inflight_key, now
 from workers.commits.records import FINAL_STATUSES, CommitRecords, outcome_of, reached
 from workers.store.connection import redis_went_away
 
@@ -300,6 +301,9 @@ def _schedule(
             job_id=job_id,
             unique=True,
             retry=FOLLOW_UP_RETRY,  # each is idempotent against the commit's record
+            # due, it goes on its line: a poll of what a person waits on is urgent as the commit
+            # is; a look after the commit (an extraction check, a repair, a recheck) is background
+            meta={LINE_META: line_of_request(request) if in_flight else background_line(request.user)},
             **options,
         )
     except DuplicateJobError:
@@ -372,9 +376,11 @@ def schedule_extraction_check(
 def enqueue_commit(
     redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, job_id: str | None = None
 ) -> None:
-    """Enqueue ``request``'s ``commit_session`` job (under ``job_id``, else its commit id)."""
+    """Enqueue ``request``'s ``commit_session`` job (under ``job_id``, else its commit id) on its
+    line (its tenant's, urgent or not: core.fairness)."""
     try:
-        commit_queue(redis, settings).enqueue(
+        commit_lines(redis, settings).enqueue(
+            line_of_request(request),
             commit_session,
             encode(request).decode(),
             settings.key_prefix,

@@ -21,12 +21,14 @@ from rq.job import Job
 
 from core.config import Settings
 from workers.commits import sweep as commit_sweep
-from workers.commits.queue import commit_queue
+from workers.commits.lines import line_of_job
+from workers.commits.queue import commit_lines, commit_queue
 from workers.commits.records import CommitRecords
 from workers.store.connection import REDIS_ERRORS, text
 from workers.store.dead_letters import expire_dead_letters
 from workers.store.health import forget_health, record_health
 from workers.store.scripts import CLAIM_DUE_JOBS
+from workers.store.usage import USAGE_FLUSH_S, flush
 
 log = logging.getLogger(__name__)
 
@@ -37,17 +39,21 @@ DUE_JOBS_PER_TICK = 500
 
 
 def move_due_jobs(redis: redis_lib.Redis, settings: Settings) -> int:
-    """Enqueue the commit queue's scheduled jobs that are due; returns how many."""
+    """Enqueue the commit queue's scheduled jobs that are due, each on its line; returns how many."""
     queue = commit_queue(redis, settings)
     due = CLAIM_DUE_JOBS(queue.connection, [queue.scheduled_job_registry.key], [int(time.time()), DUE_JOBS_PER_TICK])
     ids = [text(i) for i in due]
     if not ids:
         return 0
     jobs = [job for job in Job.fetch_many(ids, connection=queue.connection) if job is not None]
+    lines = commit_lines(redis, settings)
     with queue.connection.pipeline() as pipe:
         for job in jobs:
+            line = line_of_job(job)
+            lines.enter(pipe, line)
             # RQ's scheduler enqueues due jobs the same way (Queue._enqueue_job).
-            queue._enqueue_job(job, pipeline=pipe, at_front=job.should_enqueue_at_front())
+            lines.queue(line)._enqueue_job(job, pipeline=pipe, at_front=job.should_enqueue_at_front())
+        lines.ring(pipe)
         pipe.execute()
     return len(jobs)
 
@@ -67,7 +73,7 @@ class DueJobMover(threading.Thread):
 
     def run(self) -> None:
         failing = False
-        next_sweep = 0.0
+        next_sweep = next_usage = 0.0
         while not self._stop_event.wait(DUE_JOBS_TICK_S):
             try:
                 commit_sweep.beat(self._redis, self._settings, self.worker_name)
@@ -81,6 +87,10 @@ class DueJobMover(threading.Thread):
                     commit_sweep.sweep(self._redis, self._settings)
                     CommitRecords(self._redis, self._settings).announce_left()
                     expire_dead_letters(self._redis, self._settings, self.worker_name)
+                    commit_lines(self._redis, self._settings).forget_idle()
+                if time.monotonic() >= next_usage:  # the usage this process's jobs counted
+                    flush(self._redis, self._settings)
+                    next_usage = time.monotonic() + USAGE_FLUSH_S
                     # twice per interval: an entry falls due at most half an interval before it is seen
                     next_sweep = time.monotonic() + commit_sweep.SWEEP_INTERVAL_S / 2
                 if failing:
@@ -94,6 +104,7 @@ class DueJobMover(threading.Thread):
     def stop(self) -> None:
         self._stop_event.set()
         try:
+            flush(self._redis, self._settings)
             with self._redis.pipeline(transaction=False) as pipe:
                 forget_health(pipe, self._settings, self.worker_name)
                 pipe.execute()

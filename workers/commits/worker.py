@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import redis as redis_lib
-from rq import SimpleWorker
+from rq import Queue, SimpleWorker
 from rq.timeouts import TimerDeathPenalty
 from rq.worker import BaseWorker
 
@@ -32,7 +32,8 @@ from core.config import Settings
 from core.ov.version import check_at_start
 from workers.commits import sweep as commit_sweep
 from workers.commits.context import register
-from workers.commits.queue import commit_queue
+from workers.commits.lines import CommitLines, CommitQueue
+from workers.commits.queue import commit_lines, commit_queue
 from workers.commits.scheduler import DueJobMover, move_due_jobs
 from workers.liveness import BeatingThread, LivenessBeat
 from workers.store.connection import (
@@ -109,7 +110,13 @@ RQ_LOG = RQLogsTellTheTruth()
 
 
 class CommitWorker(SimpleWorker):
-    """RQ's SimpleWorker without a pubsub channel, trying Redis again every second.
+    """RQ's SimpleWorker taking jobs from the commit lines in turn, without a pubsub channel,
+    trying Redis again every second.
+
+    Its queues, in RQ's dequeue, are the lines as ``CommitLines`` orders them (read again
+    before a dequeue when old, or when the doorbell rang: workers.commits.lines); the tenant
+    served goes to the back (``reorder_queues``). RQ's maintenance and registries stay those of
+    the one commit queue (``self.queues``).
 
     The channel carries RQ's stop-job and shutdown commands, and ovstream sends none (SIGTERM
     stops a worker). With redis-py 8.1, a worker that unsubscribes waits for its pubsub thread,
@@ -119,6 +126,22 @@ class CommitWorker(SimpleWorker):
 
     exponential_backoff_factor = 1.0
     max_connection_wait_time = RQ_CONNECTION_RETRY_S
+    queue_class = CommitQueue
+    lines: CommitLines | None = None
+    """Set by ``make_worker``; until then (RQ's own constructor) the queues RQ was given."""
+
+    @property
+    def _ordered_queues(self) -> list[Queue]:
+        return self.lines.dequeue_queues() if self.lines is not None else self._given_queues
+
+    @_ordered_queues.setter
+    def _ordered_queues(self, queues: list[Queue]) -> None:
+        self._given_queues = queues
+
+    def reorder_queues(self, reference_queue: Queue) -> None:
+        """After a job of ``reference_queue``'s line: its tenant to the back of the rotation."""
+        if self.lines is not None:
+            self.lines.served(reference_queue)
 
     def subscribe(self) -> None:
         """Nothing to listen to."""
@@ -147,13 +170,16 @@ def make_worker(redis: redis_lib.Redis, settings: Settings, *, embedded: bool = 
     cls: type[BaseWorker] = EmbeddedWorker if embedded else CommitWorker
     # Registries (abandoned jobs of a killed worker among them) are cleaned this often.
     queue = commit_queue(redis, settings)
-    return cls([queue], connection=queue.connection, maintenance_interval=MAINTENANCE_INTERVAL_S)
+    worker = cls([queue], connection=queue.connection, maintenance_interval=MAINTENANCE_INTERVAL_S)
+    if isinstance(worker, CommitWorker):
+        worker.lines = commit_lines(redis, settings)
+    return worker
 
 
 def jobs_waiting(redis: redis_lib.Redis, settings: Settings) -> int:
-    """Jobs queued or scheduled on the commit queue."""
+    """Jobs queued (on any line) or scheduled on the commit queue."""
     queue = commit_queue(redis, settings)
-    return int(queue.count) + int(queue.scheduled_job_registry.count)
+    return commit_lines(redis, settings).queued() + int(queue.scheduled_job_registry.count)
 
 
 def drain_jobs(

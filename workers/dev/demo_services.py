@@ -34,6 +34,7 @@ from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 from workers.dev.local_ov import INSTALL_HINT, LocalOV, LocalOVError, find_openviking_server, start_local_ov
 from workers.dev.local_redis import LocalRedisError, free_port, redis_answers, start_redis_server
 from workers.dev.model_server import ModelServerHandle, start_model_server
+from workers.store.connection import text
 from workers.store.keys import Keys
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -204,7 +205,9 @@ def forget_demo_keys(redis_url: str, key_prefix: str, queue_name: str) -> int:
             queue.scheduled_job_registry,
             queue.canceled_job_registry,
         ]
-        jobs = {*queue.get_job_ids(), *(job for r in registries for job in r.get_job_ids())}
+        lines = [text(k) for k in client.scan_iter(match=Keys(key_prefix).commit_line("*"), count=1000)]
+        queued = [*queue.get_job_ids(), *(text(j) for line in lines for j in client.lrange(line, 0, -1))]
+        jobs = {*queued, *(job for r in registries for job in r.get_job_ids())}
         doomed = [key for job in jobs for key in (Job.key_for(job), Result.get_key(job))]  # type: ignore[no-untyped-call]
         doomed += [r.key for r in registries] + [queue.key, WORKERS_BY_QUEUE_KEY % queue.name]
         for key in client.scan_iter(match="rq:worker:*", count=1000):  # live ones, and stopped ones (kept a minute)

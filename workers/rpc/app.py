@@ -20,12 +20,12 @@ import os
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import redis as redis_lib
 import redis.asyncio as aioredis
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from core.config import Settings
@@ -57,10 +57,12 @@ from workers.rpc.plugins import PluginGate, SeenPlugins
 from workers.rpc.responses import ERROR_ANSWERS, BodyLimit, install_error_handlers, json_response
 from workers.rpc.subagents import Identity, prepare_spawn, roll_back_spawn, spawn_ended
 from workers.rpc.tools.registry import run_tool, tools
+from workers.rpc.usage import USAGE_BUCKETS_MAX, UsageAnswer, usage_route
 from workers.status import LAG_SAMPLE_INTERVAL_S, read_scaling, read_status, sample_lag
 from workers.store.connection import REDIS_ERRORS, connect, connect_async
 from workers.store.event_loop import quiet_dropped_connections
 from workers.store.health import forget_health, record_health
+from workers.store.usage import count_ov_request, flush
 from workers.version import installed_version
 
 log = logging.getLogger(__name__)
@@ -86,7 +88,7 @@ def create_app(
     own_commit_redis = commit_redis is None
     redis_client = redis if redis is not None else connect_async(settings, fail_fast=True)
     commit_client = commit_redis if commit_redis is not None else connect(settings, fail_fast=True)
-    ov = OVClient.from_settings(settings, transport=ov_transport)
+    ov = OVClient.from_settings(settings, transport=ov_transport, on_request=count_ov_request(settings))
     svc = Services(
         settings=settings,
         redis=redis_client,
@@ -107,7 +109,7 @@ def create_app(
         # a closed OV pool is replaced, not reused.
         nonlocal ov_closed
         if ov_closed:
-            svc.ov = OVClient.from_settings(settings, transport=ov_transport)
+            svc.ov = OVClient.from_settings(settings, transport=ov_transport, on_request=count_ov_request(settings))
             ov_closed = False
         svc.versions.start()
         loop = asyncio.get_running_loop()
@@ -277,6 +279,17 @@ def create_app(
         stream read now (it follows ``ovstream reshard``), and the figures behind it."""
         return await asyncio.to_thread(read_scaling, svc.commit_redis, settings)
 
+    @app.get("/v1/usage", response_model=None, tags=["ops"], responses={200: {"model": UsageAnswer}, **ERROR_ANSWERS})
+    async def usage(
+        request: Request,
+        period: Literal["hour", "day"] = Query("day", description="Buckets of an hour or of a day (UTC)."),
+        buckets: int = Query(7, ge=1, le=USAGE_BUCKETS_MAX, description="The last N buckets, the current one last."),
+        tenant: str | None = Query(None, min_length=1, max_length=200, description="Only this tenant ('-': own)."),
+    ) -> Response:
+        """What each tenant the caller sees cost (turns, tokens, assembles, commits, OV
+        requests, ...): per hour or day, and the sum (core.usage)."""
+        return json_response(await usage_route(svc, request.scope, period, buckets, tenant))
+
     install_console(app, svc)
 
     @app.get("/metrics", response_model=None, response_class=PlainTextResponse, tags=["ops"])
@@ -311,8 +324,9 @@ async def _beat(svc: Services, name: str, plugins: SeenPlugins) -> None:
         facts = {"ov": "ok" if svc.ov_breaker.allows() else "unreachable", "plugins": ",".join(plugins.recent())}
         try:
             await asyncio.to_thread(_write_health, svc, record_health, "rpc", name, **facts)
+            await asyncio.to_thread(flush, svc.commit_redis, svc.settings)  # its calls' usage (workers.store.usage)
         except REDIS_ERRORS as exc:
-            log.debug("health not recorded: %s", exc)
+            log.debug("health (or usage) not recorded: %s", exc)
         await asyncio.sleep(RPC_BEAT_S)
 
 
@@ -322,6 +336,7 @@ async def _shut_down(svc: Services, name: str) -> None:
     await svc.ov.aclose()
     with contextlib.suppress(*REDIS_ERRORS, TimeoutError):  # a stopping process waits on no Redis
         await asyncio.wait_for(asyncio.to_thread(_write_health, svc, forget_health, name), RPC_BEAT_S)
+        await asyncio.wait_for(asyncio.to_thread(flush, svc.commit_redis, svc.settings), RPC_BEAT_S)
 
 
 def _write_health(svc: Services, write: Any, *args: Any, **facts: str) -> None:

@@ -37,7 +37,7 @@ from core.defaults import RECALL_QUERY_MIN_CHARS
 from core.messages.model import MessageFormatError, parse_messages
 from core.messages.tokens import estimate_message_tokens
 from core.ov.client import OVError, OVUnavailable
-from core.recall.hits import prepend_recall_block
+from core.recall.hits import memories_in_block, prepend_recall_block
 from core.recall.text import prepare_recall_query
 from core.turns import PendingTurn
 from workers.rpc.answers import Answered, Recalled, budget_of, keep_trace
@@ -50,6 +50,7 @@ from workers.rpc.recall import recall_block
 from workers.rpc.subagents import fork_snap
 from workers.store.connection import redis_failed
 from workers.store.snapshots import ZERO_ID
+from workers.store.usage import TALLY
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[
     else:
         body, reason = outcome.body, "recalled"
     svc.metrics.assembled(path, reason, time.perf_counter() - started)
+    _count_usage(caller, outcome)
     if (sid := caller.ov_session_id) is not None and svc.traces.enabled:
         keep_trace(svc, req, caller, sid, path, reason, outcome)
     if isinstance(outcome, Passthrough):
@@ -100,6 +102,15 @@ async def assemble(svc: Services, req: AssembleRequest, caller: Caller) -> dict[
             reason,
         )
     return body
+
+
+def _count_usage(caller: Caller, outcome: Passthrough | Answered | Recalled) -> None:
+    """The call in its tenant's usage (workers.store.usage: a tally, flushed by the RPC's beat)."""
+    TALLY.add(caller.tenant, "assembles")
+    if isinstance(outcome, Answered):
+        TALLY.add(caller.tenant, "tokens_assembled", outcome.context.estimated_tokens)
+    elif isinstance(outcome, Recalled):
+        TALLY.add(caller.tenant, "memories_recalled", memories_in_block(outcome.block))
 
 
 # Passthroughs that are normal traffic, not news: logged at debug level only.

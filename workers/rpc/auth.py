@@ -23,7 +23,8 @@ from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core.config import RpcCredential, Settings
-from workers.rpc.context import RpcError, bearer_token, tenant_for_api_key
+from core.session import tenant_for_api_key
+from workers.rpc.context import RpcError, bearer_token
 from workers.rpc.metrics import RpcMetrics
 from workers.rpc.responses import error_response
 

@@ -10,7 +10,6 @@ snapshot.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Hashable, Mapping
@@ -26,7 +25,7 @@ from core.config import Settings
 from core.events import ContextSnapshot
 from core.ids import is_bypassed, ov_session_id, resolve_agent_id
 from core.ov.client import OVClient, OVError, OVUnavailable
-from core.session import SessionAddress
+from core.session import SessionAddress, tenant_for_api_key
 from workers.rpc.metrics import RpcMetrics
 from workers.rpc.traces import TraceRecorder
 from workers.store.keys import Keys, SessionKeys
@@ -35,8 +34,6 @@ from workers.store.versions import SnapshotVersions
 log = logging.getLogger(__name__)
 
 API_KEY_HEADER = "X-OpenViking-API-Key"
-TENANT_KEY_PREFIX = "k"
-"""Tenant labels derived from an unknown API key look like ``k<16 hex>``."""
 
 
 class RpcError(Exception):
@@ -74,23 +71,6 @@ def api_key_from_headers(headers: Mapping[str, str], *, bearer: bool = True) -> 
     if key or not bearer:
         return key or None
     return bearer_token(headers)
-
-
-def tenant_for_api_key(settings: Settings, api_key: str | None) -> str | None:
-    """The tenant label scoping Redis keys for a caller's key.
-
-    No key, or the service's own key: the default tenant (None), as capture
-    uses for events without a user. A key configured in ``user_api_keys``:
-    its label, so capture workers (which act with those keys) and the RPC
-    agree on the scope. Any other key: ``k`` + the first 16 hex digits of its
-    sha256, stable per key and never revealing it.
-    """
-    if not api_key or api_key == settings.api_key:
-        return None
-    for label, key in settings.user_api_keys.items():
-        if key == api_key:
-            return label
-    return TENANT_KEY_PREFIX + hashlib.sha256(api_key.encode("utf-8")).hexdigest()[:16]
 
 
 def _text(value: Any) -> str | None:

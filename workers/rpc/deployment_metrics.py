@@ -19,12 +19,14 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from core.config import Settings
+from core.usage import top_tenants
 from workers.commits.api import job_counts, outcome_statuses_after, read_lost_extractions
 from workers.status import oldest_in_flight, read_backlog
 from workers.store.connection import REDIS_ERRORS, text
 from workers.store.dead_letters import dead_letter_summary
 from workers.store.health import read_health
 from workers.store.keys import Keys
+from workers.store.usage import read_usage
 
 log = logging.getLogger(__name__)
 
@@ -268,6 +270,31 @@ class RedactionCollector(Collector):
         yield family
 
 
+class UsageCollector(Collector):
+    """Today's usage per tenant (core.usage; UTC day), the ``usageMetricsTenants`` busiest by
+    name and the rest as one ``(other)`` series: bounded however many tenants there are."""
+
+    def __init__(self, redis_client: redis.Redis, settings: Settings) -> None:
+        self._redis = redis_client
+        self._settings = settings
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            [today] = read_usage(self._redis, self._settings, "day", 1).values()
+        except REDIS_ERRORS as exc:
+            log.warning("metrics: cannot read the usage: %s", exc)
+            return
+        family = GaugeMetricFamily(
+            "ovstream_tenant_usage_today",
+            "What each tenant used today (UTC), by count (core.usage); the busiest by name, the rest as (other)",
+            labels=["tenant", "count"],
+        )
+        for tenant, counts in top_tenants(today, self._settings.usage_metrics_tenants).items():
+            for name, value in sorted(counts.items()):
+                family.add_metric([tenant, name], float(value))
+        yield family
+
+
 DEPLOYMENT_COLLECTORS = (
     StreamLagCollector,
     CommitOutcomeCollector,
@@ -275,4 +302,5 @@ DEPLOYMENT_COLLECTORS = (
     LostExtractionCollector,
     DeploymentCollector,
     RedactionCollector,
+    UsageCollector,
 )

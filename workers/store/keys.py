@@ -289,6 +289,26 @@ class Keys:
         looked at by a worker's sweep (workers.commits.sweep)."""
         return f"{self.prefix}:commits-in-flight"
 
+    def usage(self, period: str, bucket: str) -> str:
+        """Hash: ``tenant|count`` -> how many, in one hour's or day's bucket (core.usage).
+        Added to by every process's flush of its tally (workers.store.usage); expires after the keep."""
+        return f"{self.prefix}:usage:{period}:{bucket}"
+
+    def commit_lines(self) -> str:
+        """Sorted set, on the queue's Redis: each commit line in use -> its last push (unix s).
+        A line is a tenant's urgent or background jobs (core.fairness, workers.commits.lines)."""
+        return f"{self.prefix}:commit-lines"
+
+    def commit_line(self, line: str) -> str:
+        """List, on the queue's Redis: the ids of the commit jobs waiting in ``line``, in order.
+        RQ's queue list, one per line; the legacy line is RQ's own ``rq:queue:<name>``."""
+        return f"{self.prefix}:commit-line:{line}"
+
+    def commit_doorbell(self) -> str:
+        """List, on the queue's Redis: a ring per push onto a commit line (a few kept).
+        A blocked commit worker that pops one reads the lines again."""
+        return f"{self.prefix}:commit-doorbell"
+
     def commit_worker(self, name: str) -> str:
         """String with a short TTL: the commit worker ``name`` (RQ's worker name) is alive;
         beaten by its due-job thread, so a job it was running when it died is seen orphaned."""

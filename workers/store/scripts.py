@@ -148,6 +148,23 @@ return ids
 """KEYS[1] a sorted set of things to look at. ARGV: due (score), next score, most. The due
 members, each moved to the next score: handed to exactly one of the workers asking at once."""
 
+FORGET_IDLE_LINES = Lua("""
+local gone = 0
+for _, line in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])) do
+  local key = ARGV[2] .. line
+  if redis.call('LLEN', key) == 0 then
+    redis.call('ZREM', KEYS[1], line)
+    redis.call('SREM', ARGV[3], key)
+    gone = gone + 1
+  end
+end
+return gone
+""")
+"""KEYS[1] the commit lines (``Keys.commit_lines``). ARGV: the cutoff (unix seconds), the prefix
+of a line's list key, RQ's set of queue keys. Lines last pushed onto before the cutoff whose list
+is empty leave both sets; how many. On the queue's Redis, never a cluster: a line's key is made
+here."""
+
 __all__ = [
     "ADOPT_STRAY",
     "CAPTURE_LEASE_RENEW",
@@ -162,6 +179,7 @@ __all__ = [
     "FENCED_CLAIM",
     "FENCED_READ",
     "FINISH_DRAIN",
+    "FORGET_IDLE_LINES",
     "HOLDS",
     "LEASE_ACQUIRE",
     "LEASE_RELEASE",

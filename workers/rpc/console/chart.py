@@ -70,3 +70,33 @@ def lag_chart(samples: Sequence[LagSample], *, now_ms: int, span_s: int) -> str:
         )
     parts.append("</svg>")
     return "".join(parts)
+
+
+BAR_W, BAR_H = 360, 90
+
+
+def usage_chart(tenant: str, values: Sequence[tuple[str, int]], *, what: str) -> str:
+    """An SVG of one tenant's ``what`` per bucket: a bar each, oldest left, the largest labelled."""
+    top = max((v for _, v in values), default=0)
+    plot_w, plot_h = BAR_W - 40, BAR_H - 28
+    step = plot_w / max(len(values), 1)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {BAR_W} {BAR_H}" width="{BAR_W}" height="{BAR_H}" '
+        f'role="img" aria-label="{escape(what)} of {escape(tenant)} per bucket">',
+        f'<rect x="32" y="6" width="{plot_w}" height="{plot_h}" fill="#f8fafc" stroke="#cbd5e1"/>',
+        f'<text x="28" y="16" text-anchor="end" font-size="10">{top}</text>',
+        f'<text x="28" y="{6 + plot_h}" text-anchor="end" font-size="10">0</text>',
+    ]
+    if values:
+        parts.append(f'<text x="32" y="{BAR_H - 6}" font-size="10">{escape(values[0][0])}</text>')
+        last = escape(values[-1][0])
+        parts.append(f'<text x="{32 + plot_w}" y="{BAR_H - 6}" text-anchor="end" font-size="10">{last}</text>')
+    for i, (name, value) in enumerate(values):
+        h = 0.0 if top <= 0 else plot_h * value / top
+        parts.append(
+            f'<rect class="usage" data-bucket="{escape(name)}" data-value="{value}" x="{32 + i * step + 1:.1f}" '
+            f'y="{6 + plot_h - h:.1f}" width="{max(step - 2, 1):.1f}" height="{h:.1f}" fill="{PALETTE[0]}">'
+            f"<title>{escape(name)}: {value}</title></rect>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)

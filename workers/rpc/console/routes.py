@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
+from core.usage import COLUMNS, add_up
 from workers.rpc.auth import (
     CONSOLE_COOKIE,
     CONSOLE_LOGIN_PATH,
@@ -24,7 +25,7 @@ from workers.rpc.auth import (
     may_act,
     visible_tenants,
 )
-from workers.rpc.console.chart import lag_chart
+from workers.rpc.console.chart import lag_chart, usage_chart
 from workers.rpc.console.views import (
     REASONS,
     act_on_letters,
@@ -35,7 +36,9 @@ from workers.rpc.console.views import (
 )
 from workers.rpc.context import RpcError, Services
 from workers.rpc.traces import TRACE_HEAD, TRACE_TAIL
+from workers.rpc.usage import seen
 from workers.status import LAG_HISTORY_S
+from workers.store.usage import read_usage
 
 FORM_MAX_BYTES = 64 * 1024
 
@@ -150,6 +153,32 @@ def install_console(app: FastAPI, svc: Services) -> None:
         answer = RedirectResponse(CONSOLE_LOGIN_PATH, status_code=303)
         answer.delete_cookie(CONSOLE_COOKIE, path=CONSOLE_PATH)
         return answer
+
+    @app.get(CONSOLE_PATH + "/usage", include_in_schema=False)
+    async def usage(request: Request) -> Response:
+        """Each tenant's usage (core.usage) the caller sees: the sums, and a chart of OV requests
+        per hour or day for each tenant."""
+        period = "hour" if request.query_params.get("period") == "hour" else "day"
+        tenants = seen(settings, request.scope)
+        count = 24 if period == "hour" else 14
+        by_bucket = await asyncio.to_thread(read_usage, svc.commit_redis, settings, period, count, tenants=tenants)
+        total = add_up(by_bucket.values())
+        ranked = sorted(total, key=lambda t: (-total[t].get("ov_requests", 0), t))
+        charts = {}
+        for t in ranked:
+            requests = [(b, u.get(t, {}).get("ov_requests", 0)) for b, u in by_bucket.items()]
+            charts[t] = Markup(usage_chart(t, requests, what="OV requests"))
+        return _page(
+            request,
+            "usage.html",
+            period=period,
+            buckets=list(by_bucket),
+            tenants=ranked,
+            total=total,
+            charts=charts,
+            columns=COLUMNS,
+            scoped=tenants is not None,
+        )
 
     @app.post(CONSOLE_PATH + "/dead-letters/{action}", include_in_schema=False)
     async def act(request: Request, action: str) -> Response:

@@ -1,0 +1,217 @@
+"""The commit queue's lines: one Redis list per tenant and urgency (core.fairness), read by
+the workers in turn.
+
+RQ keeps one list per queue and a worker pops the head. Here every job still belongs to the
+one commit queue (its ``origin``, so RQ's registries — scheduled, started, failed — and
+``ovstream status`` stay as they were), but its id is pushed onto its *line*'s list:
+``LineQueue`` is the commit queue with the line's list as its key. The lines in use are kept
+in ``Keys.commit_lines`` (line -> when a job was last pushed onto it), written before the push,
+so a worker never misses a line with a job in it; a line idle and empty for ``LINE_IDLE_S``
+leaves it. A worker (workers.commits.worker.CommitWorker) reads them through ``CommitLines``:
+RQ's own dequeue over ``dequeue_order`` of them, the queue's own list as the legacy line (what
+an earlier release queued), and last a *doorbell* list: each push rings it, so a worker blocked
+on lines it read before the new one existed wakes up, reads the lines again, and takes it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import redis as redis_lib
+from rq import Queue
+from rq.exceptions import DequeueTimeout, NoSuchJobError
+from rq.job import Job
+from rq.utils import as_text
+
+from core.config import Settings
+from core.events import CommitRequest
+from core.fairness import LEGACY_LINE, dequeue_order, line_of, served
+from core.repair import is_repair_session
+from workers.store.connection import text
+from workers.store.keys import Keys
+from workers.store.scripts import FORGET_IDLE_LINES
+
+LINE_META = "line"
+"""The job's ``meta`` field naming its line (none: the legacy line)."""
+LINE_IDLE_S = 300
+"""A line with no job pushed for this long and none left leaves ``Keys.commit_lines``."""
+LINES_FRESH_S = 0.5
+"""A worker reads the lines again before a dequeue when its view is older (or the doorbell rang)."""
+DOORBELL_MAX = 16
+"""Rings kept when no worker is blocked to take them (each wakes one; more say nothing more)."""
+
+
+class LineQueue(Queue):
+    """The commit queue, its jobs pushed onto the list of ``line``: the job's origin is the
+    queue's name (its registries are the queue's), its id goes to ``key``."""
+
+    def __init__(self, name: str, line: str, key: str, **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self.line = line
+        self._key = key
+
+
+class Doorbell(LineQueue):
+    """Not a line: the list a push rings. Popped by a worker, it makes it read the lines again."""
+
+    def __init__(self, name: str, key: str, lines: CommitLines, **kwargs: Any) -> None:
+        super().__init__(name, "", key, **kwargs)
+        self.lines = lines
+
+
+class CommitQueue(Queue):
+    """RQ's queue class for the commit workers: a dequeue over lines that knows the doorbell."""
+
+    @classmethod
+    def dequeue_any(
+        cls,
+        queues: Iterable[Queue],
+        timeout: int | None,
+        connection: redis_lib.Redis,
+        job_class: type[Job] | None = None,
+        serializer: Any = None,
+        death_penalty_class: Any = None,
+    ) -> tuple[Job, Queue] | None:
+        """RQ's ``dequeue_any`` (the first job of the first list with one, blocking up to
+        ``timeout``) answering, for the doorbell, ``DequeueTimeout``: RQ's worker loop then
+        asks again, over the lines as they are now."""
+        by_key = {q.key: q for q in queues}
+        while True:
+            popped = cls.lpop(list(by_key), timeout, connection=connection)
+            if popped is None:
+                return None
+            key, job_id = as_text(popped[0]), as_text(popped[1])
+            queue = by_key[key]
+            if isinstance(queue, Doorbell):
+                queue.lines.stale = True
+                raise DequeueTimeout(timeout, list(by_key))
+            try:
+                job = (job_class or Job).fetch(job_id, connection=connection, serializer=serializer)
+            except NoSuchJobError:
+                continue  # deleted while queued (RQ's dequeue does the same)
+            return job, queue
+
+
+class CommitLines:
+    """The lines of the commit queue ``settings.commit_queue_name`` on the queue's Redis
+    ``connection``: pushing onto them, and one worker's view and rotation of them."""
+
+    def __init__(self, connection: redis_lib.Redis, settings: Settings) -> None:
+        self.connection, self.settings = connection, settings
+        self.keys = Keys(settings.key_prefix)
+        self.name = settings.commit_queue_name
+        self.rotation: list[str] = []
+        """Tenants' tags in the order this worker serves them next (core.fairness)."""
+        self.stale = True
+        self._read_at = 0.0
+        self._queues: list[Queue] = []
+
+    # --- pushing ---------------------------------------------------------------------------
+
+    def queue(self, line: str) -> Queue:
+        """The queue a job of ``line`` is pushed through (the legacy line: the queue's own list)."""
+        if line == LEGACY_LINE:
+            return Queue(self.name, connection=self.connection)
+        return LineQueue(self.name, line, self.keys.commit_line(line), connection=self.connection)
+
+    def enter(self, pipe: Any, line: str) -> None:
+        """In ``pipe``, before a push onto ``line``: the line is in use (from now)."""
+        if line != LEGACY_LINE:
+            pipe.zadd(self.keys.commit_lines(), {line: time.time()})
+
+    def ring(self, pipe: Any) -> None:
+        """In ``pipe``, after a push: a blocked worker reads the lines again."""
+        pipe.rpush(self.keys.commit_doorbell(), 1)
+        pipe.ltrim(self.keys.commit_doorbell(), -DOORBELL_MAX, -1)
+
+    def enqueue(self, line: str, func: Any, *args: Any, **options: Any) -> Job:
+        """``Queue.enqueue`` onto ``line``: registered first, rung after."""
+        with self.connection.pipeline(transaction=False) as pipe:
+            self.enter(pipe, line)
+            pipe.execute()
+        meta = {**options.pop("meta", {}), LINE_META: line}
+        job = self.queue(line).enqueue(func, *args, meta=meta, **options)
+        with self.connection.pipeline(transaction=False) as pipe:
+            self.ring(pipe)
+            pipe.execute()
+        return job
+
+    def forget_idle(self) -> int:
+        """Lines empty and idle for ``LINE_IDLE_S`` leave the registry; how many left."""
+        return int(
+            FORGET_IDLE_LINES(
+                self.connection,
+                [self.keys.commit_lines()],
+                [time.time() - LINE_IDLE_S, self.keys.commit_line(""), Queue.redis_queues_keys],
+            )
+        )
+
+    # --- a worker's view ----------------------------------------------------------------------
+
+    def lines(self) -> list[str]:
+        """Every line in use."""
+        return [text(m) for m in self.connection.zrange(self.keys.commit_lines(), 0, -1)]
+
+    def dequeue_queues(self) -> list[Queue]:
+        """What a worker pops from, in turn: the lines (``dequeue_order``), then the doorbell."""
+        now = time.monotonic()
+        if self.stale or now - self._read_at >= LINES_FRESH_S or not self._queues:
+            order, self.rotation = dequeue_order(self.rotation, [*self.lines(), LEGACY_LINE])
+            self._queues = [self.queue(line) for line in order]
+            self._queues.append(Doorbell(self.name, self.keys.commit_doorbell(), self, connection=self.connection))
+            self.stale, self._read_at = False, now
+        return self._queues
+
+    def served(self, queue: Queue) -> None:
+        """A job was taken from ``queue``: its tenant goes to the back of the rotation."""
+        line = queue.line if isinstance(queue, LineQueue) else LEGACY_LINE
+        self.rotation = served(self.rotation, line)
+        self.stale = True  # the order follows the rotation
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def queued(self) -> int:
+        """Jobs waiting in every line (the legacy one too)."""
+        lines = self.lines()
+        with self.connection.pipeline(transaction=False) as pipe:
+            pipe.llen(Queue(self.name, connection=self.connection).key)
+            for line in lines:
+                pipe.llen(self.keys.commit_line(line))
+            return sum(int(n) for n in pipe.execute())
+
+    def job_ids(self) -> list[str]:
+        """The ids queued on every line (the legacy one first)."""
+        with self.connection.pipeline(transaction=False) as pipe:
+            for line in [LEGACY_LINE, *self.lines()]:
+                pipe.lrange(self.queue(line).key, 0, -1)
+            return [text(i) for ids in pipe.execute() for i in ids]
+
+    def remove(self, job: Job) -> None:
+        """Take ``job`` off its line (it stays in RQ: dequeued, say, by a worker that died)."""
+        self.queue(line_of_job(job)).remove(job.id)
+
+    def holds(self, job: Job) -> bool:
+        """Whether ``job`` (queued) is on its line's list, and the line in the registry."""
+        line = line_of_job(job)
+        key = self.queue(line).key
+        if self.connection.lpos(key, job.id) is None:
+            return False
+        return line == LEGACY_LINE or self.connection.zscore(self.keys.commit_lines(), line) is not None
+
+
+def line_of_job(job: Job) -> str:
+    """The line ``job`` is pushed onto (the legacy line for a job an earlier release made)."""
+    return str((job.meta or {}).get(LINE_META, LEGACY_LINE))
+
+
+def line_of_request(request: CommitRequest) -> str:
+    """The line of every job of ``request``'s commit chain (core.fairness.line_of); a repair's
+    commit (asked for as "manual") is background work."""
+    return line_of(request.user, None if is_repair_session(request.ov_session_id) else request.reason)
+
+
+def background_line(tenant: str | None) -> str:
+    """The line of a tenant's background work that is no commit's own (a repair)."""
+    return line_of(tenant, None)
