@@ -11,34 +11,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core import defaults as d
+from core.config_models import QUOTA_KINDS, RpcCredential, TenantQuota
 from core.config_names import (
     ConfigError,
     camel,
 )
 from core.redaction import Policy, RedactionMode, check_personal, custom_rules, policy
 
-__all__ = ["SECRET_KEYS", "ConfigError", "RpcCredential", "Settings"]
-
-
-class RpcCredential(BaseModel):
-    """One caller of the RPC: the token it sends, and which OV identities it may act as."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, alias_generator=camel)
-
-    token: str = Field(min_length=16, repr=False)
-    ov_keys: tuple[str, ...] = Field((), repr=False)
-    """OV keys this caller may send (X-OpenViking-API-Key); empty: any key it sends."""
-    service_key: bool | None = None
-    """Whether a request sending no OV key acts with the service's own identity (``apiKey``,
-    or dev mode); unset: only when ``ov_keys`` is empty. Else it acts with its first OV key."""
-
-    @property
-    def may_use_service_identity(self) -> bool:
-        return self.service_key if self.service_key is not None else not self.ov_keys
+__all__ = ["SECRET_KEYS", "ConfigError", "RpcCredential", "Settings", "TenantQuota"]
 
 
 SECRET_KEYS = ("api_key", "user_api_keys", "rpc_token", "rpc_credentials")
@@ -297,6 +281,9 @@ class Settings(BaseSettings):
     """How long the hourly usage per tenant is kept (``GET /v1/usage``, ``ovstream usage``)."""
     usage_keep_days: int = Field(35, ge=1, le=3660)
     """How long the daily usage per tenant is kept (a month's bill, and the days around it)."""
+    tenant_quotas: dict[str, TenantQuota] = Field({})
+    """Per-tenant limits answered with 429 and ``Retry-After`` (core.config_models.TenantQuota):
+    ``{"*": {...}}`` for every tenant without its own entry, ``"-"`` the service's own user."""
     usage_metrics_tenants: int = Field(10, ge=0, le=1000)
     """Tenants ``/metrics`` names in its usage series (the busiest); the rest are one series."""
     rpc_tls_cert_file: str | None = Field(None)
@@ -384,6 +371,11 @@ class Settings(BaseSettings):
         if self.rpc_token is None:
             return dict(self.rpc_credentials)
         return {"default": RpcCredential.model_validate({"token": self.rpc_token}), **self.rpc_credentials}
+
+    def quota_for(self, tenant: str | None, kind: str) -> int | None:
+        """``tenant``'s limit of ``kind`` (one of ``QUOTA_KINDS``) per its window; None: none."""
+        quota = self.tenant_quotas.get(tenant or "-") or self.tenant_quotas.get("*")
+        return None if quota is None else getattr(quota, QUOTA_KINDS[kind][0])
 
     def redaction_for(self, agent_id: str | None) -> Policy:
         """The redaction of ``agent_id``'s turns (its ``redaction_agents`` mode, else ``redaction``)."""

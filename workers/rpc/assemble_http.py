@@ -27,6 +27,7 @@ from workers.rpc.context import Caller, Services, api_key_from_headers
 from workers.rpc.metrics import RpcMetrics
 from workers.rpc.models import decode_assemble_request
 from workers.rpc.plugins import PluginGate, SeenPlugins
+from workers.rpc.quotas import spend
 from workers.rpc.responses import BodyLimit, error_answer, json_response
 
 ASSEMBLE_PATH = "/v1/assemble"
@@ -48,7 +49,9 @@ class AssembleCall:
 
     async def __call__(self, body: bytes, scope: Scope) -> Response:
         request = decode_assemble_request(body)
-        return json_response(await assemble(self.svc, request, caller_of(self.svc, scope, request)))
+        caller = caller_of(self.svc, scope, request)
+        await spend(self.svc, caller, "assembles")
+        return json_response(await assemble(self.svc, request, caller))
 
 
 class ClientGone(Exception):

@@ -29,6 +29,7 @@ from core.ov.tasks import judge_phase2_read, next_read_delay
 from workers.commits.api import FINAL_STATUSES, CommitRecords, final_or_timeout, request_commit
 from workers.rpc.context import Caller, RpcError, Services, rpc_error_for
 from workers.rpc.models import CompactRequest
+from workers.rpc.quotas import spend
 from workers.store.applied import AppliedState
 from workers.store.connection import REDIS_ERRORS
 from workers.store.snapshots import read_snapshot, refresh_snapshot, snapshot_from
@@ -52,8 +53,10 @@ def workers_can_act_for(svc: Services, caller: Caller) -> bool:
 
 
 async def commit_and_wait(svc: Services, caller: Caller, ov_session_id: str, *, reason: CommitReason) -> CommitOutcome:
-    """Commit the session (keeping nothing) and wait for phase 2, at most compact_wait_s."""
+    """Commit the session (keeping nothing) and wait for phase 2, at most compact_wait_s (a
+    429 first when the tenant is over its quota of commits: workers.rpc.quotas)."""
     settings = svc.settings
+    await spend(svc, caller, "commits")
     if not workers_can_act_for(svc, caller):
         return await _inline_commit(svc, caller, ov_session_id, reason=reason)
     try:

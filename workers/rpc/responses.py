@@ -33,6 +33,10 @@ ERROR_ANSWERS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorResponse, "description": "Malformed request"},
     413: {"model": ErrorResponse, "description": "The body is larger than maxBodyBytes"},
     422: {"model": ErrorResponse, "description": "A field is invalid; error.field names it"},
+    429: {
+        "model": ErrorResponse,
+        "description": "Over the tenant's quota (tenantQuotas); Retry-After says when to try again",
+    },
     502: {"model": ErrorResponse, "description": "OpenViking answered with an error"},
     503: {"model": ErrorResponse, "description": "OpenViking or Redis is unreachable"},
 }
@@ -95,7 +99,11 @@ def error_answer(settings: Settings, exc: BaseException, method: str, path: str)
     """The answer to a request that raised ``exc``: its 4xx, 503 when Redis is away, else a
     500 that carries no trace (the log has it)."""
     if isinstance(exc, RpcError):
-        return error_response(exc.status, exc.code, exc.message, exc.field)
+        response = error_response(exc.status, exc.code, exc.message, exc.field)
+        retry_after = getattr(exc, "retry_after_s", None)  # a quota's 429 (workers.rpc.quotas)
+        if retry_after is not None:
+            response.headers["Retry-After"] = str(retry_after)
+        return response
     if isinstance(exc, BodyTooLarge):
         return too_large(settings)
     if isinstance(exc, StarletteHTTPException):

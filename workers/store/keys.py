@@ -294,6 +294,11 @@ class Keys:
         Added to by every process's flush of its tally (workers.store.usage); expires after the keep."""
         return f"{self.prefix}:usage:{period}:{bucket}"
 
+    def quota(self, kind: str, tenant: str, window: int) -> str:
+        """Counter: a tenant's ``kind`` calls in one quota window (workers.rpc.quotas).
+        ``window`` is the unix time over the window's length; it expires with the window."""
+        return f"{self.prefix}:quota:{kind}:{tenant}:{window}"
+
     def commit_lines(self) -> str:
         """Sorted set, on the queue's Redis: each commit line in use -> its last push (unix s).
         A line is a tenant's urgent or background jobs (core.fairness, workers.commits.lines)."""

@@ -306,7 +306,13 @@ export function createEngine(rt: PluginRuntime): ContextEngine {
           throw err;
         }
         rt.compactLog.failed(describeError(err));
-        const reason = err instanceof RpcError && err.kind === "timeout" ? "rpc_timeout" : "rpc_error";
+        // a quota's 429 (the service's tenantQuotas) says so: the host may try again later
+        const reason =
+          err instanceof RpcError && err.kind === "timeout"
+            ? "rpc_timeout"
+            : err instanceof RpcError && err.status === 429
+              ? "quota_exceeded"
+              : "rpc_error";
         return { ok: false, compacted: false, reason };
       }
     },

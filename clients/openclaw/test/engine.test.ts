@@ -249,6 +249,25 @@ describe("afterTurn and commitTurn", () => {
     assert.equal(rt.publisher.getStats().delivered, 0);
   });
 
+  it("a quota's 429 passes assemble through, compact says why, and the turn is still published", async () => {
+    const refuse = await new FakeRpc((_req, res) => {
+      res.setHeader("Retry-After", "1");
+      json(res, 429, { error: { code: "quota_exceeded", message: "tenant acme is over its quota of 2 assembles a second" } });
+    }).start();
+    try {
+      const { rt, engine, log } = runtime({ redisUrl: redis.url, rpcUrl: refuse.url, keyPrefix: "q429" });
+      runtimes.push(rt);
+      const res = await engine.assemble({ sessionId: SID, messages: msgs, prompt: "p" });
+      assert.equal(res.messages, msgs);
+      assert.ok(log.at("warn").some((m) => m.includes("HTTP 429") && m.includes("over its quota")));
+      assert.deepEqual(await engine.compact({ sessionId: SID }), { ok: false, compacted: false, reason: "quota_exceeded" });
+      await engine.afterTurn({ sessionId: SID, messages: msgs, prePromptMessageCount: 0 });
+      await waitFor("the turn delivered", () => rt.publisher.getStats().delivered === 1);
+    } finally {
+      await refuse.stop();
+    }
+  });
+
   it("publishes the TurnEvent on the session's shard of the configured prefix", async () => {
     const { rt, engine } = runtime({ redisUrl: redis.url, keyPrefix: "at1", shards: 8 });
     runtimes.push(rt);

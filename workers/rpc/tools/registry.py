@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from core.ov.client import OVError, OVUnavailable
 from workers.rpc.context import Caller, RpcError, Services, rpc_error_for
+from workers.rpc.quotas import spend
 from workers.rpc.tools import archive, memory, resources
 from workers.rpc.tools.base import Tool, ToolResult, text_result
 from workers.store.usage import TALLY
@@ -56,6 +57,7 @@ async def run_tool(svc: Services, caller: Caller, name: str, raw_params: dict[st
     if tool is None:
         raise RpcError(404, "unknown_tool", f"no tool {name!r}; tools: {', '.join(sorted(tools()))}")
     params = validate_params(tool, raw_params)
+    await spend(svc, caller, "tool_calls")  # a 429 over the tenant's quota (workers.rpc.quotas)
     TALLY.add(caller.tenant, "tool_calls")  # the tenant's usage (workers.store.usage)
     if caller.bypassed:
         svc.metrics.tool_calls.labels(name, "bypassed").inc()
