@@ -9,8 +9,10 @@ in ``Keys.commit_lines`` (line -> when a job was last pushed onto it), written b
 so a worker never misses a line with a job in it; a line idle and empty for ``LINE_IDLE_S``
 leaves it. A worker (workers.commits.worker.CommitWorker) reads them through ``CommitLines``:
 RQ's own dequeue over ``dequeue_order`` of them, the queue's own list as the legacy line (what
-an earlier release queued), and last a *doorbell* list: each push rings it, so a worker blocked
-on lines it read before the new one existed wakes up, reads the lines again, and takes it.
+an earlier release queued), and last a *doorbell* list: the first push onto a line new to the
+registry rings it once per worker, so a worker blocked on the lines it read before the new one
+existed wakes up, reads the lines again, and takes its job; a busy worker reads them again
+every ``LINES_FRESH_S``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from rq import Queue
 from rq.exceptions import DequeueTimeout, NoSuchJobError
 from rq.job import Job
 from rq.utils import as_text
+from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
 from core.config import Settings
 from core.events import CommitRequest
@@ -39,8 +42,8 @@ LINE_IDLE_S = 300
 """A line with no job pushed for this long and none left leaves ``Keys.commit_lines``."""
 LINES_FRESH_S = 0.5
 """A worker reads the lines again before a dequeue when its view is older (or the doorbell rang)."""
-DOORBELL_MAX = 16
-"""Rings kept when no worker is blocked to take them (each wakes one; more say nothing more)."""
+DOORBELL_MAX = 64
+"""Rings kept when no worker is blocked to take them (each wakes one worker)."""
 
 
 class LineQueue(Queue):
@@ -106,6 +109,8 @@ class CommitLines:
         """Tenants' tags in the order this worker serves them next (core.fairness)."""
         self.stale = True
         self._read_at = 0.0
+        self._lines: list[str] = []
+        """The lines as this worker last read them (``LINES_FRESH_S``)."""
         self._queues: list[Queue] = []
 
     # --- pushing ---------------------------------------------------------------------------
@@ -116,26 +121,31 @@ class CommitLines:
             return Queue(self.name, connection=self.connection)
         return LineQueue(self.name, line, self.keys.commit_line(line), connection=self.connection)
 
-    def enter(self, pipe: Any, line: str) -> None:
-        """In ``pipe``, before a push onto ``line``: the line is in use (from now)."""
-        if line != LEGACY_LINE:
-            pipe.zadd(self.keys.commit_lines(), {line: time.time()})
+    def enter(self, lines: set[str]) -> bool:
+        """Before a push onto each of ``lines``: they are in use (from now). True when one of
+        them was not in the registry (then ``ring`` after the push)."""
+        lines = lines - {LEGACY_LINE}
+        if not lines:
+            return False
+        return bool(self.connection.zadd(self.keys.commit_lines(), dict.fromkeys(lines, time.time())))
 
-    def ring(self, pipe: Any) -> None:
-        """In ``pipe``, after a push: a blocked worker reads the lines again."""
-        pipe.rpush(self.keys.commit_doorbell(), 1)
-        pipe.ltrim(self.keys.commit_doorbell(), -DOORBELL_MAX, -1)
+    def ring(self) -> None:
+        """After the first push onto a line new to the registry: every worker blocked on the
+        lines it read before wakes once and reads them again (one ring each, as many as RQ
+        counts workers on the queue); a line it knows wakes it by itself."""
+        rings = max(1, min(DOORBELL_MAX, int(self.connection.scard(WORKERS_BY_QUEUE_KEY % self.name))))
+        with self.connection.pipeline(transaction=False) as pipe:
+            pipe.rpush(self.keys.commit_doorbell(), *([1] * rings))
+            pipe.ltrim(self.keys.commit_doorbell(), -DOORBELL_MAX, -1)
+            pipe.execute()
 
     def enqueue(self, line: str, func: Any, *args: Any, **options: Any) -> Job:
-        """``Queue.enqueue`` onto ``line``: registered first, rung after."""
-        with self.connection.pipeline(transaction=False) as pipe:
-            self.enter(pipe, line)
-            pipe.execute()
+        """``Queue.enqueue`` onto ``line``: registered first, rung after when the line is new."""
+        new = self.enter({line})
         meta = {**options.pop("meta", {}), LINE_META: line}
         job = self.queue(line).enqueue(func, *args, meta=meta, **options)
-        with self.connection.pipeline(transaction=False) as pipe:
-            self.ring(pipe)
-            pipe.execute()
+        if new:
+            self.ring()
         return job
 
     def forget_idle(self) -> int:
@@ -155,20 +165,26 @@ class CommitLines:
         return [text(m) for m in self.connection.zrange(self.keys.commit_lines(), 0, -1)]
 
     def dequeue_queues(self) -> list[Queue]:
-        """What a worker pops from, in turn: the lines (``dequeue_order``), then the doorbell."""
+        """What a worker pops from, in turn: the lines (``dequeue_order``), then the doorbell.
+        The lines are read again when the view is ``LINES_FRESH_S`` old or the doorbell rang."""
         now = time.monotonic()
         if self.stale or now - self._read_at >= LINES_FRESH_S or not self._queues:
-            order, self.rotation = dequeue_order(self.rotation, [*self.lines(), LEGACY_LINE])
-            self._queues = [self.queue(line) for line in order]
-            self._queues.append(Doorbell(self.name, self.keys.commit_doorbell(), self, connection=self.connection))
-            self.stale, self._read_at = False, now
+            self._lines = [*self.lines(), LEGACY_LINE]
+            self._read_at, self.stale = now, False
+            self._order()
         return self._queues
 
     def served(self, queue: Queue) -> None:
-        """A job was taken from ``queue``: its tenant goes to the back of the rotation."""
+        """A job was taken from ``queue``: its tenant goes to the back of the rotation (the
+        order follows from the lines as read, without reading them again)."""
         line = queue.line if isinstance(queue, LineQueue) else LEGACY_LINE
         self.rotation = served(self.rotation, line)
-        self.stale = True  # the order follows the rotation
+        self._order()
+
+    def _order(self) -> None:
+        order, self.rotation = dequeue_order(self.rotation, self._lines)
+        self._queues = [self.queue(line) for line in order]
+        self._queues.append(Doorbell(self.name, self.keys.commit_doorbell(), self, connection=self.connection))
 
     # --- reading --------------------------------------------------------------------------------
 

@@ -47,14 +47,15 @@ def move_due_jobs(redis: redis_lib.Redis, settings: Settings) -> int:
         return 0
     jobs = [job for job in Job.fetch_many(ids, connection=queue.connection) if job is not None]
     lines = commit_lines(redis, settings)
+    their_lines = [line_of_job(job) for job in jobs]
+    new = lines.enter(set(their_lines))  # registered before the push: no worker misses one
     with queue.connection.pipeline() as pipe:
-        for job in jobs:
-            line = line_of_job(job)
-            lines.enter(pipe, line)
+        for job, line in zip(jobs, their_lines):
             # RQ's scheduler enqueues due jobs the same way (Queue._enqueue_job).
             lines.queue(line)._enqueue_job(job, pipeline=pipe, at_front=job.should_enqueue_at_front())
-        lines.ring(pipe)
         pipe.execute()
+    if new:
+        lines.ring()
     return len(jobs)
 
 
