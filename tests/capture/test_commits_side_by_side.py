@@ -73,10 +73,10 @@ def test_commits_of_one_user_reach_ov_before_any_of_them_is_final(redis_client, 
         return all(done)
 
     # what `openclaw ovstream import` waits on (GET /v1/scaling): the commits in flight
-    assert read_scaling(redis_client, settings)["commits"] == {"inFlight": 3}
+    assert read_scaling(redis_client, settings)["commits"]["inFlight"] == 3
     assert drain_jobs(redis_client, settings, until=all_final)
     assert [records.outcome(r).status for r in requests] == ["completed"] * 3
-    assert read_scaling(redis_client, settings)["commits"] == {"inFlight": 0}
+    assert read_scaling(redis_client, settings)["commits"]["inFlight"] == 0
     # every commit went to OV before the first one's outcome was final: nobody waited in a line
     assert all(_commit_calls(fake_ov, sid)[0] < first_final[0] for sid in sids), (first_final, fake_ov.requests)
 

@@ -222,14 +222,17 @@ def test_up_with_its_port_taken_says_so_in_one_line_and_exits_2(tmp_path: Path) 
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = subprocess.run(
-            [*ovstream_command(), "up", "--fake-ov", "--port", str(port)],
-            env=settings_env({"redis_url": "fakeredis://", "key_prefix": f"busy-{unique('p')}"}),
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        try:
+            proc = subprocess.run(
+                [*ovstream_command(), "up", "--fake-ov", "--port", str(port)],
+                env=settings_env({"redis_url": "fakeredis://", "key_prefix": f"busy-{unique('p')}"}),
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        except subprocess.TimeoutExpired as exc:  # what it said before it hung
+            raise AssertionError(f"ovstream up hung:\n{exc.stderr!s}"[-3000:]) from None
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert f"the RPC could not listen on 127.0.0.1:{port}" in proc.stderr
     assert "Traceback" not in proc.stderr and "SystemExit" not in proc.stderr

@@ -36,7 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "workers.cli.migrate:cli_migrate",
         "move what the deployment keeps in Redis to this release's layout (docs/UPGRADING.md)",
     ),
-    "usage": ("workers.cli.usage:cli_usage", "what each tenant cost, per hour or day (docs/OPERATIONS.md)"),
+    "usage": ("workers.cli.usage:cli_usage", "what each tenant cost, per hour or day"),
     "status": ("workers.cli.status:cli_status", "per shard backlog and owner, processes, commits in flight"),
     "health": ("workers.cli.status:cli_health", "probe: exit 0 when this host's capture/worker process is alive"),
     "ov-account": (

@@ -9,6 +9,7 @@ import sys
 
 from core.config import Settings
 from core.erasure import ErasureScope
+from core.ov.client import OVError
 from workers.erasure.run import erase_with, tenant_of
 
 
@@ -35,6 +36,10 @@ def cli_erase(settings: Settings, args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"ovstream erase: {exc}", file=sys.stderr)
         return 2
-    receipt = erase_with(settings, scope, key, dry_run=args.dry_run, requested_by="cli")
+    try:
+        receipt = erase_with(settings, scope, key, dry_run=args.dry_run, requested_by="cli")
+    except OVError as exc:  # OV away, or still busy with the data: what is done stays done
+        print(f"ovstream erase: stopped, OV answered {exc}; run the same command again: it resumes", file=sys.stderr)
+        return 1
     print(json.dumps(receipt.as_json(), indent=1) if args.json else "\n".join(receipt.lines()))
     return 0

@@ -205,7 +205,8 @@ def forget_demo_keys(redis_url: str, key_prefix: str, queue_name: str) -> int:
             queue.scheduled_job_registry,
             queue.canceled_job_registry,
         ]
-        lines = [text(k) for k in client.scan_iter(match=Keys(key_prefix).commit_line("*"), count=1000)]
+        keys = Keys(key_prefix)
+        lines = [keys.commit_line(text(m)) for m in client.zrange(keys.commit_lines(), 0, -1)]
         queued = [*queue.get_job_ids(), *(text(j) for line in lines for j in client.lrange(line, 0, -1))]
         jobs = {*queued, *(job for r in registries for job in r.get_job_ids())}
         doomed = [key for job in jobs for key in (Job.key_for(job), Result.get_key(job))]  # type: ignore[no-untyped-call]
@@ -215,7 +216,7 @@ def forget_demo_keys(redis_url: str, key_prefix: str, queue_name: str) -> int:
                 doomed.append(key)
         doomed += list(client.scan_iter(match=Keys(key_prefix).every_key(), count=1000))
         gone = sum(int(client.delete(*doomed[i : i + 500])) for i in range(0, len(doomed), 500))
-        client.srem("rq:queues", queue.key)
+        client.srem("rq:queues", queue.key, *lines)  # the lines register their lists there too
         return gone
     finally:
         client.close()

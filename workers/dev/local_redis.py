@@ -142,7 +142,9 @@ def follow(replica: RedisServer, master: RedisServer | None) -> None:
     finally:
         client.close()
     deadline = time.monotonic() + START_TIMEOUT_S
-    while not _replica_linked(replica.url):
+    # linked on its side, and online on the master's (after its first ACK, up to a second
+    # later): only then does the master's WAIT count it
+    while not (_replica_linked(replica.url) and _replica_online(master.url, replica.port)):
         if time.monotonic() > deadline:
             raise LocalRedisError(f"redis-server on port {replica.port} did not link to its master")
         time.sleep(0.05)
@@ -285,6 +287,19 @@ def _replica_linked(url: str) -> bool:
         return False
     finally:
         client.close()
+
+
+def _replica_online(master_url: str, port: int) -> bool:
+    """Whether the master at ``master_url`` counts the replica on ``port`` online."""
+    client = redis.Redis.from_url(master_url, socket_timeout=1.0)
+    try:
+        info = client.info("replication")
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+    replicas = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
+    return any(int(r.get("port", 0)) == port and r.get("state") == "online" for r in replicas)
 
 
 def _cluster_ok(url: str) -> bool:

@@ -27,7 +27,7 @@ import httpx
 import uvicorn
 
 from core.config import Settings
-from core.defaults import UP_JOB_THREAD_JOIN_S
+from core.defaults import STOP_GRACE_S, UP_JOB_THREAD_JOIN_S
 from workers.capture.worker import CaptureWorker
 from workers.commits import context as jobs
 from workers.commits.worker import run_embedded_worker
@@ -147,6 +147,12 @@ async def run_up(
         await asyncio.gather(server_task, return_exceptions=True)
     finally:
         runtime.stop()
+        # each part stops within STOP_GRACE_S of being asked (twice that, then it is cancelled:
+        # a stop that hangs must not keep the process, nor hide which part hung)
+        _, late = await asyncio.wait({capture_task, server_task}, timeout=2 * STOP_GRACE_S)
+        for task in late:
+            log.warning("ovstream up: %s did not stop within %.0f s; cancelled", task.get_name(), 2 * STOP_GRACE_S)
+            task.cancel()
         results = await asyncio.gather(capture_task, server_task, return_exceptions=True)
         await asyncio.to_thread(job_thread.join, UP_JOB_THREAD_JOIN_S)
         if fake_ov:

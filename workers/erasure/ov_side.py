@@ -24,7 +24,11 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TypeVar
 
+from core.backoff import Backoff
 from core.erasure import ErasureScope
 from core.ov.client import OVClient, OVError
 
@@ -34,6 +38,10 @@ FINAL_TASK = frozenset({"completed", "failed", "cancelled"})
 TASK_POLL_S = 0.5
 USER_DIRECTORIES = ("viking://~/memories", "viking://~/peers", "viking://~/privacy")
 CONTEXT_READ_TOKENS = 4000
+LOCKED_BACKOFF = Backoff(0.5, 5.0)
+LOCKED_TRIES = 8
+"""Waits for a lock OV holds on what an erasure removes (0.5 s doubling to 5 s: about 26 s)."""
+T = TypeVar("T")
 
 
 async def erase_in_ov(
@@ -61,13 +69,13 @@ async def erase_in_ov(
         await _stop_phase2(ov, sid, task_wait_s)
     for sid in sorted(doomed):
         try:
-            await ov.delete_session(sid)
+            await _unlocked(partial(ov.delete_session, sid), f"session {sid}")
         except OVError as exc:
             if exc.code != "NOT_FOUND":
                 raise
     for uri in directories:
         try:
-            answer = await ov.rm(uri, recursive=True)
+            answer = await _unlocked(partial(ov.rm, uri, recursive=True), uri)
         except OVError as exc:
             if exc.code != "NOT_FOUND":
                 raise
@@ -75,6 +83,22 @@ async def erase_in_ov(
         count = answer.get("estimated_deleted_count")
         removed["ov_memory_files"] += count if isinstance(count, int) else 0
     return removed
+
+
+async def _unlocked(call: Callable[[], Awaitable[T]], what: str) -> T:
+    """``call()``, tried again while OV answers CONFLICT (409: a lock on the path is held, by
+    an extraction writing the user's memories or OV's own indexing), for ``LOCKED_TRIES`` waits
+    of ``LOCKED_BACKOFF``; then its CONFLICT is raised (the erasure stops; run again, it resumes)."""
+    for failures in range(LOCKED_TRIES + 1):
+        try:
+            return await call()
+        except OVError as exc:
+            if exc.code != "CONFLICT" or failures == LOCKED_TRIES:
+                raise
+            delay = LOCKED_BACKOFF.delay(failures + 1)
+            log.info("OV holds a lock on %s (%s); trying again in %.1f s", what, exc.message, delay)
+            await asyncio.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 async def _sessions(ov: OVClient, scope: ErasureScope, listed: set[str], known: set[str]) -> set[str]:
