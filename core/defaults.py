@@ -56,6 +56,12 @@ REDIS_POOL_PER_SHARD = 4
 """Connections a capture worker keeps per stream it may hold: its blocking read, its round's
 scripts and pipelines, its trim."""
 
+OWN_PENDING_LOOK_S = 5.0
+"""How often an idle capture consumer looks for entries pending for it that it does not hold."""
+OWN_PENDING_IDLE_S = 10.0
+"""How long such an entry has gone undelivered before it is taken back: longer than a round's
+OV write takes to show in OV's count (what settles a write whose ack was lost)."""
+
 STOP_GRACE_S = 5.0
 """A process asked to stop (SIGTERM) finishes its work in progress and releases what it holds
 for at most this long; with Redis or OV away it gives up the rest (its leases lapse, its

@@ -66,6 +66,7 @@ class ShardReading:
     ov_down_until: float
     woken: asyncio.Event
     last_seen: str
+    own_pending_look_at: float
 
     def _sessions(self) -> dict[str, list[Entry]]:
         """The backlog by session, each in stream order."""
@@ -234,6 +235,41 @@ class ShardReading:
             if not ids:
                 return got
             got += await self._hold(ids, await self.fence.claim(ids))
+
+    async def take_back_own(self) -> int:
+        """When idle, at most every ``OWN_PENDING_LOOK_S``: take back the entries pending for this
+        consumer that it does not hold, idle for ``OWN_PENDING_IDLE_S``, into the backlog (they
+        are applied, or found applied and acked, as a new owner's drain does). Redis can hand
+        them back to a consumer that acked them: a failover (or a cluster TAKEOVER) to a node
+        that never got the XACK makes them pending again under the same name, older than
+        anything the fenced read hands over. The idle time leaves OV's count a write's time to
+        settle, so a write whose ack was lost is found in OV, not written again."""
+        loop_now = asyncio.get_running_loop().time()
+        if loop_now < self.own_pending_look_at:
+            return 0
+        self.own_pending_look_at = loop_now + defaults.OWN_PENDING_LOOK_S
+        rows = await self.redis.xpending_range(
+            self.stream,
+            self.group,
+            "-",
+            "+",
+            self.settings.capture_batch,
+            consumername=self.consumer,
+            idle=int(defaults.OWN_PENDING_IDLE_S * 1000),
+        )
+        held = {e.id for e in self.backlog}
+        ids = [i for i in (text(r["message_id"]) for r in rows) if i not in held]
+        if not ids:
+            return 0
+        taken = await self._hold(ids, await self.fence.claim(ids))
+        self.backlog.sort(key=lambda e: e.order)
+        await self.failures.load(self.backlog)
+        log.info(
+            "shard %s: %d entries pending for this consumer and not held (an ack lost in a failover) taken back",
+            self.shard,
+            taken,
+        )
+        return taken
 
     async def _hold(self, ids: list[str], entries: list[Any]) -> int:
         """Put ``entries`` (``[id, fields]``, now pending for this consumer) in the backlog; ack

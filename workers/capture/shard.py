@@ -75,6 +75,8 @@ class ShardConsumer(ShardReading):
         self.trim = AppliedTrim(self.redis, self.stream, self.settings.overlay_stream_scan)
         self.backlog: list[Entry] = []
         self.last_seen = "0-0"
+        self.own_pending_look_at = 0.0
+        """Loop time of the next look for entries pending for this consumer it does not hold."""
         """The newest entry id this consumer was handed (by a read, its drain or a claim): what
         is pending for it after that id was delivered to a read whose reply it never got."""
         self.isolate: set[str] = set()
@@ -116,6 +118,8 @@ class ShardConsumer(ShardReading):
                 if not self.backlog:
                     if fetched == 0:  # idle: what the last rounds applied goes (at most every interval)
                         await self.trim()
+                        if await self.take_back_own():
+                            continue
                     if fetched == 0 and superseded(self) and await self._retire():
                         break
                     if self.worker.burst and fetched == 0:
