@@ -98,3 +98,19 @@ def test_the_table_sums_the_buckets_per_tenant() -> None:
     acme = next(line for line in lines if line.startswith("acme"))
     assert acme.split()[1] == "3" and "6" in acme.split() and acme.endswith("▄█")
     assert render({"2026-12-06": {}}, "day") == "no usage recorded in the last 1 day(s)"
+
+
+def test_a_flush_with_redis_away_keeps_the_counts_for_the_next() -> None:
+    import redis
+
+    from core.config import Settings
+    from workers.store.usage import UsageTally, flush
+
+    tally = UsageTally()
+    tally.add("acme", "assembles", 3)
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    away = redis.Redis(port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))  # nothing listens there
+    assert flush(away, Settings(redis_url="fakeredis://"), tally) == 0  # no error raised to its loop
+    assert tally.take() == {("acme", "assembles"): 3}

@@ -10,6 +10,7 @@ seconds of counts, never a turn: a count comes short, it is not made up.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
@@ -22,8 +23,10 @@ import redis.asyncio as aioredis
 from core.config import Settings
 from core.session import tenant_for_api_key
 from core.usage import PERIODS, Usage, bucket, buckets_back, field, parse_field
-from workers.store.connection import text
+from workers.store.connection import REDIS_ERRORS, text
 from workers.store.keys import Keys
+
+log = logging.getLogger(__name__)
 
 USAGE_FLUSH_S = 2.0
 """How often a process adds its tally to Redis (at most this much is lost with a killed one)."""
@@ -74,7 +77,9 @@ def _commands(pipe: Any, settings: Settings, counts: Mapping[tuple[str | None, s
 
 
 def flush(redis: redis_lib.Redis, settings: Settings, tally: UsageTally = TALLY) -> int:
-    """Add ``tally`` to the buckets of now; how many counts went (back in the tally on an error)."""
+    """Add ``tally`` to the buckets of now; how many counts went. With Redis away (or the
+    node of a bucket's slot failing over) they wait in the tally for the next flush: a count
+    never holds up the loop that flushes it (capture's tick, the mover's sweep)."""
     counts = tally.take()
     if not counts:
         return 0
@@ -82,9 +87,10 @@ def flush(redis: redis_lib.Redis, settings: Settings, tally: UsageTally = TALLY)
         with redis.pipeline(transaction=False) as pipe:
             _commands(pipe, settings, counts, time.time())
             pipe.execute()
-    except Exception:
+    except REDIS_ERRORS as exc:
         tally.put_back(counts)
-        raise
+        log.debug("usage not added yet (Redis: %s)", exc)
+        return 0
     return len(counts)
 
 
@@ -97,9 +103,10 @@ async def flush_async(redis: aioredis.Redis, settings: Settings, tally: UsageTal
         async with redis.pipeline(transaction=False) as pipe:
             _commands(pipe, settings, counts, time.time())
             await pipe.execute()
-    except Exception:
+    except REDIS_ERRORS as exc:
         tally.put_back(counts)
-        raise
+        log.debug("usage not added yet (Redis: %s)", exc)
+        return 0
     return len(counts)
 
 
