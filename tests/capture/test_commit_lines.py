@@ -85,6 +85,9 @@ def test_a_job_on_a_line_no_worker_reads_is_stranded(redis_client, settings) -> 
     assert job_state(redis_client, settings, job.id)[0] == "stranded"
     lines.remove(job)
     assert lines.queued() == 0 and not lines.holds(job)
+    # moved onto the queue's own list (an earlier release's worker moves due jobs there): read
+    commit_queue(redis_client, settings).push_job_id(job.id)
+    assert lines.holds(job) and job_state(redis_client, settings, job.id)[0] == "live"
 
 
 def test_idle_empty_lines_are_forgotten_and_busy_ones_kept(redis_client, settings) -> None:

@@ -209,12 +209,13 @@ class CommitLines:
         self.queue(line_of_job(job)).remove(job.id)
 
     def holds(self, job: Job) -> bool:
-        """Whether ``job`` (queued) is on its line's list, and the line in the registry."""
+        """Whether ``job`` (queued) is where a worker reads it: on its line's list with the line
+        in the registry, or on the queue's own list (where an earlier release's worker moves a
+        due job of any line, during an upgrade)."""
         line = line_of_job(job)
-        key = self.queue(line).key
-        if self.connection.lpos(key, job.id) is None:
-            return False
-        return line == LEGACY_LINE or self.connection.zscore(self.keys.commit_lines(), line) is not None
+        if line != LEGACY_LINE and self.connection.lpos(self.queue(line).key, job.id) is not None:
+            return self.connection.zscore(self.keys.commit_lines(), line) is not None
+        return self.connection.lpos(self.queue(LEGACY_LINE).key, job.id) is not None
 
 
 def line_of_job(job: Job) -> str:
