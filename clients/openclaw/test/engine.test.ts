@@ -49,8 +49,9 @@ describe("assemble", () => {
     assert.deepEqual(res.messages, msgs);
     assert.equal(res.estimatedTokens, estimateMessageTokens(msgs));
     assert.equal(res.systemPromptAddition, undefined);
-    // the server may read the request after the client gave up on it (a busy machine): wait for it
-    await waitFor("the RPC called", () => hang.requests.length === 1 || undefined, 10_000);
+    // the RPC was called: on a busy machine the client may give up before the server read the
+    // request at all, so the connection is what shows it
+    await waitFor("the RPC called", () => hang.connections >= 1 || undefined, 10_000);
     assert.ok(log.at("warn").some((m) => m.includes("assemble RPC failed") && m.includes("no answer within 150 ms")), log.at("warn").join("\n"));
   });
 

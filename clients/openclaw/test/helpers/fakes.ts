@@ -64,6 +64,8 @@ export type Handler = (req: RecordedRequest, res: ServerResponse) => void | Prom
 /** An HTTP server recording every request; `handler` answers (or never does). */
 export class FakeRpc {
   readonly requests: RecordedRequest[] = [];
+  /** Connections opened to it: a client that gave up before its request was read still counts. */
+  connections = 0;
   private server: Server | null = null;
   private readonly open = new Set<ServerResponse>();
   port = 0;
@@ -92,6 +94,9 @@ export class FakeRpc {
         res.on("close", () => this.open.delete(res));
         void this.handler(rec, res);
       });
+    });
+    this.server.on("connection", () => {
+      this.connections += 1;
     });
     await new Promise<void>((res) => this.server!.listen(0, "127.0.0.1", () => res()));
     const addr = this.server.address();
