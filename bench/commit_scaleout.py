@@ -9,8 +9,8 @@ commit's phase 2 answering "running" to its first ``--phase2-reads`` task reads 
 few messages in OV. The workers start and register; then every session asks for a commit at
 once (``request_commit``, as capture does at the threshold) and the clock runs until every
 commit has its final outcome. Per commit: the workers' CPU (/proc), Redis commands (``INFO
-commandstats``: the request, RQ's bookkeeping and the polls; the bench's own outcome reads
-measured alone and left out) and Redis's CPU, OV requests. With ``--cpu-cap PCT`` each worker
+commandstats``: the request, RQ's bookkeeping and the polls; the bench's own reads, one XREAD
+of the outcome stream each, counted and left out) and Redis's CPU, OV requests. With ``--cpu-cap PCT`` each worker
 runs in a cgroup of its own allowed PCT of one CPU (where this machine lets us).
 
     .venv/bin/python bench/commit_scaleout.py [--commits 200] [--tenants 20] [--ov-latency-ms 50]
@@ -26,9 +26,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -54,11 +52,13 @@ from processes import (  # bench/processes.py
 from rq import Worker
 
 from core.config import Settings
-from core.events import CommitOutcome
+from core.events import CommitOutcome, decode
 from core.session import SessionAddress
-from workers.commits.api import FINAL_STATUSES, CommitRecords, request_commit
+from workers.commits.api import FINAL_STATUSES, request_commit
 from workers.commits.queue import commit_queue
+from workers.commits.records import OUTCOME_FIELD
 from workers.dev.local_redis import free_port, start_redis_server
+from workers.store.keys import Keys
 
 
 @dataclass
@@ -97,13 +97,6 @@ def seed(ov_url: str, keys: dict[str, str], sessions: list[SessionAddress]) -> N
             ).raise_for_status()
 
 
-def read_calls(client: redis.Redis, read: Callable[[], object]) -> int:
-    """Redis commands of one ``read``, measured alone."""
-    before = redis_calls(client)
-    read()
-    return redis_calls(client) - before - 1  # 1: the INFO before
-
-
 def measure(processes: int, args: argparse.Namespace, redis_url: str, work: Path) -> Row:
     work = work / f"{processes}"
     work.mkdir(parents=True, exist_ok=True)
@@ -138,24 +131,28 @@ def measure(processes: int, args: argparse.Namespace, redis_url: str, work: Path
             if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
                 raise RuntimeError(f"the workers did not start; see {work}")
             time.sleep(0.05)
-        records = CommitRecords(client, settings)
         cpu0, calls0 = sum(group_cpu_seconds(w.pid) for w in workers), redis_calls(client)
-        redis_cpu0, ov0, reads = redis_cpu_seconds(client), fake_ov_requests(ov_port), 0
+        redis_cpu0, ov0 = redis_cpu_seconds(client), fake_ov_requests(ov_port)
         started = time.monotonic()
         requests = [request_commit(client, settings, a, reason="manual", keep_recent_count=0) for a in sessions]
-        outcomes: dict[int, CommitOutcome] = {}  # the final ones
-        while len(outcomes) < len(requests):
+        # the final outcomes, from the outcome stream every final one is appended to: one XREAD
+        # a batch, each counted (and left out of the commit's commands exactly)
+        wanted = {r.commit_id for r in requests}
+        outcomes: dict[str, CommitOutcome] = {}
+        stream, last, reads = Keys(settings.key_prefix).commit_outcomes(), "0-0", 0
+        while len(outcomes) < len(wanted):
             if any(w.poll() is not None for w in workers):
                 raise RuntimeError(f"a worker exited; see {work}")
-            time.sleep(0.05)
-            for i, request in enumerate(requests):
-                if i not in outcomes:
-                    reads += 1
-                    if (outcome := records.outcome(request)) is not None and outcome.status in FINAL_STATUSES:
-                        outcomes[i] = outcome
+            reads += 1
+            for _, entries in client.xread({stream: last}, count=1000, block=500) or []:
+                for entry_id, fields in entries:
+                    last = entry_id
+                    outcome = decode(fields[OUTCOME_FIELD.encode()], CommitOutcome)
+                    if outcome.commit_id in wanted and outcome.status in FINAL_STATUSES:
+                        outcomes[outcome.commit_id] = outcome
         elapsed = time.monotonic() - started
         n, calls = len(requests), redis_calls(client) - calls0 - 3  # 3: the INFOs
-        commands = (calls - reads * read_calls(client, partial(records.outcome, requests[0]))) / n
+        commands = (calls - reads) / n  # the request, RQ's bookkeeping, the polls; not the bench's reads
         return Row(
             bench="commits",
             ov_latency_ms=args.ov_latency_ms,
