@@ -223,7 +223,7 @@ def test_a_failover_stalls_only_its_shards_and_leaves_no_false_lag_or_traceback(
         for session in SESSIONS:
             in_ov, acknowledged = ledger.ov_ids(session), expected_ids(session, turns)
             if publish_replicas:
-                assert in_ov == acknowledged, session
+                assert in_ov == acknowledged, (session, ledger.commits(session))  # its commits: what ran beside
             else:  # what the failover lost is counted; nothing twice, nothing out of order
                 kept = set(in_ov)
                 assert in_ov == [i for i in acknowledged if i in kept] and len(kept) == len(in_ov), session
