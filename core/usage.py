@@ -95,11 +95,16 @@ def add_up(parts: Iterable[Mapping[str, Mapping[str, int]]]) -> Usage:
     return total
 
 
+def busiest_first(usage: Mapping[str, Mapping[str, int]]) -> list[str]:
+    """The tenants of ``usage``, the busiest first: by OV requests, then by every count, then name."""
+    return sorted(usage, key=lambda t: (-usage[t].get("ov_requests", 0), -sum(usage[t].values()), t))
+
+
 def top_tenants(usage: Mapping[str, Mapping[str, int]], named: int) -> Usage:
     """``usage`` with the ``named`` busiest tenants (by OV requests, then by every count) under
     their names and the rest added up as ``OTHER_TENANTS``: a metrics scrape's series stay
     bounded however many tenants there are."""
-    ranked = sorted(usage, key=lambda t: (-usage[t].get("ov_requests", 0), -sum(usage[t].values()), t))
+    ranked = busiest_first(usage)
     kept = {t: dict(usage[t]) for t in ranked[: max(named, 0)]}
     rest = [usage[t] for t in ranked[max(named, 0) :]]
     if rest:

@@ -14,7 +14,7 @@ import pytest
 from rq import get_current_job
 from rq.job import Job
 
-from core.events import CommitRequest
+from core.events import CommitReason, CommitRequest
 from core.fairness import line_of
 from tests.helpers.waiting import wait_until
 from workers.commits.lines import LINE_IDLE_S, line_of_job
@@ -103,27 +103,21 @@ def test_idle_empty_lines_are_forgotten_and_busy_ones_kept(redis_client, setting
     assert lines.lines() == [line_of_job(busy)]
 
 
+def _request(commit_id: str, session: str, reason: CommitReason) -> CommitRequest:
+    return CommitRequest(
+        commit_id=commit_id,
+        ov_session_id=session,
+        agent_id="main",
+        user="tenant-a",
+        reason=reason,
+        keep_recent_count=0,
+        generation=1,
+        requested_at=time.time(),
+    )
+
+
 def test_a_due_poll_goes_on_its_commits_line(redis_client, settings) -> None:
-    urgent = CommitRequest(
-        commit_id="c1",
-        ov_session_id="s1",
-        agent_id="main",
-        user="tenant-a",
-        reason="compact",
-        keep_recent_count=0,
-        generation=1,
-        requested_at=time.time(),
-    )
-    background = CommitRequest(
-        commit_id="c2",
-        ov_session_id="s2",
-        agent_id="main",
-        user="tenant-a",
-        reason="threshold",
-        keep_recent_count=0,
-        generation=1,
-        requested_at=time.time(),
-    )
+    urgent, background = _request("c1", "s1", "compact"), _request("c2", "s2", "threshold")
     for request in (urgent, background):
         schedule_poll(redis_client, settings, request, deadline_at=time.time() + 60, failed_reads=0, attempt=1)
     queue = commit_queue(redis_client, settings)

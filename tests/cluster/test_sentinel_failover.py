@@ -26,7 +26,14 @@ import redis
 from tests.helpers.chaos import Assembles, Deployment, Ledger, Load, answers, expected_ids, measure
 from tests.helpers.e2e import unique
 from tests.helpers.waiting import wait_until
-from workers.dev.local_redis import RedisServer, follow, free_port, start_redis_sentinel, start_redis_server
+from workers.dev.local_redis import (
+    RedisServer,
+    follow,
+    free_port,
+    replication_info,
+    start_redis_sentinel,
+    start_redis_server,
+)
 from workers.store.dead_letters import list_dead_letters
 
 SESSIONS = [f"se{i}" for i in range(6)]
@@ -62,13 +69,7 @@ def _master_port(sentinels: list[RedisServer]) -> int:
 
 
 def _follows(node: RedisServer, master: RedisServer) -> bool:
-    client = redis.Redis.from_url(node.url, socket_timeout=1.0)
-    try:
-        info = client.info("replication")
-    except redis.RedisError:
-        return False
-    finally:
-        client.close()
+    info = replication_info(node.url) or {}
     return int(info.get("master_port", 0)) == master.port and info.get("master_link_status") == "up"
 
 

@@ -8,7 +8,7 @@ import argparse
 import json
 
 from core.config import Settings
-from core.usage import COLUMNS, PERIODS, Usage, add_up
+from core.usage import COLUMNS, PERIODS, Usage, add_up, busiest_first
 from workers.cli.tables import table
 from workers.rpc.usage import usage_answer
 from workers.store.connection import connect
@@ -29,7 +29,7 @@ def render(by_bucket: dict[str, Usage], period: str) -> str:
     total = add_up(by_bucket.values())
     if not total:
         return f"no usage recorded in the last {len(by_bucket)} {period}(s)"
-    tenants = sorted(total, key=lambda t: (-total[t].get("ov_requests", 0), t))
+    tenants = busiest_first(total)
     rows = []
     for t in tenants:
         line = spark([b.get(t, {}).get("ov_requests", 0) for b in by_bucket.values()])

@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -277,27 +278,26 @@ def _cluster_port() -> int:
     raise LocalRedisError("no free port pair for a cluster node")
 
 
-def _replica_linked(url: str) -> bool:
-    """A master, or a replica whose link to its master is up (it has the data)."""
+def replication_info(url: str) -> dict[str, Any] | None:
+    """``INFO replication`` of the server at ``url``; None when it does not answer."""
     client = redis.Redis.from_url(url, socket_timeout=1.0)
     try:
-        info = client.info("replication")
-        return info.get("role") != "slave" or info.get("master_link_status") == "up"
+        return dict(client.info("replication"))
     except redis.RedisError:
-        return False
+        return None
     finally:
         client.close()
+
+
+def _replica_linked(url: str) -> bool:
+    """A master, or a replica whose link to its master is up (it has the data)."""
+    info = replication_info(url)
+    return info is not None and (info.get("role") != "slave" or info.get("master_link_status") == "up")
 
 
 def _replica_online(master_url: str, port: int) -> bool:
     """Whether the master at ``master_url`` counts the replica on ``port`` online."""
-    client = redis.Redis.from_url(master_url, socket_timeout=1.0)
-    try:
-        info = client.info("replication")
-    except redis.RedisError:
-        return False
-    finally:
-        client.close()
+    info = replication_info(master_url) or {}
     replicas = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
     return any(int(r.get("port", 0)) == port and r.get("state") == "online" for r in replicas)
 

@@ -15,7 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
-from core.usage import COLUMNS, add_up
+from core.usage import COLUMNS, add_up, busiest_first
 from workers.rpc.auth import (
     CONSOLE_COOKIE,
     CONSOLE_LOGIN_PATH,
@@ -163,7 +163,7 @@ def install_console(app: FastAPI, svc: Services) -> None:
         count = 24 if period == "hour" else 14
         by_bucket = await asyncio.to_thread(read_usage, svc.commit_redis, settings, period, count, tenants=tenants)
         total = add_up(by_bucket.values())
-        ranked = sorted(total, key=lambda t: (-total[t].get("ov_requests", 0), t))
+        ranked = busiest_first(total)
         charts = {}
         for t in ranked:
             requests = [(b, u.get(t, {}).get("ov_requests", 0)) for b, u in by_bucket.items()]
