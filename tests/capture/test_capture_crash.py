@@ -7,24 +7,21 @@ import asyncio
 import httpx
 import pytest
 
-from tests.helpers.capture import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
+from tests.helpers.capture import (
+    expected_texts,
+    kill_at,
+    make_worker,
+    ov_texts,
+    pending_count,
+    publish,
+    run_until,
+    turn,
+)
 from workers.capture.worker import CaptureWorker, WorkerKilled
 from workers.store.dead_letters import list_dead_letters
 from workers.store.keys import Keys, shard_of
 
 SESSIONS = [f"c{i}" for i in range(6)]
-
-
-def kill_at(step: str, occurrence: int):
-    seen = {"n": 0}
-
-    def hook(current: str) -> None:
-        if current == step:
-            seen["n"] += 1
-            if seen["n"] == occurrence:
-                raise WorkerKilled(f"killed at {step} #{occurrence}")
-
-    return hook
 
 
 def all_in(fake, turns: int, sessions=SESSIONS, per_turn: int = 2):

@@ -14,7 +14,9 @@ from __future__ import annotations
 import pytest
 
 from core.ids import ov_session_id
-from tests.helpers.capture import expected_texts, make_worker, ov_texts, publish, turn
+from tests.helpers.capture import expected_texts, kill_at, make_worker, ov_texts, publish, run_until, turn
+from workers.capture.worker import WorkerKilled
+from workers.store.applied import INTENT
 from workers.store.keys import Keys, shard_of
 
 SESSION = "lost"
@@ -62,4 +64,44 @@ async def test_entries_handed_out_again_after_lost_writes_are_not_written_twice(
         assert written == expected_texts(SESSION, 3)
         publish(redis_client, settings, [turn(SESSION, 3)])
         await capture()  # and on from there, as before
+        assert ov_texts(fake_ov, SESSION) == expected_texts(SESSION, 4)
+
+
+@pytest.mark.parametrize(
+    ("publish_replicas", "twice"), [(1, False), (0, True)], ids=["replicas", "no-replicas-control"]
+)
+async def test_a_replica_that_kept_an_intent_but_not_the_rounds_after_it(
+    redis_client, settings, fake_ov, publish_replicas: int, twice: bool
+) -> None:
+    """The replica's cut falls after the intent of turn 1's write, before its ack: the state
+    it keeps holds that intent, and nothing of turn 2's round, whose messages OV holds too."""
+    capture_settings = settings.model_copy(update={"publish_replicas": publish_replicas})
+    stream = Keys(settings.key_prefix).stream(shard_of(SESSION, settings.shards))
+    [first] = publish(redis_client, settings, [turn(SESSION, 0)])
+    await make_worker(capture_settings, fake_ov, burst=True).run()
+    [applied] = redis_client.keys(f"{settings.key_prefix}:*:applied:*:{ov_session_id(SESSION, None)}")
+
+    publish(redis_client, settings, [turn(SESSION, 1)])
+    killed = make_worker(capture_settings, fake_ov, burst=True, fault_hook=kill_at("before_ack", 1))
+    with pytest.raises(WorkerKilled):
+        await killed.run()
+    await killed.close()
+    with_intent = redis_client.dump(applied)
+    assert redis_client.hget(applied, INTENT)  # the cut: turn 1 written, its intent kept, no ack
+
+    publish(redis_client, settings, [turn(SESSION, 2)])
+    heir = make_worker(capture_settings, fake_ov)  # turn 1 settled once the lease lapsed, turn 2 written
+    await run_until([heir], lambda: len(ov_texts(fake_ov, SESSION)) >= 6)
+    assert ov_texts(fake_ov, SESSION) == expected_texts(SESSION, 3)
+
+    redis_client.restore(applied, 0, with_intent, replace=True)
+    redis_client.xgroup_setid(stream, settings.consumer_group, first)
+    await make_worker(capture_settings, fake_ov, burst=True).run()
+    written = ov_texts(fake_ov, SESSION)
+    if twice:  # without replicas confirming publishes OV's surplus says nothing of turn 2
+        assert written == expected_texts(SESSION, 3) + expected_texts(SESSION, 3)[4:]
+    else:
+        assert written == expected_texts(SESSION, 3)
+        publish(redis_client, settings, [turn(SESSION, 3)])
+        await make_worker(capture_settings, fake_ov, burst=True).run()
         assert ov_texts(fake_ov, SESSION) == expected_texts(SESSION, 4)

@@ -13,7 +13,7 @@ import redis
 from core.config import Settings
 from core.events import ContextSnapshot, TurnEvent
 from core.session import SessionAddress
-from workers.capture.worker import CaptureWorker
+from workers.capture.worker import CaptureWorker, WorkerKilled
 from workers.dev.fake_ov.app import FakeOV
 from workers.store.keys import Keys
 from workers.store.snapshots import parse_stored, snapshot_key
@@ -54,6 +54,19 @@ def ov_texts(fake: FakeOV, session: str) -> list[str]:
 
 def publish(client: redis.Redis, settings: Settings, events: list[TurnEvent]) -> list[str]:
     return [publish_turn(client, settings, e) for e in events]
+
+
+def kill_at(step: str, occurrence: int) -> Callable[[str], None]:
+    """A fault hook that kills the worker (``WorkerKilled``) at the ``occurrence``-th ``step``."""
+    seen = {"n": 0}
+
+    def hook(current: str) -> None:
+        if current == step:
+            seen["n"] += 1
+            if seen["n"] == occurrence:
+                raise WorkerKilled(f"killed at {step} #{occurrence}")
+
+    return hook
 
 
 def make_worker(settings: Settings, fake: FakeOV, **kw: Any) -> CaptureWorker:

@@ -56,7 +56,7 @@ from workers.capture.plan import (
 )
 from workers.capture.redacting import count_masked, count_usage
 from workers.capture.services import CaptureServices
-from workers.capture.settle import lost_writes_intent, ov_total, settled_total
+from workers.capture.settle import count_following_entries, lost_writes_intent, ov_total, settled_total
 from workers.capture.slices import CpuSlice
 from workers.store.applied import INTENT, PARKED, PARTIAL_ID, PARTIAL_SKIP, AppliedState
 from workers.store.scripts import SNAPSHOT_BEHIND
@@ -150,6 +150,8 @@ async def _prepare(run: _Run) -> None:
     if run.unconfirmed:
         await lost_writes_intent(run.ov, plan)
     if state.intent is not None:
+        if run.settings.publish_replicas > 0:
+            count_following_entries(plan)
         recheck_s = run.settings.capture_settle_recheck_s
         state.settle_intent(await settled_total(run.ov, plan.session.ov_session_id, recheck_s))
         plan.settled = True

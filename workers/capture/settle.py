@@ -106,3 +106,20 @@ async def lost_writes_intent(ov: OVClient, plan: SessionRound) -> None:
         state.total,
     )
     state.intent = Intent(state.total, [(u.entry.id, u.ov_count) for u in plan.units if not u.skip])
+
+
+def count_following_entries(plan: SessionRound) -> None:
+    """Count in the recorded intent the round's entries after its own, so that what OV holds
+    beyond the intent's write settles as theirs (a deployment with ``publishReplicas``).
+
+    A promoted replica is a prefix of its master: it may keep the intent of a write but not
+    the ack after it, nor the rounds of the session that came next, whose messages OV holds.
+    Capture writes a session's entries in stream order, and with ``publishReplicas`` every
+    entry it wrote is on the replica (or published again), so OV's surplus is the entries
+    that follow in the stream. Without replicas confirming publishes an entry written to OV
+    may be missing from the replica: the surplus is then no evidence about the next entries
+    (new turns), and only the intent's own entries settle."""
+    intent = plan.state.intent
+    assert intent is not None
+    last = parse_id(intent.entries[-1][0]) if intent.entries else (0, 0)
+    intent.entries += [(u.entry.id, u.ov_count) for u in plan.units if not u.skip and parse_id(u.entry.id) > last]
