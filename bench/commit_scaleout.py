@@ -41,7 +41,7 @@ from processes import (  # bench/processes.py
     group_cpu_seconds,
     must_cap,
     ovstream_env,
-    redis_calls,
+    redis_calls_by_command,
     redis_cpu_seconds,
     spawn,
     stop,
@@ -76,6 +76,8 @@ class Row:
     redis_cpu_ms: float
     ov_requests: float
     statuses: str
+    by_command: dict[str, float]
+    """Per commit, each command's calls (``--breakdown``), the bench's own reads left out."""
 
 
 def tenant_keys(tenants: int) -> dict[str, str]:
@@ -131,7 +133,7 @@ def measure(processes: int, args: argparse.Namespace, redis_url: str, work: Path
             if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
                 raise RuntimeError(f"the workers did not start; see {work}")
             time.sleep(0.05)
-        cpu0, calls0 = sum(group_cpu_seconds(w.pid) for w in workers), redis_calls(client)
+        cpu0, calls0 = sum(group_cpu_seconds(w.pid) for w in workers), redis_calls_by_command(client)
         redis_cpu0, ov0 = redis_cpu_seconds(client), fake_ov_requests(ov_port)
         started = time.monotonic()
         requests = [request_commit(client, settings, a, reason="manual", keep_recent_count=0) for a in sessions]
@@ -151,8 +153,11 @@ def measure(processes: int, args: argparse.Namespace, redis_url: str, work: Path
                     if outcome.commit_id in wanted and outcome.status in FINAL_STATUSES:
                         outcomes[outcome.commit_id] = outcome
         elapsed = time.monotonic() - started
-        n, calls = len(requests), redis_calls(client) - calls0 - 3  # 3: the INFOs
-        commands = (calls - reads) / n  # the request, RQ's bookkeeping, the polls; not the bench's reads
+        n, calls1 = len(requests), redis_calls_by_command(client)
+        by_command = {c: calls1[c] - calls0.get(c, 0) for c in calls1}
+        by_command["info"] -= 3  # the bench's INFOs
+        by_command["xread"] -= reads  # the request, RQ's bookkeeping, the polls; not the bench's reads
+        commands = sum(by_command.values()) / n
         return Row(
             bench="commits",
             ov_latency_ms=args.ov_latency_ms,
@@ -165,6 +170,7 @@ def measure(processes: int, args: argparse.Namespace, redis_url: str, work: Path
             redis_cpu_ms=(redis_cpu_seconds(client) - redis_cpu0) / n * 1000,
             ov_requests=(fake_ov_requests(ov_port) - ov0) / n,
             statuses=",".join(sorted({o.status for o in outcomes.values()})),
+            by_command={c: k / n for c, k in sorted(by_command.items(), key=lambda i: -i[1]) if k},
         )
     finally:
         for proc in [*workers, ov]:
@@ -184,6 +190,7 @@ def main() -> None:
     parser.add_argument("--processes", default="1,2,4,8")
     parser.add_argument("--cpu-cap", type=float, default=None, help="percent of one CPU per worker process")
     parser.add_argument("--json", type=Path, default=None, help="append each row here (JSON lines)")
+    parser.add_argument("--breakdown", action="store_true", help="each row's Redis commands a commit, by command")
     args = parser.parse_args()
     work = work_dir("commit-scaleout")
     server = start_redis_server()
@@ -209,6 +216,9 @@ def main() -> None:
             f"{r.processes:>7} {r.rate:>9.1f} {r.ratio:>6.2f} {r.worker_cpu_ms:>20.2f} {r.redis_commands:>17.1f}"
             f" {r.redis_cpu_ms:>19.3f} {r.ov_requests:>14.2f} {r.statuses:>10}"
         )
+    for r in rows if args.breakdown else []:
+        said = ", ".join(f"{c} {k:.1f}" for c, k in r.by_command.items() if k >= 0.05)
+        print(f"{r.processes} workers, Redis commands a commit by command: {said}")
     if args.json is not None:
         append_rows(args.json, rows)
 

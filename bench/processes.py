@@ -103,7 +103,13 @@ def redis_cpu_seconds(client: redis.Redis) -> float:
 
 def redis_calls(client: redis.Redis) -> int:
     """Commands Redis has run so far (every command's calls, ``INFO commandstats``)."""
-    return sum(int(v["calls"]) for v in client.info("commandstats").values())
+    return sum(redis_calls_by_command(client).values())
+
+
+def redis_calls_by_command(client: redis.Redis) -> dict[str, int]:
+    """Calls so far of each command Redis has run (``INFO commandstats``; a script's own calls
+    counted under theirs as well as the EVALSHA)."""
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in client.info("commandstats").items()}
 
 
 def _group(pgid: int) -> list[tuple[str, list[str]]]:

@@ -39,6 +39,8 @@ class Lane:
     tiers: list[str] = field(default_factory=list)
     started: float = 0.0
     took: float = 0.0
+    cpu: float = 0.0
+    """CPU seconds of the lane's process and every process it waited for (os.wait4)."""
     code: int | None = None
     proc: subprocess.Popen[bytes] | None = None
     cwd: Path = ROOT
@@ -112,6 +114,14 @@ def tier_of(classname: str, file: str | None) -> str:
 
 
 @dataclass
+class Cost:
+    test: str
+    lane: str
+    seconds: float
+    cpu: float
+
+
+@dataclass
 class Counts:
     passed: int = 0
     failed: int = 0
@@ -119,20 +129,24 @@ class Counts:
     seconds: float = 0.0
 
 
-def junit_counts(lane: Lane) -> tuple[dict[str, Counts], list[str]]:
-    """Per tier: tests passed, failed (errors too) and skipped, and their seconds; the failed ids."""
+def junit_counts(lane: Lane, costs: list[Cost]) -> tuple[dict[str, Counts], list[str]]:
+    """Per tier: tests passed, failed (errors too) and skipped, and their seconds; the failed ids.
+    Each test's wall and CPU seconds (its ``cpu_s`` property, tests/conftest.py) go in ``costs``."""
     tiers: dict[str, Counts] = defaultdict(Counts)
     failed: list[str] = []
     if not lane.junit.exists():
         return tiers, failed
     for case in ET.parse(lane.junit).getroot().iter("testcase"):
         classname = case.get("classname", "")
+        cpu = next((p.get("value") for p in case.iter("property") if p.get("name") == "cpu_s"), None)
+        test = f"{classname.replace('.', '/')}.py::{case.get('name')}"
+        costs.append(Cost(test, lane.name, float(case.get("time") or 0), float(cpu or 0)))
         tier = tier_of(classname, case.get("file"))
         counts = tiers[tier]
         counts.seconds += float(case.get("time") or 0)
         if case.find("failure") is not None or case.find("error") is not None:
             counts.failed += 1
-            failed.append(f"{classname.replace('.', '/')}.py::{case.get('name')}")
+            failed.append(test)
         elif case.find("skipped") is not None:
             counts.skipped += 1
         else:
@@ -171,10 +185,12 @@ def main(args: list[str]) -> int:
     while waiting:
         for lane in list(waiting):
             assert lane.proc is not None
-            code = lane.proc.poll()
-            if code is None:
+            pid, status, usage = os.wait4(lane.proc.pid, os.WNOHANG)
+            if pid == 0:
                 continue
+            code = lane.proc.returncode = os.waitstatus_to_exitcode(status)
             lane.code, lane.took = code, time.monotonic() - lane.started
+            lane.cpu = usage.ru_utime + usage.ru_stime
             waiting.remove(lane)
             print(f"\n[lanes] ===== {lane.name} done in {lane.took:.0f} s (exit {code}) =====", flush=True)
             shown = 1_000_000 if show_all else 25 if code not in (0, PYTEST_NO_TESTS) else 6
@@ -183,8 +199,21 @@ def main(args: list[str]) -> int:
     return summary(running, time.monotonic() - began)
 
 
+COSTLIEST = 12
+"""Tests listed by their wall time and by their CPU after every run."""
+
+
+def costliest(costs: list[Cost]) -> None:
+    """The tests that take longest and those that cost the machine most: where time can go."""
+    for title, key in (("wall", lambda c: c.seconds), ("CPU", lambda c: c.cpu)):
+        print(f"\n[lanes] the {COSTLIEST} longest tests by {title} seconds (wall, CPU, lane)")
+        for c in sorted(costs, key=key, reverse=True)[:COSTLIEST]:
+            print(f"  {c.seconds:>6.0f} {c.cpu:>6.0f}  {c.lane:<8} {c.test}")
+
+
 def summary(done: list[Lane], wall: float) -> int:
     total, failures, ran_nothing = Counts(), [], []
+    costs: list[Cost] = []
     print("\n[lanes] wall time per lane and tier (tier seconds: its tests' own durations)")
     print(f"  {'lane':<8} {'tier':<14} {'passed':>7} {'failed':>7} {'skipped':>8} {'seconds':>8}")
     for lane in done:
@@ -192,7 +221,7 @@ def summary(done: list[Lane], wall: float) -> int:
             per_tier = {"plugin (node)": node_counts(lane)}
             failed_ids = ["clients/openclaw (node tests): see the log"] if lane.code else []
         else:
-            per_tier, failed_ids = junit_counts(lane)
+            per_tier, failed_ids = junit_counts(lane, costs)
         for tier, c in sorted(per_tier.items()):
             print(f"  {lane.name:<8} {tier:<14} {c.passed:>7} {c.failed:>7} {c.skipped:>8} {c.seconds:>8.0f}")
             total.passed, total.failed, total.skipped = (
@@ -201,11 +230,14 @@ def summary(done: list[Lane], wall: float) -> int:
                 total.skipped + c.skipped,
             )
         print(f"  {lane.name:<8} {'(lane wall)':<14} {'':>7} {'':>7} {'':>8} {lane.took:>8.0f}")
+        print(f"  {lane.name:<8} {'(lane CPU)':<14} {'':>7} {'':>7} {'':>8} {lane.cpu:>8.0f}")
         if lane.code == PYTEST_NO_TESTS:
             ran_nothing.append(lane.name)
         elif lane.code != 0:
             failures.append((lane, failed_ids))
     print(f"  {'all':<8} {'(wall)':<14} {'':>7} {'':>7} {'':>8} {wall:>8.0f}")
+    print(f"  {'all':<8} {'(CPU)':<14} {'':>7} {'':>7} {'':>8} {sum(lane.cpu for lane in done):>8.0f}")
+    costliest(costs)
     for lane, ids in failures:
         print(f"\n[lanes] FAILED lane {lane.name} (exit {lane.code}; log {lane.log.relative_to(ROOT)}):")
         for test in ids or ["(no test failed: the lane itself did; see its log)"]:

@@ -7,6 +7,7 @@ whole test session and stops it at the end; tests marked ``redis`` use it via
 
 from __future__ import annotations
 
+import resource
 import shutil
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +24,28 @@ from workers.dev.local_redis import (  # noqa: F401 (free_port for tests)
     start_redis_cluster,
     start_redis_server,
 )
+
+_CPU_AT_SETUP = pytest.StashKey[float]()
+
+
+def _cpu_seconds() -> float:
+    """CPU this pytest process and the children it has waited for have used (user + system)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_CPU_AT_SETUP] = _cpu_seconds()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Each test's CPU (setup to teardown, with the servers it started and stopped) as a JUnit
+    property ``cpu_s``: scripts/lanes.py lists the tests that cost the machine most."""
+    if call.when == "teardown" and _CPU_AT_SETUP in item.stash:
+        item.user_properties.append(("cpu_s", f"{_cpu_seconds() - item.stash[_CPU_AT_SETUP]:.2f}"))
+    yield
 
 
 @pytest.fixture(scope="session")

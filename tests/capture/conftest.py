@@ -67,7 +67,7 @@ def fake_ov() -> Iterator[FakeOV]:
 @pytest.fixture
 def fake_ov_url(tmp_path: Path) -> Iterator[str]:
     port = free_port()
-    proc = spawn_fake_ov(port, tmp_path)
+    proc = spawn_fake_ov(port, tmp_path, "--log-writes")
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: ov_answers(url), "the fake OV answering", timeout_s=30)

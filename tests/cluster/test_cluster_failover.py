@@ -100,6 +100,17 @@ def _probe(settings, client: redis.Redis, avoid: RedisServer, cluster: RedisClus
     raise AssertionError("unreachable")
 
 
+def _story(session: str, workdir: Path, ledger: Ledger) -> str:
+    """What a session's turns went through, for a failure that finds OV holding other than
+    what was acknowledged: its commits, and every log line of the deployment that names it
+    (the fake OV logs each write: ``--log-writes``)."""
+    lines = [f"session {session}; its commits: {ledger.commits(session)}"]
+    for log in sorted(workdir.glob("*.log")):
+        said = [line for line in log.read_text(errors="replace").splitlines() if f" {session}" in line]
+        lines += [f"{log.name}: {line}" for line in said if "rq.worker" not in line]
+    return "\n".join(lines)
+
+
 @pytest.mark.parametrize("publish_replicas", [1, 0])
 def test_a_failover_stalls_only_its_shards_and_leaves_no_false_lag_or_traceback(
     replicated_cluster: RedisClusterServers, redis_url: str, fake_ov_url: str, tmp_path: Path, publish_replicas: int
@@ -223,7 +234,7 @@ def test_a_failover_stalls_only_its_shards_and_leaves_no_false_lag_or_traceback(
         for session in SESSIONS:
             in_ov, acknowledged = ledger.ov_ids(session), expected_ids(session, turns)
             if publish_replicas:
-                assert in_ov == acknowledged, (session, ledger.commits(session))  # its commits: what ran beside
+                assert in_ov == acknowledged, _story(session, tmp_path, ledger)
             else:  # what the failover lost is counted; nothing twice, nothing out of order
                 kept = set(in_ov)
                 assert in_ov == [i for i in acknowledged if i in kept] and len(kept) == len(in_ov), session

@@ -265,9 +265,10 @@ class ShardReading:
         self.backlog.sort(key=lambda e: e.order)
         await self.failures.load(self.backlog)
         log.info(
-            "shard %s: %d entries pending for this consumer and not held (an ack lost in a failover) taken back",
+            "shard %s: %d entries pending for this consumer and not held (an ack lost in a failover) taken back: %s",
             self.shard,
             taken,
+            " ".join(ids[:5]) + (" ..." if len(ids) > 5 else ""),
         )
         return taken
 

@@ -50,6 +50,9 @@ def add_fake_ov_arguments(parser: argparse.ArgumentParser) -> None:
         help="added to the calls of one route (e.g. add_messages=1000-2000: each write answers after 1-2 s)",
     )
     parser.add_argument(
+        "--log-writes", action="store_true", help="log each message write (session, first words, total): tests"
+    )
+    parser.add_argument(
         "--phase2-reads",
         type=int,
         default=0,
@@ -97,6 +100,7 @@ def cli_fake_ov(settings: Settings, args: argparse.Namespace) -> int:
     fake = FakeOV(api_keys=_api_keys(args.api_key) or None)
     fake.latency_s = _route_latencies(args.route_latency_ms) or args.latency_ms / 1000
     fake.phase2_reads_until_done = args.phase2_reads
+    fake.log_writes = args.log_writes
     log.info("fake OV %s on http://%s:%s (%s mode)", "0.5.2", host, port, "api-key" if fake.auth_enabled else "dev")
     uvicorn.run(fake.asgi_app(), host=host, port=port, log_config=None, access_log=False)
     return 0

@@ -8,6 +8,7 @@ the archive is pending and its messages still show in ``/context``, as in 0.5.2.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -84,11 +85,17 @@ class SessionRoutes(UploadRoutes):
         del self.tenant(r.ctx.account, r.ctx.user).sessions[s.session_id]
         return {"session_id": s.session_id}
 
-    @staticmethod
-    def _append(s: FakeSession, new: list[dict[str, Any]]) -> int:
+    log_writes = False
+    """Log each write (session, the messages' first words, the total after): what a test that
+    finds a turn twice in OV shows of the writes that put it there (``fake-ov --log-writes``)."""
+
+    def _append(self, s: FakeSession, new: list[dict[str, Any]]) -> int:
         s.messages += new
         s.total_message_count += len(new)
         s.updated_at = now_iso()
+        if self.log_writes:
+            said = " ".join(_first_word(m) for m in new)
+            _writes.info("write %s: %d messages [%s], total %d", s.session_id, len(new), said, s.total_message_count)
         return len(new)
 
     def _r_add_message(self, r: Req) -> dict[str, Any]:
@@ -311,3 +318,13 @@ class SessionRoutes(UploadRoutes):
                     "messages": a.messages,
                 }
         raise FakeError("NOT_FOUND", f"Archive {r.params['aid']} not found", short=True)
+
+
+_writes = logging.getLogger("ovstream.fake_ov.writes")
+
+
+def _first_word(message: dict[str, Any]) -> str:
+    for part in message.get("parts") or []:
+        if part.get("type") == "text":
+            return str(part.get("text", "")).split(" ", 1)[0][:40]
+    return "-"
