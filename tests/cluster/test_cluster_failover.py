@@ -29,6 +29,7 @@ import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -108,6 +109,22 @@ def _story(session: str, workdir: Path, ledger: Ledger) -> str:
     for log in sorted(workdir.glob("*.log")):
         said = [line for line in log.read_text(errors="replace").splitlines() if f" {session}" in line]
         lines += [f"{log.name}: {line}" for line in said if "rq.worker" not in line]
+    return "\n".join(lines)
+
+
+def _checks_story(queue: Any, checks: list[str], workdir: Path) -> str:
+    """Each extraction check not finished: its job's status, origin, line and the registries
+    holding it, with what the worker logged of its commit."""
+    lines = []
+    for check in checks:
+        job = Job.fetch(check, connection=queue.connection)
+        if job.get_status() == JobStatus.FINISHED:
+            continue
+        held = [r.name for r in (queue.scheduled_job_registry, queue.started_job_registry) if check in r]
+        lines.append(f"{check}: {job.get_status()} origin {job.origin} meta {job.meta} registries {held}")
+        commit = check.removesuffix("_extraction")
+        log = (workdir / "worker.log").read_text(errors="replace").splitlines()
+        lines += [f"  worker.log: {line}" for line in log if commit in line]
     return "\n".join(lines)
 
 
@@ -202,7 +219,10 @@ def test_a_failover_stalls_only_its_shards_and_leaves_no_false_lag_or_traceback(
         def checked() -> bool:
             return all(Job.fetch(c, connection=queue.connection).get_status() == JobStatus.FINISHED for c in checks)
 
-        wait_until(checked, f"a verdict for each of the {len(checks)} extraction checks", timeout_s=DEADLINE_S)
+        try:
+            wait_until(checked, f"a verdict for each of the {len(checks)} extraction checks", timeout_s=DEADLINE_S)
+        except AssertionError as exc:  # which check waits, and where its job is
+            raise AssertionError(f"{exc}\n{_checks_story(queue, checks, tmp_path)}") from None
         assert job_counts(client, settings)["failed"] == 0, job_counts(client, settings)
 
         victim.restart()  # rejoins as a replica of the promoted one
