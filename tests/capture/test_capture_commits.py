@@ -12,6 +12,7 @@ from rq.job import Job
 
 from core.config import Settings
 from core.events import CommitRequest
+from core.ov.client import OVError
 from core.ov.tasks import memories_extracted
 from core.session import SessionAddress
 from tests.helpers.capture import cli_uses, make_worker, ov_texts, publish, stored_snapshot, turn
@@ -334,3 +335,29 @@ async def test_a_snapshot_that_cannot_be_refreshed_after_a_commit_is_dropped(red
     assert wait_for_outcome(redis_client, settings, request).status == "completed"
     # Never the pre-commit snapshot: the next reader goes to OV (and capture reads, not grows).
     assert stored_snapshot(redis_client, settings, address) is None
+
+
+@pytest.mark.parametrize("took_it", [False, True], ids=["before-ov-took-it", "after-ov-took-it"])
+def test_a_commit_ov_answers_a_server_error_is_tried_again_and_made_once(redis_client, settings, fake_ov, took_it):
+    """OV 0.5.2 can answer a commit 500 for trouble of its own (reading its session's metadata
+    while another write rewrites it: "Expecting value"). RQ tries the job again; OV's commit
+    count says whether the first try was taken, so the session is committed exactly once."""
+    once = settings.model_copy(update={"ov_retries": 0})
+    _seed(fake_ov, "s")
+    request = _request(redis_client, once)
+    fake_ov.fail_next(1, status=500, code="INTERNAL", route="commit", after=took_it)
+    with pytest.raises(OVError, match="INTERNAL"):
+        run_commit(redis_client, context_of(once), request, may_retry=True)
+    assert CommitRecords(redis_client, once).outcome(request).status == "running"  # not failed: tried again
+    retried = run_commit(redis_client, context_of(once), request, may_retry=True)
+    assert retried.status == "running" and retried.task_id
+    assert fake_ov.sessions["s"].commit_count == 1 and len(fake_ov.sessions["s"].archives) == 1
+    assert wait_for_outcome(redis_client, once, request).status == "completed"
+
+
+def test_a_commit_ov_answers_a_server_error_on_its_last_try_is_failed(redis_client, settings, fake_ov):
+    _seed(fake_ov, "s")
+    request = _request(redis_client, settings)
+    fake_ov.fail_next(1, status=500, code="INTERNAL", route="commit")
+    failed = run_commit(redis_client, context_of(settings), request, may_retry=False)
+    assert failed.status == "failed" and "INTERNAL" in failed.error

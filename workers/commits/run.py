@@ -96,8 +96,9 @@ def run_commit(
     Commits of one OV user run side by side: OV 0.5.2 itself merges the phase 2s of one user
     that overlap (docs/OV-NOTES.md), and an extraction lost anyway is found and repaired
     (workers.commits.repair).
-    ``may_retry``: OV being unavailable re-raises so RQ retries the job (the commit never
-    reached OV); otherwise it is recorded as failed.
+    ``may_retry``: OV being unavailable or answering a server error re-raises so RQ retries
+    the job (the next try adopts a commit OV took: ``ov_commits_before``); otherwise it is
+    recorded as failed.
     """
     settings = ctx.settings
     outcome = CommitRecords(redis, settings).outcome(request)
@@ -118,13 +119,14 @@ def run_commit(
         else:
             record_outcome(redis, settings, request, outcome_of(request, "running", ov_commits_before=before))
             accepted = ctx.run(lambda: ov_steps.commit(ov, request))
-    except OVUnavailable as exc:
-        if may_retry:
-            log.warning("commit %s: OV unavailable (%s); RQ retries it", request.commit_id, exc)
+    except OVError as exc:  # away, or a server error: OV 0.5.2's own passing trouble too (a file read mid-write)
+        if may_retry and (isinstance(exc, OVUnavailable) or exc.status >= 500):
+            log.warning(
+                "commit %s: OV %s; RQ tries it again (OV's commit count says if it took it)", request.commit_id, exc
+            )
             raise
-        return finish_commit(redis, settings, request, "failed", error=f"OV unavailable: {exc}")
-    except OVError as exc:
-        return finish_commit(redis, settings, request, "failed", error=str(exc))
+        said = f"OV unavailable: {exc}" if isinstance(exc, OVUnavailable) else str(exc)
+        return finish_commit(redis, settings, request, "failed", error=said)
     # OV took the commit. Nothing may make RQ run this job again now: a second OV commit would
     # archive the next messages too. So Redis trouble is waited out here, not raised.
     outcome = patiently(request, lambda: _accepted(redis, settings, request, accepted))
