@@ -1,13 +1,15 @@
 """Every test tier, in lanes that run side by side (``./test``), then one summary.
 
 A lane is a list of tiers that run one after another in one pytest process, each process with
-its own redis-servers and openviking-server: the real OpenClaw host's rows (``host``), the rest
-of the real-OV tier (``ov``), the fault tiers that kill processes and fail Redis over
-(``faults``), the capture tier (``capture``), and the rest (``fast``: slow, rpc, unit, the
-console, deploy); the plugin's node tests are a lane of their own. Each lane writes its output
-to ``.artifacts/lanes/<lane>.log`` and its tests' durations to a JUnit file; when all are
-done this prints each lane's end, a table of wall time per lane and per tier, the failed tests
-with the lane (and log) to read, and one closing line ``N passed, N failed``.
+its own redis-servers and openviking-server: the real OpenClaw host's rows (``host``), its
+import phase (``import``), the rest of the real-OV tier (``ov``), the fault tiers that kill
+processes and fail Redis over (``faults``), the capture tier in two halves (``capture``,
+``capture2``), the slow tier (``slow``) and the quick ones (``fast``: rpc, unit, the console,
+deploy); the plugin's node tests are a lane of their own. Each lane writes its output to
+``.artifacts/lanes/<lane>.log`` and its tests' durations (and CPU) to a JUnit file; when all
+are done this prints each lane's end, a table of wall time and CPU per lane and per tier, the
+costliest tests, the failed tests with the lane (and log) to read, and one closing line
+``N passed, N failed``.
 
     .venv/bin/python scripts/lanes.py [pytest arguments...]
 
@@ -55,8 +57,15 @@ class Lane:
 
 
 HOST_TESTS = ["tests/integration/test_host_openclaw.py"]
-"""The real OpenClaw gateway's 59 rows: the longest test file, a lane of its own (its import
-phase, ``test_host_import.py``, runs in the ``ov`` lane)."""
+"""The real OpenClaw gateway's rows: the longest test file, a lane of its own."""
+IMPORT_TESTS = ["tests/integration/test_host_import.py"]
+"""The real host's import phase (about 6 minutes beside a CPU hog): a lane of its own too."""
+CAPTURE_WAITING = [
+    f"tests/capture/{name}.py"
+    for name in ("test_capture_backlog", "test_cli_answers", "test_recovery_speed", "test_commits_side_by_side")
+]
+"""Capture tests that mostly wait (backlogs through a slow OV, the demo, recoveries): half the
+capture tier's time and little of its CPU, so they run beside the other half."""
 
 
 NICE = ["nice", "-n", "5"]
@@ -75,16 +84,21 @@ def pytest_lane(
 
 
 def lanes(args: list[str]) -> list[Lane]:
-    """Balanced by the tiers' times measured loaded (the lanes' summary prints them): the host's
-    59 rows (~670 s beside a CPU hog), the rest of the real-OV tier with the host's import phase
-    (~700 s), the fault tiers (~700 s), capture (~750 s), the slow tier with the quick ones
-    (~560 s), the plugin's node tests (~220 s)."""
+    """Balanced by the tiers' times measured loaded (the lanes' summary prints them, with each
+    lane's CPU): the machine is busy, but lanes that mostly wait (capture, the slow tier) get
+    more done beside each other than one after another. Beside a CPU hog: the host's rows
+    ~700 s, the import phase ~360 s, the rest of the real-OV tier ~420 s, the fault tiers
+    ~650 s, capture's waiting half ~360 s and its other half ~420 s, the slow tier ~430 s, the
+    quick tiers ~310 s, the plugin's node tests ~200 s."""
     out = [
         pytest_lane("host", HOST_TESTS, args),
-        pytest_lane("ov", ["tests/integration"], args, ignore=tuple(HOST_TESTS)),
+        pytest_lane("import", IMPORT_TESTS, args),
+        pytest_lane("ov", ["tests/integration"], args, ignore=(*HOST_TESTS, *IMPORT_TESTS)),
         pytest_lane("faults", ["tests/chaos", "tests/cluster"], args, nice=False),
-        pytest_lane("capture", ["tests/capture"], args),
-        pytest_lane("fast", [f"tests/{t}" for t in ("slow", "rpc", "unit", "console", "deploy")], args),
+        pytest_lane("capture", CAPTURE_WAITING, args),
+        pytest_lane("capture2", ["tests/capture"], args, ignore=tuple(CAPTURE_WAITING)),
+        pytest_lane("slow", ["tests/slow"], args),
+        pytest_lane("fast", [f"tests/{t}" for t in ("rpc", "unit", "console", "deploy")], args),
     ]
     built = ROOT / "clients" / "openclaw" / "dist" / "test"
     if built.is_dir():
