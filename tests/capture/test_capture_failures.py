@@ -19,6 +19,7 @@ from tests.helpers.capture import (
     pending_count,
     publish,
     run_until,
+    stopped,
     turn,
 )
 from tests.helpers.waiting import eventually
@@ -189,8 +190,7 @@ async def test_ov_down_acks_nothing_then_everything_is_written(redis_client, set
         await _wait(lambda: all(len(ov_texts(fake_ov, s)) == 10 for s in sessions))
         await _wait(lambda: pending_count(redis_client, settings) == 0)
     finally:
-        worker.stop()
-        await task
+        await stopped(worker, task)
     for s in sessions:
         assert ov_texts(fake_ov, s) == expected_texts(s, 5)
     assert worker.stats.failures == 0 and list_dead_letters(redis_client, settings) == []

@@ -69,6 +69,20 @@ def kill_at(step: str, occurrence: int) -> Callable[[str], None]:
     return hook
 
 
+async def stopped(worker: CaptureWorker, task: asyncio.Task[Any], timeout_s: float = 30.0) -> None:
+    """``worker.stop()``, then its ``run()`` task's end; a worker still running ``timeout_s``
+    later fails the test with every task's stack (a stop that hangs, not a test that does)."""
+    worker.stop()
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if not done:
+        stacks = []
+        for other in asyncio.all_tasks():
+            frames = other.get_stack(limit=12)
+            stacks.append(f"{other.get_name()}: " + " <- ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in frames))
+        raise AssertionError(f"the capture worker did not stop within {timeout_s:g}s; tasks:\n" + "\n".join(stacks))
+    await task
+
+
 def make_worker(settings: Settings, fake: FakeOV, **kw: Any) -> CaptureWorker:
     kw.setdefault("lease_ms", 600)
     return CaptureWorker(settings, ov_transport=fake.transport(), **kw)
