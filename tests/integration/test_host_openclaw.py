@@ -284,32 +284,16 @@ def test_every_turn_exactly_once_while_redis_is_down(host: HostStack) -> None:
     assert all(count_in_user_messages(r, token) == 1 for r in requests)
 
 
-def test_a_one_shot_run_with_redis_down_keeps_its_turn(host: HostStack) -> None:
+def test_one_shot_runs_with_redis_down_keep_their_turn_and_get_the_last_run_once(host: HostStack) -> None:
+    """Three one-shot runs (``openclaw agent --local``) of one conversation. The first, Redis
+    up, is captured. The second, Redis down: its model request holds the first run's turn once
+    (the host's import of it on the second turn adds nothing), and it keeps its own turn in the
+    spool, saying the next run delivers it. The third, Redis back, delivers it and says so.
+    (Each run starts the whole agent in the CLI: one conversation, not two, for both cases.)"""
     host.stop_gateway()  # one-shot runs own the state while they run
     key = f"agent:main:{unique('oneshot')}"
-    token = f"oneshot{os.getpid()}"
-    host.redis.stop()
-    try:
-        first = host.openclaw("agent", "--local", "--session-key", key, "--message", f"one-shot {token}", "--json")
-        assert "next run delivers them" in first.stderr, first.stderr[-3000:]  # it says what it did
-        assert list(host.spool.glob("*.json"))
-    finally:
-        host.redis.start()
-    before = len(host.requests())
-    second = host.openclaw("agent", "--local", "--session-key", key, "--message", "what did I say last run?", "--json")
-    assert "delivering 1 turn event(s) an earlier run left" in second.stderr, second.stderr[-3000:]
-    requests = host.requests()[before:]
-    assert requests and all(count_in_user_messages(r, token) == 1 for r in requests)
-    assert not list(host.spool.glob("*.json"))
-
-
-def test_a_one_shot_run_with_redis_down_gets_the_last_run_once(host: HostStack) -> None:
-    """A run captured with Redis up, then one with Redis down: OV holds the first run's turn,
-    and the second run's import of it (the host bootstraps on the second turn) adds nothing."""
-    host.stop_gateway()  # one-shot runs own the state while they run
-    key = f"agent:main:{unique('upfirst')}"
-    token = f"upfirst{os.getpid()}"
-    message = f"Local run, Redis up: {token}"
+    first_token, second_token = f"upfirst{os.getpid()}", f"oneshot{os.getpid()}"
+    message = f"Local run, Redis up: {first_token}"
     out = host.openclaw("agent", "--local", "--session-key", key, "--message", message, "--json")
     answer = json.loads(out.stdout[out.stdout.index("{") :])
     address = SessionAddress(ov_session_id(session_id_of(answer), key), "main", None)
@@ -318,13 +302,23 @@ def test_a_one_shot_run_with_redis_down_gets_the_last_run_once(host: HostStack) 
     host.redis.stop()
     try:
         before = len(host.requests())
-        host.openclaw("agent", "--local", "--session-key", key, "--message", "what did I say last run?", "--json")
+        second = host.openclaw(
+            "agent", "--local", "--session-key", key, "--message", f"one-shot {second_token}", "--json"
+        )
         requests = host.requests()[before:]
-        assert requests and all(count_in_user_messages(r, token) == 1 for r in requests), [
+        assert requests and all(count_in_user_messages(r, first_token) == 1 for r in requests), [
             user_texts(r) for r in requests
         ]
+        assert "next run delivers them" in second.stderr, second.stderr[-3000:]  # it says what it did
+        assert list(host.spool.glob("*.json"))
     finally:
         host.redis.start()
+    before = len(host.requests())
+    third = host.openclaw("agent", "--local", "--session-key", key, "--message", "what did I say last run?", "--json")
+    assert re.search(r"delivering \d+ turn event\(s\) an earlier run left", third.stderr), third.stderr[-3000:]
+    requests = host.requests()[before:]
+    assert requests and all(count_in_user_messages(r, t) == 1 for r in requests for t in (first_token, second_token))
+    assert not list(host.spool.glob("*.json"))
 
 
 def _metric(host: HostStack, line_start: str) -> float:
