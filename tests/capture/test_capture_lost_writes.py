@@ -14,7 +14,16 @@ from __future__ import annotations
 import pytest
 
 from core.ids import ov_session_id
-from tests.helpers.capture import expected_texts, kill_at, make_worker, ov_texts, publish, run_until, turn
+from tests.helpers.capture import (
+    expected_texts,
+    kill_at,
+    make_worker,
+    ov_texts,
+    pending_count,
+    publish,
+    run_until,
+    turn,
+)
 from workers.capture.worker import WorkerKilled
 from workers.store.applied import INTENT
 from workers.store.keys import Keys, shard_of
@@ -105,3 +114,30 @@ async def test_a_replica_that_kept_an_intent_but_not_the_rounds_after_it(
         publish(redis_client, settings, [turn(SESSION, 3)])
         await make_worker(capture_settings, fake_ov, burst=True).run()
         assert ov_texts(fake_ov, SESSION) == expected_texts(SESSION, 4)
+
+
+async def test_a_write_settled_from_its_intent_outside_the_round_is_not_written_again(
+    redis_client, settings, fake_ov
+) -> None:
+    """The round that settles an intent may not hold the intent's entry (pending for a consumer
+    that does not hold it, after a failover), only a copy the publisher sent again (no replica
+    confirmed it in time: a new entry, the same event) and the next turn. What the settled entry
+    wrote must count all the same: the intent records each entry's event and the session's
+    captured count after it (the cluster failover tier wrote `q12 a12 q13 a13` after q12)."""
+    capture_settings = settings.model_copy(update={"publish_replicas": 1})
+    publish(redis_client, settings, [turn(SESSION, 0)])
+    await make_worker(capture_settings, fake_ov, burst=True).run()
+    again = turn(SESSION, 1)
+    [first] = publish(redis_client, settings, [again])
+    killed = make_worker(capture_settings, fake_ov, burst=True, fault_hook=kill_at("before_ack", 1))
+    with pytest.raises(WorkerKilled):
+        await killed.run()  # turn 1 in OV, its intent kept, no ack
+    await killed.close()
+    # the first copy out of the next round's sight (as one pending for a consumer that does not
+    # hold it is, until its take-back): the round has the copy and the next turn only
+    stream = Keys(settings.key_prefix).stream(shard_of(SESSION, settings.shards))
+    redis_client.xack(stream, settings.consumer_group, first)
+    publish(redis_client, settings, [again, turn(SESSION, 2)])  # the copy, then the next turn
+    heir = make_worker(capture_settings, fake_ov)
+    await run_until([heir], lambda: len(ov_texts(fake_ov, SESSION)) >= 6 and pending_count(redis_client, settings) == 0)
+    assert ov_texts(fake_ov, SESSION) == expected_texts(SESSION, 3)

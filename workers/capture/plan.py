@@ -97,6 +97,8 @@ class Unit:
     entry: Entry
     messages: list[OVMessage]
     skip: str | None = None
+    captured: int = 0
+    """The session's captured count once this entry is applied (its intent records it)."""
 
     @property
     def ov_count(self) -> int:
@@ -147,7 +149,13 @@ class SessionRound:
 
     def make_intent(self) -> Intent:
         assert self.base is not None
-        return Intent(self.base, [(u.entry.id, u.ov_count) for u in self.units if not u.skip])
+        return intent_of(self.base, [u for u in self.units if not u.skip])
+
+
+def intent_of(base: int, units: list[Unit]) -> Intent:
+    """The intent of writing ``units`` (in order) on top of OV's total ``base``."""
+    events = [u.entry.event.event_id if u.entry.event else "" for u in units]
+    return Intent(base, [(u.entry.id, u.ov_count) for u in units], events, [u.captured for u in units])
 
 
 def drop_written(messages: list[OVMessage], written: int) -> list[OVMessage]:
@@ -200,7 +208,8 @@ def plan_round(
             seen_events.add(event.event_id)
             if event.advancement_key:
                 seen.add(event.advancement_key)
-            captured = captured_after(captured, event)
+            if not state.captured_settled:  # else the intent's record of it counts already
+                captured = captured_after(captured, event)
             continue
         if state.is_applied(entry.id):
             plan.units.append(Unit(entry, [], SKIP_APPLIED))
@@ -238,8 +247,8 @@ def plan_round(
         seen_events.add(event.event_id)
         if event.advancement_key:
             seen.add(event.advancement_key)
-        plan.units.append(Unit(entry, messages, None if messages else "no new messages"))
         captured = captured_after(captured, event)
+        plan.units.append(Unit(entry, messages, None if messages else "no new messages", captured))
     return plan
 
 
@@ -285,7 +294,8 @@ def finish_state(plan: SessionRound) -> AppliedState:
         event = unit.entry.event
         assert event is not None
         state.remember_event(event.event_id)
-        state.captured = captured_after(state.captured, event)
+        if not (unit.skip == SKIP_SETTLED and state.captured_settled):  # else its intent's record counted it
+            state.captured = captured_after(state.captured, event)
         if event.advancement_key:
             state.remember_advancement(event.advancement_key)
     if any(u.skip == SKIP_RELEASE_MARKER for u in plan.units):

@@ -25,8 +25,8 @@ import logging
 from cachetools import LRUCache
 
 from core.ov.client import OVClient, OVError
-from workers.capture.plan import SessionRound
-from workers.store.applied import AppliedState, Intent, parse_id
+from workers.capture.plan import SessionRound, intent_of
+from workers.store.applied import AppliedState, parse_id
 
 log = logging.getLogger("ovstream.capture")
 
@@ -105,7 +105,7 @@ async def lost_writes_intent(ov: OVClient, plan: SessionRound) -> None:
         total,
         state.total,
     )
-    state.intent = Intent(state.total, [(u.entry.id, u.ov_count) for u in plan.units if not u.skip])
+    state.intent = intent_of(state.total, [u for u in plan.units if not u.skip])
 
 
 def count_following_entries(plan: SessionRound) -> None:
@@ -122,4 +122,8 @@ def count_following_entries(plan: SessionRound) -> None:
     intent = plan.state.intent
     assert intent is not None
     last = parse_id(intent.entries[-1][0]) if intent.entries else (0, 0)
-    intent.entries += [(u.entry.id, u.ov_count) for u in plan.units if not u.skip and parse_id(u.entry.id) > last]
+    following = intent_of(0, [u for u in plan.units if not u.skip and parse_id(u.entry.id) > last])
+    if len(intent.events) == len(intent.entries):  # else an earlier release's intent: kept as it is
+        intent.events += following.events
+        intent.captured += following.captured
+    intent.entries += following.entries

@@ -58,18 +58,28 @@ def parse_id(stream_id: str) -> tuple[int, int]:
 
 @dataclass(slots=True)
 class Intent:
-    """An OV write in progress: the total before it and its entries in order."""
+    """An OV write in progress: the total before it and its entries in order, with their
+    events' ids and the session's captured count after each (``events``, ``captured``: what a
+    settled write was, whether or not its entries are in the round that settles it; absent
+    from intents of earlier releases, which read only the first two fields)."""
 
     base: int
     entries: list[tuple[str, int]]
+    events: list[str] = field(default_factory=list)
+    captured: list[int] = field(default_factory=list)
 
     def encode(self) -> str:
-        return json.dumps({"base": self.base, "entries": self.entries}, separators=(",", ":"))
+        data: dict[str, object] = {"base": self.base, "entries": self.entries}
+        if self.events:
+            data["events"], data["captured"] = self.events, self.captured
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def decode(cls, raw: bytes | str) -> Intent:
         data = json.loads(raw)
-        return cls(int(data["base"]), [(str(i), int(n)) for i, n in data["entries"]])
+        entries = [(str(i), int(n)) for i, n in data["entries"]]
+        events, captured = [str(e) for e in data.get("events") or []], [int(c) for c in data.get("captured") or []]
+        return cls(int(data["base"]), entries, events, captured)
 
 
 @dataclass(slots=True)
@@ -88,6 +98,8 @@ class AppliedState:
     """The dead-lettered entry the session waits behind (None: not parked)."""
     settled_ids: set[str] = field(default_factory=set)
     """Entries ``settle_intent`` found fully stored (this round only, never persisted)."""
+    captured_settled: bool = False
+    """``captured`` counts the entries ``settle_intent`` found stored (their intent recorded it)."""
 
     @classmethod
     def from_hash(cls, raw: dict[Any, Any]) -> AppliedState:
@@ -135,11 +147,18 @@ class AppliedState:
         written = max(0, min(ov_total - intent.base, planned))
         done = 0
         self.partial_id, self.partial_skip = None, 0
+        events = dict(zip((i for i, _ in intent.entries), intent.events))
+        captured = dict(zip((i for i, _ in intent.entries), intent.captured))
+        self.captured_settled = len(intent.captured) == len(intent.entries)
         for stream_id, count in intent.entries:
             if done + count <= written:
                 if not self.is_applied(stream_id):
                     self.settled_ids.add(stream_id)
                 self.advance(stream_id)
+                if events.get(stream_id):  # a copy of its turn published again is one seen
+                    self.remember_event(events[stream_id])
+                if self.captured_settled:  # the entry may not be in this round: its record says
+                    self.captured = max(self.captured, captured[stream_id])
                 done += count
                 continue
             if written > done:
