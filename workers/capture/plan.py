@@ -208,7 +208,7 @@ def plan_round(
             seen_events.add(event.event_id)
             if event.advancement_key:
                 seen.add(event.advancement_key)
-            if not state.captured_settled:  # else the intent's record of it counts already
+            if entry.id not in state.captured_settled:  # else the intent's record of it counts already
                 captured = captured_after(captured, event)
             continue
         if state.is_applied(entry.id):
@@ -294,7 +294,7 @@ def finish_state(plan: SessionRound) -> AppliedState:
         event = unit.entry.event
         assert event is not None
         state.remember_event(event.event_id)
-        if not (unit.skip == SKIP_SETTLED and state.captured_settled):  # else its intent's record counted it
+        if unit.entry.id not in state.captured_settled:  # else its intent's record counted it
             state.captured = captured_after(state.captured, event)
         if event.advancement_key:
             state.remember_advancement(event.advancement_key)

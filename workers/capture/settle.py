@@ -125,5 +125,6 @@ def count_following_entries(plan: SessionRound) -> None:
     following = intent_of(0, [u for u in plan.units if not u.skip and parse_id(u.entry.id) > last])
     if len(intent.events) == len(intent.entries):  # else an earlier release's intent: kept as it is
         intent.events += following.events
-        intent.captured += following.captured
+    # not their captured counts: planned before the settle, from a count that may lack the
+    # intent's own entries; in this round, the plan made after it counts them in order
     intent.entries += following.entries

@@ -98,8 +98,9 @@ class AppliedState:
     """The dead-lettered entry the session waits behind (None: not parked)."""
     settled_ids: set[str] = field(default_factory=set)
     """Entries ``settle_intent`` found fully stored (this round only, never persisted)."""
-    captured_settled: bool = False
-    """``captured`` counts the entries ``settle_intent`` found stored (their intent recorded it)."""
+    captured_settled: set[str] = field(default_factory=set)
+    """Entries ``settle_intent`` found stored whose captured count it took from their intent's
+    record (``captured`` counts them already; this round only, never persisted)."""
 
     @classmethod
     def from_hash(cls, raw: dict[Any, Any]) -> AppliedState:
@@ -148,8 +149,7 @@ class AppliedState:
         done = 0
         self.partial_id, self.partial_skip = None, 0
         events = dict(zip((i for i, _ in intent.entries), intent.events))
-        captured = dict(zip((i for i, _ in intent.entries), intent.captured))
-        self.captured_settled = len(intent.captured) == len(intent.entries)
+        captured = dict(zip((i for i, _ in intent.entries), intent.captured))  # the recorded write's own
         for stream_id, count in intent.entries:
             if done + count <= written:
                 if not self.is_applied(stream_id):
@@ -157,8 +157,9 @@ class AppliedState:
                 self.advance(stream_id)
                 if events.get(stream_id):  # a copy of its turn published again is one seen
                     self.remember_event(events[stream_id])
-                if self.captured_settled:  # the entry may not be in this round: its record says
+                if stream_id in captured:  # the entry may not be in this round: its record says
                     self.captured = max(self.captured, captured[stream_id])
+                    self.captured_settled.add(stream_id)
                 done += count
                 continue
             if written > done:
