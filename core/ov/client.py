@@ -27,7 +27,7 @@ import httpx
 from core.backoff import Backoff
 from core.config import Settings
 from core.ov.content_calls import ContentCalls, segment
-from core.ov.envelope import OVError, OVRefused, OVUnavailable, decode_result, object_result, unwrap
+from core.ov.envelope import OVError, OVRefused, OVUnavailable, decode_result, is_passing, object_result, unwrap
 from core.ov.layout import BATCH_LIMIT
 from core.ov.messages import OVMessage, known_parts, to_json
 from core.ov.models import (
@@ -170,7 +170,7 @@ class OVClient(ContentCalls):
                 return await self._once(method, path, raw=raw, **kwargs)
             except OVError as err:
                 # a refused key stays refused: no retry (the caller waits it out as OV away)
-                retryable = (isinstance(err, OVUnavailable) or err.status >= 500) and not isinstance(err, OVRefused)
+                retryable = is_passing(err) and not isinstance(err, OVRefused)
                 if not retryable or attempt == attempts - 1:
                     raise
                 delay = Backoff(self.backoff).delay(attempt + 1)

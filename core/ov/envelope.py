@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypeVar, cast
 
 import httpx
@@ -67,6 +68,22 @@ def error_for(code: str, message: str, *, status: int, details: Any = None) -> O
         return OVRefused(code, f"{message}; {REFUSED_HINT}", status=status, details=details)
     cls = OVUnavailable if status in _UNAVAILABLE_STATUSES else OVError
     return cls(code, message, status=status, details=details)
+
+
+_JSON_DECODE_ERROR = re.compile(r": line \d+ column \d+ \(char \d+\)")
+"""How Python's ``json.JSONDecodeError`` ends its message ("Expecting value: line 1 column 1
+(char 0)")."""
+
+
+def is_passing(err: OVError) -> bool:
+    """Trouble of OV's own that a later try gets past: OV away (``OVUnavailable``), a server
+    error (5xx), or OV 0.5.2 reading one of its own files while another write rewrites it. That
+    last one is a 400: OV maps the ``JSONDecodeError`` of its session's ``.meta.json``, read
+    empty mid-write, to INVALID_ARGUMENT (``Session._load_meta``, ``error_mapping``;
+    docs/OV-NOTES.md). Nothing ovstream sends is parsed so (a bad body is FastAPI's 422)."""
+    if isinstance(err, OVUnavailable) or err.status >= 500:
+        return True
+    return err.status == 400 and _JSON_DECODE_ERROR.search(err.message) is not None
 
 
 def object_result(result: Any) -> dict[str, Any]:

@@ -180,6 +180,24 @@ def test_no_memory_beside_another_commit_is_extracted_again_alone_and_lost_only_
     assert not redis_client.exists(Keys(settings.key_prefix).extraction_repair(repaired.list(repair)[0].commit_id))
 
 
+def test_a_check_ov_cannot_give_the_archive_to_looks_again_and_its_suspect_is_repaired(
+    redis_client, settings, fake_ov, caplog
+):
+    """OV away (or its own file read mid-write) when the check reads the archive: the check
+    looks again later, so the lost extraction is still suspected and repaired (not dropped
+    with a WARNING nobody acts on)."""
+    once = settings.model_copy(update={"ov_retries": 0})
+    caplog.set_level(logging.INFO)
+    said = {"blip": "We moved the launch to the ninth of March.", "blip-too": "Dieter negotiates the contract."}
+    for sid, text in said.items():
+        _seed(fake_ov, sid, text)
+    fake_ov.fail_next(2, status=503, route="get_archive")  # each check's first read
+    requests = _commit_together(redis_client, once, said)
+    _pooled_repair(redis_client, once, *requests)
+    assert caplog.text.count("to check its extraction") == 2 and "looking again in" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
 def test_a_users_repairs_keep_to_its_hourly_budget_and_the_suspects_wait_not_lost(
     redis_client, settings, fake_ov, caplog
 ):

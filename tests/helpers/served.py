@@ -53,6 +53,17 @@ class KeptConnection:
         self.conn.request("GET", path)
         return self._answer()
 
+    def health(self, *, timeout_s: float = 30.0) -> int:
+        """``/healthz`` on this connection, asked again while it says 503 (its Redis ping over
+        the 2 s bound: a starved machine, not a server a bad request broke), up to
+        ``timeout_s``; the last status."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status = self.get("/healthz")[0]
+            if status != 503 or time.monotonic() > deadline:
+                return status
+            time.sleep(0.2)
+
     def _answer(self) -> tuple[int, bytes, dict[str, str]]:
         response = self.conn.getresponse()
         body = response.read()

@@ -119,6 +119,21 @@ def _commit_together(service: Service, sids: list[str]) -> list:
     return wait_until(final, f"{len(sids)} commits of one user final", timeout_s=180, interval_s=0.25)
 
 
+def _repair_story(service: Service, commit_ids: set[str]) -> str:
+    """Where the repair of ``commit_ids`` stands: what status reads of lost extractions, and
+    every line the service logged of the commits, their checks and repairs."""
+    lost = read_lost_extractions(service.redis, service.settings, newest=50)
+    lines = [
+        f"lost {lost.lost_total}, repairs {lost.repairs}, started {lost.repairs_started}, "
+        f"suspects waiting {lost.suspects_waiting}",
+        *(f"listed: {entry.commit_id} -> {entry.repair.commit_id} ({state})" for entry, state, _ in lost.newest),
+    ]
+    log = service.log_path.read_text(errors="replace").splitlines()
+    marks = (*commit_ids, "repair", "extraction")
+    lines += [f"log: {line}" for line in log if any(mark in line for mark in marks)][-80:]
+    return "\n".join(lines)
+
+
 def _memory(dev_ov: OVSession, uri: str) -> str | None:
     r = dev_ov.http.get("/api/v1/content/read", params={"uri": uri}, headers=AS_USER)
     return r.json().get("result") if r.status_code == 200 else None
@@ -157,7 +172,10 @@ def test_a_model_that_drops_the_merge_loses_the_extractions_and_one_repair_resto
         outcome = records.outcome(next(iter(repairs.values())))
         return outcome if outcome is not None and outcome.status in FINAL_STATUSES else None
 
-    repair = wait_until(repaired, "both suspects repaired by one commit", timeout_s=180, interval_s=0.5)
+    try:
+        repair = wait_until(repaired, "both suspects repaired by one commit", timeout_s=180, interval_s=0.5)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_repair_story(e2e_service, mine)}") from None
     assert repair.status == "completed" and (repair.memories_extracted or 0) >= 2, repair
     for _, uri in seeded:
         assert "tea in the morning" in (_memory(dev_ov, uri) or ""), uri

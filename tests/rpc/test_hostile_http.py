@@ -90,7 +90,7 @@ def test_a_chunked_body_past_the_limit_gets_413_too(server: Served, conn: KeptCo
     conn.conn.request("POST", "/v1/assemble", body=chunks(), encode_chunked=True)
     response = conn.conn.getresponse()
     assert response.status == 413 and json.loads(response.read())["error"]["code"] == "body_too_large"
-    assert conn.get("/healthz")[0] == 200
+    assert conn.health() == 200
 
 
 def test_a_body_within_the_limit_is_served(conn: KeptConnection) -> None:
@@ -118,7 +118,7 @@ def test_a_body_within_the_limit_is_served(conn: KeptConnection) -> None:
 def test_too_deep_json_is_400_and_the_connection_stays(conn: KeptConnection, route: str, body: bytes) -> None:
     status, answer, _ = conn.post(route, body)
     assert 400 <= status < 500 and _is_error_body(answer), answer[:200]
-    assert conn.get("/healthz")[0] == 200
+    assert conn.health() == 200
 
 
 # --- random and adversarial bodies --------------------------------------------------------------------
@@ -171,7 +171,7 @@ def test_no_body_gets_a_5xx_a_reset_or_a_false_answer(server: Served, route: str
                 assert details["uri"] in gone and details["deleted"] == len(gone)
             else:
                 assert not gone, details
-        assert conn.get("/healthz")[0] == 200
+        assert conn.health() == 200
     finally:
         conn.close()
 

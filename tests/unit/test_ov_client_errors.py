@@ -7,7 +7,7 @@ import pytest
 
 from core.config import Settings
 from core.ov.client import OVClient, OVError, OVRefused, OVUnavailable
-from core.ov.envelope import REFUSED_HINT
+from core.ov.envelope import REFUSED_HINT, error_for, is_passing
 from tests.helpers.ov import Recorder, client, err, ok
 from workers.dev.fake_ov.app import FakeOV
 
@@ -133,8 +133,14 @@ def _ok_for_anything(request: httpx.Request) -> httpx.Response:
     return ok({"temp_file_id": "upload_1"})
 
 
+MID_WRITE = err(400, "INVALID_ARGUMENT", "Expecting value: line 1 column 1 (char 0)")
+"""OV 0.5.2 reading its own session file while another write rewrites it (docs/OV-NOTES.md)."""
+
+
 @pytest.mark.parametrize("call", IDEMPOTENT)
-@pytest.mark.parametrize("failure", [err(503, "UNAVAILABLE"), err(500, "INTERNAL"), httpx.ConnectError("refused")])
+@pytest.mark.parametrize(
+    "failure", [err(503, "UNAVAILABLE"), err(500, "INTERNAL"), MID_WRITE, httpx.ConnectError("refused")]
+)
 async def test_idempotent_calls_retry_then_succeed(call, failure):
     rec = Recorder(failure, failure, _ok_for_anything)
     await call(client(rec, retries=3))
@@ -169,6 +175,23 @@ async def test_client_errors_are_not_retried(status, code):
     with pytest.raises(OVError):
         await client(rec, retries=3).get_session("s")
     assert len(rec.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "passing"),
+    [
+        (500, "anything", True),
+        (503, "anything", True),
+        (400, "Expecting value: line 1 column 1 (char 0)", True),
+        (400, "Unterminated string starting at: line 1 column 9 (char 8)", True),
+        (400, "bad uri: line 3", False),  # names a place, but is no JSONDecodeError
+        (400, "Expecting value", False),
+        (404, "Expecting value: line 1 column 1 (char 0)", False),
+        (409, "locked", False),
+    ],
+)
+def test_passing_trouble_is_oVs_own(status, message, passing):
+    assert is_passing(error_for("X", message, status=status)) is passing
 
 
 async def test_backoff_doubles(monkeypatch):

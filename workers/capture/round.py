@@ -38,6 +38,7 @@ import redis.asyncio as aioredis
 from core.config import Settings
 from core.events import ContextSnapshot
 from core.ov.client import OVClient, OVError, OVUnavailable
+from core.ov.envelope import is_passing
 from core.snapshot_growth import first_records, grown_records
 from workers import logs
 from workers.capture.erased import drop_erased
@@ -283,11 +284,12 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
 
 
 def _server_errors_are_ov_failing(runs: list[_Run]) -> None:
-    """OV answering a server error (HTTP 5xx) to every session of the round that reached it is
-    OV failing, not the entries: those runs become unavailable (the shard backs off, nothing
-    counts against an entry, nothing applies past it). A 5xx beside writes that went through
-    says something of the entry it answered, and counts."""
-    failing = [r for r in runs if isinstance(r.error, OVError) and r.error.status >= 500]
+    """OV answering with its own passing trouble (a 5xx, or its own file read mid-write:
+    ``is_passing``) to every session of the round that reached it is OV failing, not the
+    entries: those runs become unavailable (the shard backs off, nothing counts against an
+    entry, nothing applies past it). Such an answer beside writes that went through says
+    something of the entry it answered, and counts."""
+    failing = [r for r in runs if isinstance(r.error, OVError) and is_passing(r.error)]
     if not failing or any(r.ok and r.plan.messages for r in runs):
         return
     for r in failing:

@@ -30,12 +30,13 @@ import redis as redis_lib
 from core.config import Settings
 from core.events import CommitOutcome, CommitRequest, decode
 from core.ov.client import OVError
+from core.ov.envelope import is_passing
 from core.repair import REPAIR_ATTEMPTS, is_repair_session, lost_extraction, overlapped, user_text
 from workers import logs
 from workers.commits.context import JobContext, context_for
 from workers.commits.records import OUTCOME_FIELD, CommitRecords, decoded, in_flight_requests
 from workers.commits.repair_pool import RepairEntry, suspect, suspect_again, suspects_waiting
-from workers.commits.run import patiently
+from workers.commits.run import patiently, schedule_extraction_check
 from workers.store.connection import optional_text, stream_entries
 from workers.store.keys import Keys
 
@@ -47,7 +48,9 @@ def check_extraction(request_json: str, key_prefix: str) -> str:
     request = decode(request_json, CommitRequest)
     with logs.fields(session=request.ov_session_id, commit_id=request.commit_id):
         ctx = context_for(key_prefix)
-        return patiently(request, lambda: run_check(ctx.store, ctx, request))  # a Redis blip: waited out
+        said = patiently(request, lambda: run_check(ctx.store, ctx, request))  # a Redis blip: waited out
+        log.info("commit %s: extraction check: %s", request.commit_id, said)
+        return said
 
 
 def run_check(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest) -> str:
@@ -66,13 +69,41 @@ def run_check(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest) -
     try:
         archive = ctx.run(lambda: ov.get_archive(sid, archive_id))
     except OVError as exc:
-        log.warning(
-            "commit %s: could not read archive %s to check its extraction: %s", request.commit_id, archive_id, exc
-        )
-        return "archive unreadable"
+        return _unreadable(redis, settings, request, outcome, archive_id, exc)
     if not lost_extraction(outcome.status, outcome.memories_extracted, archive.messages):
         return "nothing lost"
     return suspect(redis, settings, request, outcome.archive_uri, len(user_text(archive.messages)))
+
+
+CHECK_AGAIN_S = 5.0
+"""How long a check whose archive OV could not give waits before it looks again."""
+
+
+def _unreadable(
+    redis: redis_lib.Redis,
+    settings: Settings,
+    request: CommitRequest,
+    outcome: CommitOutcome,
+    archive_id: str,
+    exc: OVError,
+) -> str:
+    """OV could not give the archive: its passing trouble (away, a 5xx, its own file read
+    mid-write) is looked at again until ``phase2_deadline_s`` after the commit ended (a
+    check dropped here leaves a lost extraction unrepaired, and nobody would know)."""
+    since = time.time() - (outcome.finished_at or outcome.requested_at)
+    again = is_passing(exc) and since < settings.phase2_deadline_s
+    log.log(
+        logging.INFO if again else logging.WARNING,
+        "commit %s: could not read archive %s to check its extraction (%s); %s",
+        request.commit_id,
+        archive_id,
+        exc,
+        f"looking again in {CHECK_AGAIN_S:.0f} s" if again else "not checked: a lost extraction stays unrepaired",
+    )
+    if not again:
+        return "archive unreadable"
+    schedule_extraction_check(redis, settings, request, delay_s=CHECK_AGAIN_S)
+    return "archive unreadable: looks again"
 
 
 def _verdict(redis: redis_lib.Redis, settings: Settings, repair: CommitRequest) -> str:

@@ -128,7 +128,9 @@ def repair_extractions(request_json: str, key_prefix: str) -> str:
     request = decode(request_json, CommitRequest)
     with logs.fields(commit_id=request.commit_id):
         ctx = context_for(key_prefix)
-        return patiently(request, lambda: run_repair(ctx.store, ctx, request))
+        said = patiently(request, lambda: run_repair(ctx.store, ctx, request))
+        log.info("repair of user %s's suspected lost extractions: %s", tenant_of(request), said)
+        return said
 
 
 def waiting_suspects(redis: redis_lib.Redis, settings: Settings, tenant: str) -> dict[str, Suspect]:

@@ -26,6 +26,7 @@ from core.config import Settings
 from core.defaults import PHASE2_READ_BACKOFF_MAX_S, PHASE2_RECHECK_DELAYS_S
 from core.events import CommitOutcome, CommitRequest, CommitStatus, decode, encode
 from core.ov.client import OVError, OVUnavailable
+from core.ov.envelope import is_passing
 from core.ov.models import CommitAccepted
 from core.ov.tasks import judge_phase2_read, next_read_delay, task_verdict
 from core.repair import is_repair_session
@@ -96,9 +97,9 @@ def run_commit(
     Commits of one OV user run side by side: OV 0.5.2 itself merges the phase 2s of one user
     that overlap (docs/OV-NOTES.md), and an extraction lost anyway is found and repaired
     (workers.commits.repair).
-    ``may_retry``: OV being unavailable or answering a server error re-raises so RQ retries
-    the job (the next try adopts a commit OV took: ``ov_commits_before``); otherwise it is
-    recorded as failed.
+    ``may_retry``: OV's passing trouble (away, a server error, its own file read mid-write:
+    ``is_passing``) re-raises so RQ retries the job (the next try adopts a commit OV took:
+    ``ov_commits_before``); otherwise it is recorded as failed.
     """
     settings = ctx.settings
     outcome = CommitRecords(redis, settings).outcome(request)
@@ -119,8 +120,8 @@ def run_commit(
         else:
             record_outcome(redis, settings, request, outcome_of(request, "running", ov_commits_before=before))
             accepted = ctx.run(lambda: ov_steps.commit(ov, request))
-    except OVError as exc:  # away, or a server error: OV 0.5.2's own passing trouble too (a file read mid-write)
-        if may_retry and (isinstance(exc, OVUnavailable) or exc.status >= 500):
+    except OVError as exc:
+        if may_retry and is_passing(exc):  # away, a server error, OV's own file read mid-write
             log.warning(
                 "commit %s: OV %s; RQ tries it again (OV's commit count says if it took it)", request.commit_id, exc
             )

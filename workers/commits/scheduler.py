@@ -89,11 +89,11 @@ class DueJobMover(threading.Thread):
                     CommitRecords(self._redis, self._settings).announce_left()
                     expire_dead_letters(self._redis, self._settings, self.worker_name)
                     commit_lines(self._redis, self._settings).forget_idle()
+                    # twice per interval: an entry falls due at most half an interval before it is seen
+                    next_sweep = time.monotonic() + commit_sweep.SWEEP_INTERVAL_S / 2
                 if time.monotonic() >= next_usage:  # the usage this process's jobs counted
                     flush(self._redis, self._settings)
                     next_usage = time.monotonic() + USAGE_FLUSH_S
-                    # twice per interval: an entry falls due at most half an interval before it is seen
-                    next_sweep = time.monotonic() + commit_sweep.SWEEP_INTERVAL_S / 2
                 if failing:
                     log.info("due commit jobs move again")
                 failing = False

@@ -16,9 +16,9 @@ Knobs:
   commits ends (fixed at commit time).
 - ``phase2_reads_until_done`` (alias ``phase2_steps``): task reads answering
   "running" before the final status; ``run_phase2()`` finishes every open task now.
-- ``fail_next(n, status=503, code="UNAVAILABLE", route=None, after=False)``: the next n
-  calls (optionally only those whose route name or "METHOD /path" contains ``route``)
-  answer with that error (``after``: carried out first).
+- ``fail_next(n, status=503, code="UNAVAILABLE", route=None, after=False, message=None)``:
+  the next n calls (optionally only those whose route name or "METHOD /path" contains
+  ``route``) answer with that error (``after``: carried out first).
 - ``down = True``: every call raises ``httpx.ConnectError``.
 - ``latency_s``: a float for every route or ``{route_name: seconds}`` (seconds may be a
   ``(low, high)`` range, drawn per call); the answer waits that long, then the call takes
@@ -100,11 +100,18 @@ class FakeOV(SessionRoutes):
         self.phase2_reads_until_done = value
 
     def fail_next(
-        self, n: int = 1, status: int = 503, code: str = "UNAVAILABLE", route: str | None = None, *, after: bool = False
+        self,
+        n: int = 1,
+        status: int = 503,
+        code: str = "UNAVAILABLE",
+        route: str | None = None,
+        *,
+        after: bool = False,
+        message: str | None = None,
     ) -> None:
         """``after``: each call is carried out, then answered with the failure (OV took it and
         its answer was an error: a commit OV archived, then answered 500)."""
-        self._failures += [(status, code, route, after)] * n
+        self._failures += [(status, code, route, after, message or f"injected failure ({code})")] * n
 
     @property
     def sessions(self) -> dict[str, FakeSession]:
@@ -187,12 +194,12 @@ class FakeOV(SessionRoutes):
 
     def _respond(self, request: httpx.Request, path: str, match: Any) -> httpx.Response:
         name = match[0][2] if match else ""
-        for i, (status, code, route, after) in enumerate(self._failures):
+        for i, (status, code, route, after, message) in enumerate(self._failures):
             if route is None or route in name or route in f"{request.method} {unquote(path)}":
                 del self._failures[i]
                 if after:
                     self._carry_out(request, path, match)
-                return httpx.Response(status, json=FakeError(code, f"injected failure ({code})").envelope())
+                return httpx.Response(status, json=FakeError(code, message).envelope())
         return self._carry_out(request, path, match)
 
     def _carry_out(self, request: httpx.Request, path: str, match: Any) -> httpx.Response:

@@ -36,7 +36,7 @@ class FakeStore:
         self.accounts: dict[str, dict[str, str]] = {}
         """account -> {user_id: role}, for accounts made through the admin API."""
         self.uploads: dict[str, tuple[str, bytes]] = {}
-        self._failures: list[tuple[int, str, str | None, bool]] = []
+        self._failures: list[tuple[int, str, str | None, bool, str]] = []
         self._seq = 0
 
     def tenant(self, account: str = "default", user: str = "default") -> Tenant:
