@@ -19,7 +19,7 @@ from core.fairness import line_of
 from tests.helpers.waiting import wait_until
 from workers.commits.lines import LINE_IDLE_S, line_of_job
 from workers.commits.queue import commit_lines, commit_queue, job_state
-from workers.commits.run import schedule_poll
+from workers.commits.schedule import schedule_poll
 from workers.commits.scheduler import move_due_jobs
 from workers.commits.worker import make_worker
 from workers.store.connection import queue_client, text

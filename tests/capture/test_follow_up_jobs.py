@@ -12,16 +12,22 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import httpx
 import pytest
+import redis
 from rq.job import Job
 
 from core.config import Settings
 from core.defaults import FOLLOW_UP_RETRY_INTERVALS_S
 from core.events import CommitRequest, encode
-from workers.commits.context import register
+from core.session import SessionAddress
+from workers.commits import schedule
+from workers.commits.context import context_of, register
 from workers.commits.queue import commit_queue
 from workers.commits.repair import check_extraction
-from workers.commits.run import schedule_extraction_check, schedule_poll, schedule_recheck
+from workers.commits.request import request_commit
+from workers.commits.run import patiently, run_commit, run_poll
+from workers.commits.schedule import schedule_extraction_check, schedule_poll, schedule_recheck
 from workers.dev.local_redis import start_redis_server
 
 pytestmark = pytest.mark.redis
@@ -68,3 +74,42 @@ def test_an_extraction_check_waits_out_a_redis_blip(fake_ov: Any) -> None:
     finally:
         restarted.join()
         server.stop()
+
+
+def test_a_poll_run_again_after_redis_left_between_its_record_and_the_check_schedules_the_check(
+    redis_client: Any, settings: Settings, fake_ov: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The poll recorded the commit completed with no memory; Redis went away before its
+    extraction check was scheduled; ``patiently`` ran the poll again, which found the record
+    final. Before, it returned there and the check was never made (a failover's lost check):
+    now what follows a final record is scheduled by the run that finds it, once by its id."""
+    once = settings.model_copy(update={"ov_retries": 0})
+    seed = httpx.Client(transport=httpx.MockTransport(fake_ov.handle), base_url="http://ov")
+    said = [{"role": "user", "content": "hello there"}, {"role": "assistant", "content": "hi"}]
+    seed.post("/api/v1/sessions/quiet/messages/batch", json={"messages": said}).raise_for_status()
+    request = request_commit(
+        redis_client, once, SessionAddress("quiet", "main", None), reason="compact", keep_recent_count=0
+    )
+    assert run_commit(redis_client, context_of(once), request).status == "running"
+    real, calls = schedule.schedule_extraction_check, []
+
+    def away_once(*args: Any, **kwargs: Any) -> None:
+        calls.append(args)
+        if len(calls) == 1:
+            raise redis.exceptions.ConnectionError("Connection refused")  # the store, mid-failover
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(schedule, "schedule_extraction_check", away_once)
+    polled = patiently(
+        request, lambda: run_poll(redis_client, context_of(once), request, deadline_at=1e12, failed_reads=0, attempt=1)
+    )
+    assert (polled.status, polled.memories_extracted) == ("completed", 0)
+    assert len(calls) == 2  # the run again scheduled it
+    scheduled = commit_queue(redis_client, once).scheduled_job_registry.get_job_ids()
+    assert f"{request.commit_id}_extraction" in scheduled, scheduled
+    # a poll left over finds the record final too: the check is not made twice
+    run_poll(redis_client, context_of(once), request, deadline_at=1e12, failed_reads=0, attempt=2)
+    assert (
+        commit_queue(redis_client, once).scheduled_job_registry.get_job_ids().count(f"{request.commit_id}_extraction")
+        == 1
+    )

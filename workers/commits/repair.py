@@ -36,7 +36,8 @@ from workers import logs
 from workers.commits.context import JobContext, context_for
 from workers.commits.records import OUTCOME_FIELD, CommitRecords, decoded, in_flight_requests
 from workers.commits.repair_pool import RepairEntry, suspect, suspect_again, suspects_waiting
-from workers.commits.run import patiently, schedule_extraction_check
+from workers.commits.run import patiently
+from workers.commits.schedule import schedule_extraction_check
 from workers.store.connection import optional_text, stream_entries
 from workers.store.keys import Keys
 

@@ -40,7 +40,8 @@ from workers import logs
 from workers.commits.context import JobContext, context_for
 from workers.commits.records import FINAL_STATUSES, CommitRecords, in_flight_requests
 from workers.commits.request import request_commit
-from workers.commits.run import _schedule, patiently
+from workers.commits.run import patiently
+from workers.commits.schedule import schedule_job
 from workers.store.connection import optional_text, text
 from workers.store.keys import Keys
 from workers.store.usage import TALLY
@@ -111,7 +112,7 @@ def suspect(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, 
 
 
 def schedule_repair(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, delay_s: float) -> None:
-    _schedule(
+    schedule_job(
         redis,
         settings,
         request,

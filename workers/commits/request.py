@@ -36,7 +36,8 @@ from workers.commits.records import (
     load_outcome,
     outcome_of,
 )
-from workers.commits.run import enqueue_commit, finish_commit, schedule_poll
+from workers.commits.run import finish_commit
+from workers.commits.schedule import enqueue_commit, schedule_poll
 from workers.store.connection import optional_text
 from workers.store.keys import Keys, session_keys
 from workers.store.scripts import CLAIM_LOST_JOB

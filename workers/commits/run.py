@@ -14,28 +14,24 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from datetime import timedelta
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import redis as redis_lib
 from rq import get_current_job
-from rq.exceptions import DuplicateJobError
 
 from core.backoff import Backoff
 from core.config import Settings
-from core.defaults import PHASE2_READ_BACKOFF_MAX_S, PHASE2_RECHECK_DELAYS_S
-from core.events import CommitOutcome, CommitRequest, CommitStatus, decode, encode
+from core.events import CommitOutcome, CommitRequest, CommitStatus, decode
 from core.ov.client import OVError, OVUnavailable
 from core.ov.envelope import is_passing
 from core.ov.models import CommitAccepted
-from core.ov.tasks import judge_phase2_read, next_read_delay, task_verdict
-from core.repair import is_repair_session
+from core.ov.tasks import judge_phase2_read, task_verdict
 from workers import logs
 from workers.commits import ov_steps
 from workers.commits.context import JobContext, context_for
-from workers.commits.lines import LINE_META, background_line, line_of_request
-from workers.commits.queue import COMMIT_RETRY, FOLLOW_UP_RETRY, commit_lines, commit_queue, inflight_key, now
+from workers.commits.queue import now
 from workers.commits.records import FINAL_STATUSES, CommitRecords, outcome_of, reached
+from workers.commits.schedule import follow_up, schedule_poll, schedule_recheck
 from workers.store.connection import redis_went_away
 
 log = logging.getLogger(__name__)
@@ -194,8 +190,13 @@ def run_poll(
     """One read of the phase-2 task: record the final outcome, or schedule the next read."""
     settings = ctx.settings
     outcome = CommitRecords(redis, settings).outcome(request)
-    if outcome is None or outcome.status in FINAL_STATUSES or not outcome.task_id:
+    if outcome is None or not outcome.task_id:
         return outcome or outcome_of(request, "pending")
+    if outcome.status in FINAL_STATUSES:
+        # Run again (``patiently``: Redis went away after the record was made, before what
+        # follows it was scheduled), or a poll left over: schedule what follows, once by its id.
+        follow_up(redis, settings, request, outcome)
+        return outcome
     task_id, task, error = outcome.task_id, None, None
     try:
         task = ctx.run(lambda: ov_steps.read_task(ctx, request, task_id))
@@ -211,14 +212,7 @@ def run_poll(
     )
     if read.status is not None:
         final = finish_commit(redis, settings, request, read.status, outcome, **read.fields)
-        if final.status == "timeout":  # OV may still finish it: look again later
-            schedule_recheck(redis, settings, request, round_=0)
-        if (
-            final.status == "completed"
-            and final.archive_uri
-            and (final.memories_extracted == 0 or is_repair_session(request.ov_session_id))
-        ):
-            schedule_extraction_check(redis, settings, request)  # lost, nothing to extract, or a repair's verdict
+        follow_up(redis, settings, request, final)
         return final
     failed_reads = read.failed_reads
     schedule_poll(redis, settings, request, deadline_at=deadline_at, failed_reads=failed_reads, attempt=attempt + 1)
@@ -242,13 +236,15 @@ def run_recheck(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest,
         status, fields = verdict
         corrected = outcome_of(request, status, finished_at=now(), **{**reached(outcome), **fields})
         records.correct_timeout(request, corrected)
-        return records.outcome(request) or corrected
+        final = records.outcome(request) or corrected
+        follow_up(redis, ctx.settings, request, final)  # a phase 2 that ended late is checked too
+        return final
     if not schedule_recheck(redis, ctx.settings, request, round_=round_ + 1):
         log.warning("commit %s: phase 2 still unfinished after every recheck; it stays timeout", request.commit_id)
     return outcome
 
 
-# --- scheduling the chain's next job ----------------------------------------------------
+# --- the commit's record ------------------------------------------------------------------
 
 
 def record_outcome(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, outcome: CommitOutcome) -> bool:
@@ -268,129 +264,3 @@ def finish_commit(
     outcome = outcome_of(request, status, finished_at=now(), **{**carried, **fields})
     record_outcome(redis, settings, request, outcome)
     return CommitRecords(redis, settings).outcome(request) or outcome
-
-
-def _poll_job_id(request: CommitRequest, attempt: int) -> str:
-    return f"{request.commit_id}_poll{attempt}"
-
-
-def _schedule(
-    redis: redis_lib.Redis,
-    settings: Settings,
-    request: CommitRequest,
-    job_id: str,
-    delay_s: float,
-    func: Callable[..., str] | str,
-    *args: Any,
-    in_flight: bool = True,
-    **options: Any,
-) -> None:
-    """Enqueue ``func(request, key_prefix, *args)`` after ``delay_s``.
-
-    For a commit in flight the slot names the job before it exists, so a reader
-    never sees a finished job there while the chain is alive; a missing one is
-    re-created. A recheck of a finished commit (``in_flight=False``) leaves the
-    slot alone: it may belong to the session's next commit by then.
-    """
-    if in_flight:
-        redis.hset(inflight_key(settings, request), "job", job_id)
-    try:
-        commit_queue(redis, settings).enqueue_in(
-            timedelta(seconds=delay_s),
-            cast(Any, func),  # RQ takes a function or its dotted path
-            encode(request).decode(),
-            settings.key_prefix,
-            *args,
-            job_id=job_id,
-            unique=True,
-            retry=FOLLOW_UP_RETRY,  # each is idempotent against the commit's record
-            # due, it goes on its line: a poll of what a person waits on is urgent as the commit
-            # is; a look after the commit (an extraction check, a repair, a recheck) is background
-            meta={LINE_META: line_of_request(request) if in_flight else background_line(request.user)},
-            **options,
-        )
-    except DuplicateJobError:
-        log.debug("job %s already exists", job_id)
-
-
-def schedule_poll(
-    redis: redis_lib.Redis,
-    settings: Settings,
-    request: CommitRequest,
-    *,
-    deadline_at: float,
-    failed_reads: int,
-    attempt: int,
-) -> None:
-    """Read the phase-2 task again: after ``phase2_poll_interval_s``, doubled per failed read."""
-    _schedule(
-        redis,
-        settings,
-        request,
-        _poll_job_id(request, attempt),
-        next_read_delay(
-            settings.phase2_poll_interval_s, failed_reads, settings.phase2_read_retries, PHASE2_READ_BACKOFF_MAX_S
-        ),
-        poll_phase2,
-        deadline_at,
-        failed_reads,
-        attempt,
-        description=f"poll phase 2 of {request.commit_id}",
-    )
-
-
-def schedule_recheck(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, round_: int) -> bool:
-    """Read a timed-out commit's task again after ``PHASE2_RECHECK_DELAYS_S[round_]``;
-    False when every recheck was spent."""
-    if round_ >= len(PHASE2_RECHECK_DELAYS_S):
-        return False
-    _schedule(
-        redis,
-        settings,
-        request,
-        f"{request.commit_id}_recheck{round_}",
-        PHASE2_RECHECK_DELAYS_S[round_],
-        recheck_phase2,
-        round_,
-        in_flight=False,
-        description=f"recheck phase 2 of {request.commit_id} (timed out)",
-    )
-    return True
-
-
-def schedule_extraction_check(
-    redis: redis_lib.Redis, settings: Settings, request: CommitRequest, delay_s: float = 0.0
-) -> None:
-    """Have ``workers.commits.repair.check_extraction`` look at a commit that completed with no
-    memory, or a repair's commit, after ``delay_s`` (named by path: that module builds on this one)."""
-    _schedule(
-        redis,
-        settings,
-        request,
-        # a look again (delay_s > 0) is a job of its own: the one scheduling it still runs
-        f"{request.commit_id}_extraction" + (f"{int(now() * 1000)}" if delay_s else ""),
-        delay_s,
-        "workers.commits.repair.check_extraction",
-        in_flight=False,
-        description=f"check the extraction of {request.commit_id}",
-    )
-
-
-def enqueue_commit(
-    redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, job_id: str | None = None
-) -> None:
-    """Enqueue ``request``'s ``commit_session`` job (under ``job_id``, else its commit id) on its
-    line (its tenant's, urgent or not: core.fairness)."""
-    try:
-        commit_lines(redis, settings).enqueue(
-            line_of_request(request),
-            commit_session,
-            encode(request).decode(),
-            settings.key_prefix,
-            job_id=job_id or request.commit_id,
-            unique=True,
-            retry=COMMIT_RETRY,
-            description=f"commit {request.ov_session_id} ({request.reason})",
-        )
-    except DuplicateJobError:
-        log.debug("commit job %s already exists", request.commit_id)

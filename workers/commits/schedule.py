@@ -1,0 +1,167 @@
+"""The commit chain's next jobs: scheduled after a delay (a phase-2 poll, a timeout's
+recheck, an extraction check, a repair) or enqueued now (the commit), each once by its id.
+
+Each job is named by its dotted path (``workers.commits.run``, ``workers.commits.repair``,
+``workers.commits.repair_pool``): those modules build on this one, and the path is the name
+RQ stores (tests/unit/stored_names.txt).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import redis as redis_lib
+from rq.exceptions import DuplicateJobError
+
+from core.config import Settings
+from core.defaults import PHASE2_READ_BACKOFF_MAX_S, PHASE2_RECHECK_DELAYS_S
+from core.events import CommitOutcome, CommitRequest, encode
+from core.ov.tasks import next_read_delay
+from core.repair import is_repair_session
+from workers.commits.lines import LINE_META, background_line, line_of_request
+from workers.commits.queue import COMMIT_RETRY, FOLLOW_UP_RETRY, commit_lines, commit_queue, inflight_key, now
+
+log = logging.getLogger(__name__)
+
+
+def follow_up(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, final: CommitOutcome) -> None:
+    """What follows a final record: a timeout's first recheck (OV may still finish it), an
+    extraction check of a commit that completed with no memory (lost, or nothing to extract)
+    or of a repair's own commit (its verdict). Each job's id is fixed: scheduled again, it is
+    not made twice."""
+    if final.status == "timeout":
+        schedule_recheck(redis, settings, request, round_=0)
+    if (
+        final.status == "completed"
+        and final.archive_uri
+        and (final.memories_extracted == 0 or is_repair_session(request.ov_session_id))
+    ):
+        schedule_extraction_check(redis, settings, request)
+
+
+def _poll_job_id(request: CommitRequest, attempt: int) -> str:
+    return f"{request.commit_id}_poll{attempt}"
+
+
+def schedule_job(
+    redis: redis_lib.Redis,
+    settings: Settings,
+    request: CommitRequest,
+    job_id: str,
+    delay_s: float,
+    func: str,
+    *args: Any,
+    in_flight: bool = True,
+    **options: Any,
+) -> None:
+    """Enqueue ``func(request, key_prefix, *args)`` after ``delay_s``.
+
+    For a commit in flight the slot names the job before it exists, so a reader
+    never sees a finished job there while the chain is alive; a missing one is
+    re-created. A recheck of a finished commit (``in_flight=False``) leaves the
+    slot alone: it may belong to the session's next commit by then.
+    """
+    if in_flight:
+        redis.hset(inflight_key(settings, request), "job", job_id)
+    try:
+        commit_queue(redis, settings).enqueue_in(
+            timedelta(seconds=delay_s),
+            func,  # its dotted path
+            encode(request).decode(),
+            settings.key_prefix,
+            *args,
+            job_id=job_id,
+            unique=True,
+            retry=FOLLOW_UP_RETRY,  # each is idempotent against the commit's record
+            # due, it goes on its line: a poll of what a person waits on is urgent as the commit
+            # is; a look after the commit (an extraction check, a repair, a recheck) is background
+            meta={LINE_META: line_of_request(request) if in_flight else background_line(request.user)},
+            **options,
+        )
+    except DuplicateJobError:
+        log.debug("job %s already exists", job_id)
+
+
+def schedule_poll(
+    redis: redis_lib.Redis,
+    settings: Settings,
+    request: CommitRequest,
+    *,
+    deadline_at: float,
+    failed_reads: int,
+    attempt: int,
+) -> None:
+    """Read the phase-2 task again: after ``phase2_poll_interval_s``, doubled per failed read."""
+    schedule_job(
+        redis,
+        settings,
+        request,
+        _poll_job_id(request, attempt),
+        next_read_delay(
+            settings.phase2_poll_interval_s, failed_reads, settings.phase2_read_retries, PHASE2_READ_BACKOFF_MAX_S
+        ),
+        "workers.commits.run.poll_phase2",
+        deadline_at,
+        failed_reads,
+        attempt,
+        description=f"poll phase 2 of {request.commit_id}",
+    )
+
+
+def schedule_recheck(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, round_: int) -> bool:
+    """Read a timed-out commit's task again after ``PHASE2_RECHECK_DELAYS_S[round_]``;
+    False when every recheck was spent."""
+    if round_ >= len(PHASE2_RECHECK_DELAYS_S):
+        return False
+    schedule_job(
+        redis,
+        settings,
+        request,
+        f"{request.commit_id}_recheck{round_}",
+        PHASE2_RECHECK_DELAYS_S[round_],
+        "workers.commits.run.recheck_phase2",
+        round_,
+        in_flight=False,
+        description=f"recheck phase 2 of {request.commit_id} (timed out)",
+    )
+    return True
+
+
+def schedule_extraction_check(
+    redis: redis_lib.Redis, settings: Settings, request: CommitRequest, delay_s: float = 0.0
+) -> None:
+    """Have ``workers.commits.repair.check_extraction`` look at a commit that completed with no
+    memory, or a repair's commit, after ``delay_s`` (named by path: that module builds on this one)."""
+    schedule_job(
+        redis,
+        settings,
+        request,
+        # a look again (delay_s > 0) is a job of its own: the one scheduling it still runs
+        f"{request.commit_id}_extraction" + (f"{int(now() * 1000)}" if delay_s else ""),
+        delay_s,
+        "workers.commits.repair.check_extraction",
+        in_flight=False,
+        description=f"check the extraction of {request.commit_id}",
+    )
+
+
+def enqueue_commit(
+    redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, job_id: str | None = None
+) -> None:
+    """Enqueue ``request``'s ``commit_session`` job (under ``job_id``, else its commit id) on its
+    line (its tenant's, urgent or not: core.fairness)."""
+    try:
+        commit_lines(redis, settings).enqueue(
+            line_of_request(request),
+            "workers.commits.run.commit_session",
+            encode(request).decode(),
+            settings.key_prefix,
+            job_id=job_id or request.commit_id,
+            unique=True,
+            retry=COMMIT_RETRY,
+            description=f"commit {request.ov_session_id} ({request.reason})",
+        )
+    except DuplicateJobError:
+        log.debug("commit job %s already exists", request.commit_id)
