@@ -36,6 +36,7 @@ import httpx
 import redis
 from processes import (  # bench/processes.py
     OVSTREAM,
+    RedisMonitor,
     append_rows,
     fake_ov_requests,
     group_cpu_seconds,
@@ -78,6 +79,8 @@ class Row:
     statuses: str
     by_command: dict[str, float]
     """Per commit, each command's calls (``--breakdown``), the bench's own reads left out."""
+    by_key: dict[str, float]
+    """Per commit, the commands on each key family (``--by-key``: MONITOR, the bench's reads in)."""
 
 
 def tenant_keys(tenants: int) -> dict[str, str]:
@@ -135,6 +138,7 @@ def measure(processes: int, args: argparse.Namespace, redis_url: str, work: Path
             time.sleep(0.05)
         cpu0, calls0 = sum(group_cpu_seconds(w.pid) for w in workers), redis_calls_by_command(client)
         redis_cpu0, ov0 = redis_cpu_seconds(client), fake_ov_requests(ov_port)
+        monitor = RedisMonitor(redis_url, prefix) if args.by_key else None
         started = time.monotonic()
         requests = [request_commit(client, settings, a, reason="manual", keep_recent_count=0) for a in sessions]
         # the final outcomes, from the outcome stream every final one is appended to: one XREAD
@@ -153,6 +157,7 @@ def measure(processes: int, args: argparse.Namespace, redis_url: str, work: Path
                     if outcome.commit_id in wanted and outcome.status in FINAL_STATUSES:
                         outcomes[outcome.commit_id] = outcome
         elapsed = time.monotonic() - started
+        families = monitor.close() if monitor is not None else {}
         n, calls1 = len(requests), redis_calls_by_command(client)
         by_command = {c: calls1[c] - calls0.get(c, 0) for c in calls1}
         by_command["info"] -= 3  # the bench's INFOs
@@ -171,6 +176,7 @@ def measure(processes: int, args: argparse.Namespace, redis_url: str, work: Path
             ov_requests=(fake_ov_requests(ov_port) - ov0) / n,
             statuses=",".join(sorted({o.status for o in outcomes.values()})),
             by_command={c: k / n for c, k in sorted(by_command.items(), key=lambda i: -i[1]) if k},
+            by_key={f: k / n for f, k in sorted(families.items(), key=lambda i: -i[1])},
         )
     finally:
         for proc in [*workers, ov]:
@@ -191,6 +197,9 @@ def main() -> None:
     parser.add_argument("--cpu-cap", type=float, default=None, help="percent of one CPU per worker process")
     parser.add_argument("--json", type=Path, default=None, help="append each row here (JSON lines)")
     parser.add_argument("--breakdown", action="store_true", help="each row's Redis commands a commit, by command")
+    parser.add_argument(
+        "--by-key", action="store_true", help="each row's commands a commit by key family (MONITOR: Redis slows)"
+    )
     args = parser.parse_args()
     work = work_dir("commit-scaleout")
     server = start_redis_server()
@@ -219,6 +228,9 @@ def main() -> None:
     for r in rows if args.breakdown else []:
         said = ", ".join(f"{c} {k:.1f}" for c, k in r.by_command.items() if k >= 0.05)
         print(f"{r.processes} workers, Redis commands a commit by command: {said}")
+    for r in rows if args.by_key else []:
+        said = "\n  ".join(f"{k:6.1f}  {f}" for f, k in r.by_key.items() if k >= 0.05)
+        print(f"{r.processes} workers, Redis commands a commit by key family (MONITOR on):\n  {said}")
     if args.json is not None:
         append_rows(args.json, rows)
 

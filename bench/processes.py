@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict
@@ -220,3 +222,43 @@ def pool_errors(logs: list[Path]) -> int:
 def acquisitions(logs: list[Path], offsets: list[int]) -> int:
     """Shards acquired (a lease taken) in each log since its byte ``offsets``."""
     return sum(log.read_bytes()[at:].count(b" acquired by ") for log, at in zip(logs, offsets, strict=True))
+
+
+class RedisMonitor:
+    """Every command Redis runs while it is open, by the family of the key it names (``MONITOR``
+    on a connection of its own; it slows Redis, so a row measured with it says so). A family
+    is the key with its ids left out: ``rq:job``, ``rq:wip``, ``{prefix}:commit_inflight``."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        self._client = redis.Redis.from_url(url)
+        self._prefix = prefix
+        self.families: dict[str, int] = {}
+        self._monitor = self._client.monitor().__enter__()
+        self._thread = threading.Thread(target=self._read, name="redis-monitor", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(Exception):  # the connection closed: done
+            while True:
+                said = self._monitor.next_command()
+                family = key_family(str(said.get("command", "")), self._prefix)
+                self.families[family] = self.families.get(family, 0) + 1
+
+    def close(self) -> dict[str, int]:
+        """Stop; the counts by family."""
+        with contextlib.suppress(Exception):
+            self._monitor.connection.disconnect()
+        self._thread.join(timeout=5)
+        self._client.close()
+        return dict(self.families)
+
+
+def key_family(command: str, prefix: str) -> str:
+    """``COMMAND family`` of a MONITOR line's command: its key's segments that are no id."""
+    parts = command.split(" ", 2)
+    name = parts[0].lower()
+    if len(parts) < 2 or name in ("evalsha", "eval", "multi", "exec", "ping", "info", "client", "watch"):
+        return name
+    key = parts[1].strip('"').replace(prefix, "P")
+    kept = [s for s in re.split(r"[:{}]", key) if s and not re.search(r"\d", s)][:3]
+    return f"{name} {':'.join(kept)}"

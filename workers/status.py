@@ -222,7 +222,7 @@ def stalled_commits(oldest_s: float, oldest: str, jobs: dict[str, int], processe
     flight waited past ``COMMIT_STALL_S`` with no commit job live, or no live worker at all."""
     if oldest_s < COMMIT_STALL_S:
         return None
-    live_jobs = jobs.get("queued", 0) + jobs.get("scheduled", 0) + jobs.get("running", 0)
+    live_jobs = sum(jobs.get(state, 0) for state in ("queued", "scheduled", "running", "polling"))
     workers = [p for p in processes if p.role == "worker" and p.state != "stale"]
     if live_jobs and workers:
         return None

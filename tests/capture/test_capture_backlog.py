@@ -193,7 +193,7 @@ def test_status_counts_commit_jobs_and_the_last_hours_outcomes(redis_client, set
         redis_client.xadd(stream, {"o": encode(outcome)}, id=entry_id)
     status = read_status(redis_client, settings)
     assert status.outcomes_last_hour == {"completed": 2, "timeout": 1}  # the older failure is not counted
-    assert status.commit_jobs == {"queued": 0, "scheduled": 0, "running": 0, "failed": 0}
+    assert status.commit_jobs == {"queued": 0, "scheduled": 0, "running": 0, "failed": 0, "polling": 0}
     assert "outcomes in the last hour: completed 2, timeout 1" in format_status(status)
     assert status.shards_recorded is None and "(created with: none yet)" in format_status(status)
     check_deployment(redis_client, settings.model_copy(update={"shards": 7}))  # a deployment of 7 shards

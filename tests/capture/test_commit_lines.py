@@ -19,7 +19,7 @@ from core.fairness import line_of
 from tests.helpers.waiting import wait_until
 from workers.commits.lines import LINE_IDLE_S, line_of_job
 from workers.commits.queue import commit_lines, commit_queue, job_state
-from workers.commits.schedule import schedule_poll
+from workers.commits.schedule import schedule_extraction_check
 from workers.commits.scheduler import move_due_jobs
 from workers.commits.worker import make_worker
 from workers.store.connection import queue_client, text
@@ -116,17 +116,19 @@ def _request(commit_id: str, session: str, reason: CommitReason) -> CommitReques
     )
 
 
-def test_a_due_poll_goes_on_its_commits_line(redis_client, settings) -> None:
+def test_a_due_follow_up_job_goes_on_its_tenants_background_line(redis_client, settings) -> None:
+    """A look after the commit (an extraction check, a recheck, a repair) is background work
+    of its tenant, whatever the commit's urgency; phase-2 reads are no jobs (the due set)."""
     urgent, background = _request("c1", "s1", "compact"), _request("c2", "s2", "threshold")
     for request in (urgent, background):
-        schedule_poll(redis_client, settings, request, deadline_at=time.time() + 60, failed_reads=0, attempt=1)
+        schedule_extraction_check(redis_client, settings, request)
     queue = commit_queue(redis_client, settings)
     registry = queue.scheduled_job_registry
     queue.connection.zadd(registry.key, dict.fromkeys(registry.get_job_ids(), 0))  # due now
     assert move_due_jobs(redis_client, settings) == 2
     lines = commit_lines(redis_client, settings)
-    assert sorted(lines.lines()) == sorted([line_of("tenant-a", "compact"), line_of("tenant-a", "threshold")])
+    assert lines.lines() == [line_of("tenant-a", None)]
     for job_id in lines.job_ids():
         job = Job.fetch(job_id, connection=lines.connection)
         assert job.origin == settings.commit_queue_name  # RQ's registries stay the queue's
-        assert line_of_job(job) == line_of("tenant-a", "compact" if "c1" in job_id else "threshold")
+        assert line_of_job(job) == line_of("tenant-a", None)

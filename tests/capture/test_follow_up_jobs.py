@@ -12,22 +12,18 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import httpx
 import pytest
-import redis
 from rq.job import Job
 
 from core.config import Settings
 from core.defaults import FOLLOW_UP_RETRY_INTERVALS_S
 from core.events import CommitRequest, encode
-from core.session import SessionAddress
-from workers.commits import schedule
+from tests.helpers.commits import redis_away_at_the_first_check, running_commit
 from workers.commits.context import context_of, register
 from workers.commits.queue import commit_queue
 from workers.commits.repair import check_extraction
-from workers.commits.request import request_commit
-from workers.commits.run import patiently, run_commit, run_poll
-from workers.commits.schedule import schedule_extraction_check, schedule_poll, schedule_recheck
+from workers.commits.run import patiently, run_poll
+from workers.commits.schedule import schedule_extraction_check, schedule_recheck
 from workers.dev.local_redis import start_redis_server
 
 pytestmark = pytest.mark.redis
@@ -46,13 +42,14 @@ def _request(sid: str = "blip") -> CommitRequest:
 
 
 def test_every_job_scheduled_after_phase_one_carries_rq_retries(redis_client: Any, settings: Settings) -> None:
+    """(A phase-2 read is no job: an entry of the due set, read again after a Redis blip
+    when its claim lapses: tests/capture/test_phase2_due.py.)"""
     request = _request()
-    schedule_poll(redis_client, settings, request, deadline_at=1e12, failed_reads=0, attempt=1)
     schedule_recheck(redis_client, settings, request, round_=0)
     schedule_extraction_check(redis_client, settings, request)
     queue = commit_queue(redis_client, settings)
     ids = queue.scheduled_job_registry.get_job_ids()
-    assert len(ids) == 3, ids
+    assert len(ids) == 2, ids
     for job_id in ids:
         job = Job.fetch(job_id, connection=queue.connection)
         assert job.retries_left == len(FOLLOW_UP_RETRY_INTERVALS_S), job_id
@@ -84,22 +81,8 @@ def test_a_poll_run_again_after_redis_left_between_its_record_and_the_check_sche
     final. Before, it returned there and the check was never made (a failover's lost check):
     now what follows a final record is scheduled by the run that finds it, once by its id."""
     once = settings.model_copy(update={"ov_retries": 0})
-    seed = httpx.Client(transport=httpx.MockTransport(fake_ov.handle), base_url="http://ov")
-    said = [{"role": "user", "content": "hello there"}, {"role": "assistant", "content": "hi"}]
-    seed.post("/api/v1/sessions/quiet/messages/batch", json={"messages": said}).raise_for_status()
-    request = request_commit(
-        redis_client, once, SessionAddress("quiet", "main", None), reason="compact", keep_recent_count=0
-    )
-    assert run_commit(redis_client, context_of(once), request).status == "running"
-    real, calls = schedule.schedule_extraction_check, []
-
-    def away_once(*args: Any, **kwargs: Any) -> None:
-        calls.append(args)
-        if len(calls) == 1:
-            raise redis.exceptions.ConnectionError("Connection refused")  # the store, mid-failover
-        real(*args, **kwargs)
-
-    monkeypatch.setattr(schedule, "schedule_extraction_check", away_once)
+    request = running_commit(redis_client, once, fake_ov, "quiet", "hello there")
+    calls = redis_away_at_the_first_check(monkeypatch)
     polled = patiently(
         request, lambda: run_poll(redis_client, context_of(once), request, deadline_at=1e12, failed_reads=0, attempt=1)
     )

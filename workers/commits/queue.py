@@ -22,6 +22,7 @@ from core.config import Settings
 from core.defaults import COMMIT_RETRY_INTERVALS_S, FOLLOW_UP_RETRY_INTERVALS_S
 from core.events import CommitRequest
 from workers.commits.lines import CommitLines, CommitQueue
+from workers.commits.phase2_due import due_reads
 from workers.store.connection import queue_client
 from workers.store.keys import Keys, session_keys
 
@@ -66,14 +67,16 @@ def commit_lines(redis: redis_lib.Redis, settings: Settings) -> CommitLines:
 
 
 def job_counts(redis: redis_lib.Redis, settings: Settings) -> dict[str, int]:
-    """The commit queue's jobs by state: queued (in every line), scheduled, running, and failed
-    (each given up after its RQ retries; kept in RQ's failed registry for an operator)."""
+    """The commit queue's jobs by state: queued (in every line), scheduled, running, failed
+    (each given up after its RQ retries; kept in RQ's failed registry for an operator), and
+    the phase-2 reads waiting in the due set (``polling``: no jobs, workers.commits.phase2_due)."""
     queue = commit_queue(redis, settings)
     return {
         "queued": commit_lines(redis, settings).queued(),
         "scheduled": queue.scheduled_job_registry.count,
         "running": queue.started_job_registry.count,
         "failed": queue.failed_job_registry.count,
+        "polling": due_reads(redis, settings),
     }
 
 

@@ -20,6 +20,7 @@ from rq.job import Job
 from core.config import Settings
 from core.events import CommitOutcome, CommitReason, CommitRequest, decode, encode
 from core.session import SessionAddress
+from workers.commits.phase2_due import POLLING, is_due_read
 from workers.commits.queue import (
     commit_job_id,
     inflight_key,
@@ -37,7 +38,7 @@ from workers.commits.records import (
     outcome_of,
 )
 from workers.commits.run import finish_commit
-from workers.commits.schedule import enqueue_commit, schedule_poll
+from workers.commits.schedule import enqueue_commit, first_read, schedule_poll
 from workers.store.connection import optional_text
 from workers.store.keys import Keys, session_keys
 from workers.store.scripts import CLAIM_LOST_JOB
@@ -63,9 +64,13 @@ def commit_state(
     redis: redis_lib.Redis, settings: Settings, request: CommitRequest, job_id: str | None
 ) -> tuple[str, Job | None]:
     """``queue.job_state`` of the commit's job; "waiting" for a commit an earlier release left
-    waiting in its tenant's line (``LEGACY_IN_LINE``): it is resumed as a lost one is."""
+    waiting in its tenant's line (``LEGACY_IN_LINE``): it is resumed as a lost one is. A commit
+    whose phase 2 is read from the due set (``POLLING``) is live while its read is there
+    (a claimed one too: its claim lapses by itself), stranded when not."""
     if job_id == LEGACY_IN_LINE:
         return "waiting", None
+    if job_id == POLLING:
+        return ("live" if is_due_read(redis, settings, inflight_key(settings, request)) else "stranded"), None
     return job_state(redis, settings, job_id)
 
 
@@ -95,15 +100,8 @@ def resume(
         return  # another process found it lost too, and resumed it
     level = logging.INFO if state in ("waiting", "stranded") else logging.WARNING
     if outcome is not None and outcome.task_id:
-        log.log(level, "commit %s: its poll job %s is %s; scheduling a new poll", request.commit_id, job, state)
-        schedule_poll(
-            redis,
-            settings,
-            request,
-            deadline_at=now() + settings.phase2_deadline_s,
-            failed_reads=0,
-            attempt=int(now() * 1000),
-        )
+        log.log(level, "commit %s: its phase-2 read (%s) is %s; reading it again", request.commit_id, job, state)
+        schedule_poll(redis, settings, request, first_read(settings, outcome.task_id))
     else:
         if state == "waiting":  # an earlier release's line: nothing was lost
             log.info("commit %s waited in its tenant's line (an earlier release); enqueueing it", request.commit_id)

@@ -29,9 +29,10 @@ from core.ov.tasks import judge_phase2_read, task_verdict
 from workers import logs
 from workers.commits import ov_steps
 from workers.commits.context import JobContext, context_for
+from workers.commits.phase2_due import PollState
 from workers.commits.queue import now
 from workers.commits.records import FINAL_STATUSES, CommitRecords, outcome_of, reached
-from workers.commits.schedule import follow_up, schedule_poll, schedule_recheck
+from workers.commits.schedule import first_read, follow_up, schedule_poll, schedule_recheck
 from workers.store.connection import redis_went_away
 
 log = logging.getLogger(__name__)
@@ -102,9 +103,7 @@ def run_commit(
     if outcome is not None and outcome.status in FINAL_STATUSES:
         return outcome
     if outcome is not None and outcome.task_id:  # run again after OV took the commit: poll only
-        schedule_poll(
-            redis, settings, request, deadline_at=now() + settings.phase2_deadline_s, failed_reads=0, attempt=1
-        )
+        schedule_poll(redis, settings, request, first_read(settings, outcome.task_id))
         return outcome
     ov = ctx.ov(request.address)
     try:
@@ -149,7 +148,7 @@ def _accepted(
         return finish_commit(redis, settings, request, "completed", **fields)
     running = outcome_of(request, "running", **fields)
     record_outcome(redis, settings, request, running)
-    schedule_poll(redis, settings, request, deadline_at=now() + settings.phase2_deadline_s, failed_reads=0, attempt=1)
+    schedule_poll(redis, settings, request, first_read(settings, accepted.task_id))
     return running
 
 
@@ -185,9 +184,10 @@ def run_poll(
     *,
     deadline_at: float,
     failed_reads: int,
-    attempt: int,
+    attempt: int = 0,
 ) -> CommitOutcome:
-    """One read of the phase-2 task: record the final outcome, or schedule the next read."""
+    """One read of the phase-2 task (the RQ job ``poll_phase2`` an earlier release scheduled;
+    ``attempt`` was its number): record the final outcome, or put the next read."""
     settings = ctx.settings
     outcome = CommitRecords(redis, settings).outcome(request)
     if outcome is None or not outcome.task_id:
@@ -197,26 +197,41 @@ def run_poll(
         # follows it was scheduled), or a poll left over: schedule what follows, once by its id.
         follow_up(redis, settings, request, outcome)
         return outcome
-    task_id, task, error = outcome.task_id, None, None
+    final = read_phase2(redis, ctx, request, PollState(deadline_at, failed_reads, outcome.task_id), outcome)
+    return final or outcome
+
+
+def read_phase2(
+    redis: redis_lib.Redis,
+    ctx: JobContext,
+    request: CommitRequest,
+    state: PollState,
+    outcome: CommitOutcome | None = None,
+) -> CommitOutcome | None:
+    """Read the task ``state`` names once: the final outcome it recorded (with what follows
+    it), or None when the next read was put (workers.commits.phase2_due). The commit's record
+    (``outcome``) is read only for a final one: a read from the due set needs nothing else."""
+    settings, task_id = ctx.settings, state.task_id
+    task, error = None, None
     try:
         task = ctx.run(lambda: ov_steps.read_task(ctx, request, task_id))
     except OVError as exc:
         error = exc
-        log.info("commit %s: task read %d failed (%s)", request.commit_id, failed_reads + 1, exc)
+        log.info("commit %s: task read %d failed (%s)", request.commit_id, state.failed_reads + 1, exc)
     read = judge_phase2_read(
         task,
         error,
-        failed_reads=failed_reads,
-        deadline_passed=now() >= deadline_at,
+        failed_reads=state.failed_reads,
+        deadline_passed=now() >= state.deadline_at,
         deadline_s=settings.phase2_deadline_s,
     )
-    if read.status is not None:
-        final = finish_commit(redis, settings, request, read.status, outcome, **read.fields)
-        follow_up(redis, settings, request, final)
-        return final
-    failed_reads = read.failed_reads
-    schedule_poll(redis, settings, request, deadline_at=deadline_at, failed_reads=failed_reads, attempt=attempt + 1)
-    return outcome
+    if read.status is None:
+        schedule_poll(redis, settings, request, PollState(state.deadline_at, read.failed_reads, task_id), put=state)
+        return None
+    base = outcome or CommitRecords(redis, settings).outcome(request)
+    final = finish_commit(redis, settings, request, read.status, base, **read.fields)
+    follow_up(redis, settings, request, final)
+    return final
 
 
 def run_recheck(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest, *, round_: int) -> CommitOutcome:

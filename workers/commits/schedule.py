@@ -1,5 +1,6 @@
-"""The commit chain's next jobs: scheduled after a delay (a phase-2 poll, a timeout's
-recheck, an extraction check, a repair) or enqueued now (the commit), each once by its id.
+"""The commit chain's next jobs: scheduled after a delay (a timeout's recheck, an extraction
+check, a repair) or enqueued now (the commit), each once by its id; and the next phase-2 read
+(an entry of the due set: workers.commits.phase2_due).
 
 Each job is named by its dotted path (``workers.commits.run``, ``workers.commits.repair``,
 ``workers.commits.repair_pool``): those modules build on this one, and the path is the name
@@ -9,6 +10,7 @@ RQ stores (tests/unit/stored_names.txt).
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +23,7 @@ from core.events import CommitOutcome, CommitRequest, encode
 from core.ov.tasks import next_read_delay
 from core.repair import is_repair_session
 from workers.commits.lines import LINE_META, background_line, line_of_request
+from workers.commits.phase2_due import PollState, put_poll
 from workers.commits.queue import COMMIT_RETRY, FOLLOW_UP_RETRY, commit_lines, commit_queue, inflight_key, now
 
 log = logging.getLogger(__name__)
@@ -39,10 +42,6 @@ def follow_up(redis: redis_lib.Redis, settings: Settings, request: CommitRequest
         and (final.memories_extracted == 0 or is_repair_session(request.ov_session_id))
     ):
         schedule_extraction_check(redis, settings, request)
-
-
-def _poll_job_id(request: CommitRequest, attempt: int) -> str:
-    return f"{request.commit_id}_poll{attempt}"
 
 
 def schedule_job(
@@ -84,30 +83,26 @@ def schedule_job(
         log.debug("job %s already exists", job_id)
 
 
+def first_read(settings: Settings, task_id: str) -> PollState:
+    """The state of a phase 2's first read: its deadline ``phase2_deadline_s`` from now."""
+    return PollState(now() + settings.phase2_deadline_s, 0, task_id)
+
+
 def schedule_poll(
     redis: redis_lib.Redis,
     settings: Settings,
     request: CommitRequest,
+    state: PollState,
     *,
-    deadline_at: float,
-    failed_reads: int,
-    attempt: int,
+    put: PollState | None = None,
 ) -> None:
-    """Read the phase-2 task again: after ``phase2_poll_interval_s``, doubled per failed read."""
-    schedule_job(
-        redis,
-        settings,
-        request,
-        _poll_job_id(request, attempt),
-        next_read_delay(
-            settings.phase2_poll_interval_s, failed_reads, settings.phase2_read_retries, PHASE2_READ_BACKOFF_MAX_S
-        ),
-        "workers.commits.run.poll_phase2",
-        deadline_at,
-        failed_reads,
-        attempt,
-        description=f"poll phase 2 of {request.commit_id}",
+    """Read the phase-2 task again: after ``phase2_poll_interval_s``, doubled per failed read.
+    An entry of the due set, not an RQ job (workers.commits.phase2_due: why); ``put``: the
+    state the slot holds already (the read made from it)."""
+    delay = next_read_delay(
+        settings.phase2_poll_interval_s, state.failed_reads, settings.phase2_read_retries, PHASE2_READ_BACKOFF_MAX_S
     )
+    put_poll(redis, settings, request, due_at=time.time() + delay, state=state, written=put)
 
 
 def schedule_recheck(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, round_: int) -> bool:

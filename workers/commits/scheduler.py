@@ -13,7 +13,6 @@ nothing to take over: a restarted worker, or any other one, moves them on its ne
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 import redis as redis_lib
@@ -28,6 +27,7 @@ from workers.store.connection import REDIS_ERRORS, text
 from workers.store.dead_letters import expire_dead_letters
 from workers.store.health import forget_health, record_health
 from workers.store.scripts import CLAIM_DUE_JOBS
+from workers.store.ticking import TickingThread
 from workers.store.usage import USAGE_FLUSH_S, flush
 
 log = logging.getLogger(__name__)
@@ -59,51 +59,40 @@ def move_due_jobs(redis: redis_lib.Redis, settings: Settings) -> int:
     return len(jobs)
 
 
-class DueJobMover(threading.Thread):
+class DueJobMover(TickingThread):
     """Every ``DUE_JOBS_TICK_S`` until ``stop``: the worker's heartbeat, ``move_due_jobs`` and,
     when due, a sweep of the in-flight commits (workers.commits.sweep) and the deployment's
     expiry of old dead letters (workers.store.dead_letters). A thread of its
     own, so the heartbeat goes on while a job runs. Redis trouble waits for the next tick."""
 
     def __init__(self, redis: redis_lib.Redis, settings: Settings, worker_name: str) -> None:
-        super().__init__(name="ovstream-due-jobs", daemon=True)
+        super().__init__(
+            "ovstream-due-jobs", DUE_JOBS_TICK_S, away="due commit jobs not moved", back="due commit jobs move again"
+        )
         self._redis, self._settings = redis, settings
         self.worker_name = worker_name
         """The RQ worker this thread beats for (replaced when the process starts a new one)."""
-        self._stop_event = threading.Event()
+        self._next_sweep = self._next_usage = 0.0
 
-    def run(self) -> None:
-        failing = False
-        next_sweep = next_usage = 0.0
-        while not self._stop_event.wait(DUE_JOBS_TICK_S):
-            try:
-                commit_sweep.beat(self._redis, self._settings, self.worker_name)
-                with self._redis.pipeline(transaction=False) as pipe:
-                    record_health(
-                        pipe, self._settings, "worker", self.worker_name, queue=self._settings.commit_queue_name
-                    )
-                    pipe.execute()
-                move_due_jobs(self._redis, self._settings)
-                if time.monotonic() >= next_sweep:
-                    commit_sweep.sweep(self._redis, self._settings)
-                    CommitRecords(self._redis, self._settings).announce_left()
-                    expire_dead_letters(self._redis, self._settings, self.worker_name)
-                    commit_lines(self._redis, self._settings).forget_idle()
-                    # twice per interval: an entry falls due at most half an interval before it is seen
-                    next_sweep = time.monotonic() + commit_sweep.SWEEP_INTERVAL_S / 2
-                if time.monotonic() >= next_usage:  # the usage this process's jobs counted
-                    flush(self._redis, self._settings)
-                    next_usage = time.monotonic() + USAGE_FLUSH_S
-                if failing:
-                    log.info("due commit jobs move again")
-                failing = False
-            except REDIS_ERRORS as exc:
-                if not failing:
-                    log.warning("due commit jobs not moved (Redis: %s); trying every %.1fs", exc, DUE_JOBS_TICK_S)
-                failing = True
+    def tick(self) -> None:
+        commit_sweep.beat(self._redis, self._settings, self.worker_name)
+        with self._redis.pipeline(transaction=False) as pipe:
+            record_health(pipe, self._settings, "worker", self.worker_name, queue=self._settings.commit_queue_name)
+            pipe.execute()
+        move_due_jobs(self._redis, self._settings)
+        if time.monotonic() >= self._next_sweep:
+            commit_sweep.sweep(self._redis, self._settings)
+            CommitRecords(self._redis, self._settings).announce_left()
+            expire_dead_letters(self._redis, self._settings, self.worker_name)
+            commit_lines(self._redis, self._settings).forget_idle()
+            # twice per interval: an entry falls due at most half an interval before it is seen
+            self._next_sweep = time.monotonic() + commit_sweep.SWEEP_INTERVAL_S / 2
+        if time.monotonic() >= self._next_usage:  # the usage this process's jobs counted
+            flush(self._redis, self._settings)
+            self._next_usage = time.monotonic() + USAGE_FLUSH_S
 
     def stop(self) -> None:
-        self._stop_event.set()
+        super().stop()
         try:
             flush(self._redis, self._settings)
             with self._redis.pipeline(transaction=False) as pipe:

@@ -26,6 +26,7 @@ import redis as redis_lib
 
 from core.config import Settings
 from core.events import CommitReason, CommitRequest, decode
+from workers.commits.phase2_due import POLLING
 from workers.commits.records import FINAL_STATUSES, FOLLOW_KEEP, FOLLOW_REASON, load_outcome
 from workers.commits.request import commit_state, fail_crashed, request_commit, resume
 from workers.store.connection import optional_text, text
@@ -40,6 +41,10 @@ SWEEP_BATCH = 200
 """Most in-flight commits one sweep looks at (the rest on the next)."""
 WORKER_BEAT_TTL_S = 5
 """A commit worker not heard of for this long is dead: the job it ran is resumed."""
+POLLING_LOOK_S = 30.0
+"""How much later a commit whose phase 2 is read from the due set is looked at again: only
+its entry lost (a failover's unreplicated write) needs the sweep, and a look costs Redis four
+commands every ``SWEEP_INTERVAL_S`` a commit is in flight otherwise."""
 STRANDED = "stranded"
 """In-flight hash field: the job id a sweep found stranded (resumed if it still is next time)."""
 
@@ -90,6 +95,8 @@ def _look(redis: redis_lib.Redis, settings: Settings, index: str, inflight_key: 
         fail_crashed(redis, settings, request, outcome, found)
         return False
     if state == "live":
+        if job == POLLING:  # its reads mend themselves (a lapsed claim is due again): look seldom
+            redis.zadd(index, {inflight_key: time.time() + POLLING_LOOK_S}, xx=True)
         return False
     resume(redis, settings, request, outcome, state=state, job=job)  # one line says why
     return True

@@ -4,9 +4,10 @@
 ``ovstream worker`` is an RQ SimpleWorker on ``settings.commit_queue_name``:
 jobs run in the worker process itself, which keeps one job context (event
 loop, OV pool, Redis client) for all of them, the way arq does; RQ's death
-penalty still ends a job that overruns. Due scheduled jobs (phase-2 polls,
-rechecks) are moved by every worker (workers.commits.scheduler),
-not by RQ's single locked scheduler. Inside one process (``up``, tests) jobs
+penalty still ends a job that overruns. Due scheduled jobs (rechecks, extraction checks,
+repairs) are moved by every worker (workers.commits.scheduler), not by RQ's single locked
+scheduler; phase-2 reads are no jobs: each worker's poller makes them
+(workers.commits.poller). Inside one process (``up``, tests) jobs
 run in an ``EmbeddedWorker``: a SimpleWorker that installs no signal handlers
 and times jobs out with a timer, so it can run off the main thread; it works
 in burst rounds, each of which first moves the due jobs onto the queue.
@@ -31,8 +32,10 @@ from core.backoff import Backoff
 from core.config import Settings
 from core.ov.version import check_at_start
 from workers.commits import sweep as commit_sweep
-from workers.commits.context import register
+from workers.commits.context import context_for, register
 from workers.commits.lines import CommitLines, CommitQueue
+from workers.commits.phase2_due import due_reads
+from workers.commits.poller import PhasePoller, run_due_polls
 from workers.commits.queue import commit_lines, commit_queue
 from workers.commits.scheduler import DueJobMover, move_due_jobs
 from workers.liveness import BeatingThread, LivenessBeat
@@ -177,9 +180,10 @@ def make_worker(redis: redis_lib.Redis, settings: Settings, *, embedded: bool = 
 
 
 def jobs_waiting(redis: redis_lib.Redis, settings: Settings) -> int:
-    """Jobs queued (on any line) or scheduled on the commit queue."""
+    """Jobs queued (on any line) or scheduled on the commit queue, and phase-2 reads due."""
     queue = commit_queue(redis, settings)
-    return commit_lines(redis, settings).queued() + int(queue.scheduled_job_registry.count)
+    scheduled = int(queue.scheduled_job_registry.count)
+    return commit_lines(redis, settings).queued() + scheduled + due_reads(redis, settings)
 
 
 def drain_jobs(
@@ -200,6 +204,7 @@ def drain_jobs(
         commit_sweep.beat(redis, settings, worker.name)  # its jobs are not taken for orphans
         move_due_jobs(redis, settings)
         worker.work(burst=True, logging_level="WARNING")
+        run_due_polls(redis, settings, context_for(settings.key_prefix))
         done = until() if until is not None else jobs_waiting(redis, settings) == 0
         if done:
             return True
@@ -226,6 +231,7 @@ def run_embedded_worker(
                     mover.start()
                 move_due_jobs(redis, settings)  # at once each round, not only on the mover's tick
                 worker.work(burst=True, logging_level="WARNING")
+                run_due_polls(redis, settings, context_for(settings.key_prefix))
                 if away:
                     log.info("embedded RQ worker: Redis answers again")
                 away = False
@@ -278,13 +284,17 @@ def _run_worker(settings: Settings, args: argparse.Namespace) -> int:
     if burst:
         move_due_jobs(redis, settings)
         worker.work(burst=True)
+        run_due_polls(redis, settings, context_for(settings.key_prefix))
         return 0
     mover = DueJobMover(connect(settings), settings, worker.name)  # workers.commits.scheduler: why not RQ's
     mover.start()
+    poller = PhasePoller(connect(settings), settings)  # workers.commits.phase2_due: why not RQ jobs
+    poller.start()
     try:
         work_through_outages(redis, settings, worker, mover)
     finally:
         mover.stop()
+        poller.stop()
     return 0
 
 

@@ -241,7 +241,9 @@ class DeploymentCollector(Collector):
             value=oldest_s,
         )
         by_state = GaugeMetricFamily(
-            "ovstream_commit_jobs", "Commit queue jobs by state (failed: given up after retries)", labels=["state"]
+            "ovstream_commit_jobs",
+            "Commit queue jobs by state (failed: given up after retries; polling: phase-2 reads waiting)",
+            labels=["state"],
         )
         for state, count in jobs.items():
             by_state.add_metric([state], float(count))

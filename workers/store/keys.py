@@ -197,7 +197,9 @@ class Keys:
         return self._session("commit-gen", shard, scope, ov_session_id)
 
     def commit_inflight(self, shard: int, scope: str, ov_session_id: str) -> str:
-        """Hash: ``req`` = the session's in-flight CommitRequest, ``job`` = the RQ job carrying it."""
+        """Hash: ``req`` = the session's in-flight CommitRequest, ``job`` = the RQ job carrying it.
+        ``job`` is ``phase2-due`` while its phase 2 is read from ``phase2_due()``, with the
+        read's state in ``poll`` (workers.commits.phase2_due)."""
         return self._session("commit-inflight", shard, scope, ov_session_id)
 
     def commits_unannounced(self, shard: int, scope: str, ov_session_id: str) -> str:
@@ -283,6 +285,12 @@ class Keys:
     def extraction_repairs(self) -> str:
         """Stream (capped): each extraction that may be lost and the commit re-running it alone."""
         return f"{self.prefix}:extraction-repairs"
+
+    def phase2_due(self) -> str:
+        """Sorted set: the in-flight key (``commit_inflight``) of each commit whose phase 2 is
+        read next -> when that read is due, or when a poller's claim on it lapses
+        (workers.commits.phase2_due)."""
+        return f"{self.prefix}:phase2-due"
 
     def commits_in_flight(self) -> str:
         """Sorted set: every session's in-flight key (``commit_inflight``) -> when it is next
