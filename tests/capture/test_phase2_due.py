@@ -12,10 +12,11 @@ from tests.helpers.commits import redis_away_at_the_first_check, running_commit
 from workers.commits import phase2_due
 from workers.commits import sweep as commit_sweep
 from workers.commits.context import context_of
-from workers.commits.phase2_due import POLLING, claim_due, drop, due_reads
+from workers.commits.phase2_due import POLL_FIELD, POLLING, claim_due, drop, due_reads, poll_state
 from workers.commits.poller import run_due_polls
 from workers.commits.queue import commit_queue, job_counts
 from workers.commits.records import CommitRecords
+from workers.commits.run import read_phase2
 from workers.commits.worker import drain_jobs
 from workers.store.keys import Keys, session_keys
 
@@ -119,3 +120,17 @@ def test_a_final_read_whose_check_met_redis_away_schedules_it_when_redis_answers
     assert (outcome.status, outcome.memories_extracted, len(calls)) == ("completed", 0, 2)
     assert f"{request.commit_id}_extraction" in commit_queue(redis_client, settings).scheduled_job_registry
     assert due_reads(redis_client, settings) == 0
+
+
+def test_a_read_that_raced_the_commits_end_makes_no_slot_again(redis_client, settings, fake_ov):
+    """A read claimed twice (its lease lapsed while OV was slow): the other one recorded the
+    commit final and ended the slot; this one's failed read must not make a slot anew (a hash
+    with no request and no lifetime) nor a due entry."""
+    once = settings.model_copy(update={"ov_retries": 0})
+    request = _running(redis_client, once, fake_ov, "raced")
+    inflight = session_keys(once, request.address).commit_inflight
+    state = poll_state(redis_client.hget(inflight, POLL_FIELD))
+    redis_client.delete(inflight, Keys(once.key_prefix).phase2_due())  # ended by the other read
+    fake_ov.fail_next(1, status=503, route="/api/v1/tasks/")
+    assert read_phase2(redis_client, context_of(once), request, state) is None  # a failed read: next one...
+    assert not redis_client.exists(inflight) and due_reads(redis_client, once) == 0  # ...not put

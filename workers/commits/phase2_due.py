@@ -24,7 +24,7 @@ from core.config import Settings
 from core.events import CommitRequest
 from workers.store.connection import text
 from workers.store.keys import Keys, session_keys
-from workers.store.scripts import CLAIM_STALE, DROP_IF_SCORE
+from workers.store.scripts import CLAIM_STALE, DROP_IF_SCORE, SET_POLL_IF_IN_FLIGHT
 
 POLLING = "phase2-due"
 """What an in-flight slot's ``job`` names while its commit's phase 2 is read from the due set."""
@@ -57,11 +57,13 @@ def put_poll(
     written: PollState | None = None,
 ) -> None:
     """Have ``request``'s phase 2 read at ``due_at``: the slot first (what the sweep reads; not
-    written again when it holds ``state`` already: ``written``), then the due entry (a poller
-    reading the entry finds the slot written)."""
+    written again when it holds ``state`` already: ``written``; never made anew), then the due
+    entry (a poller reading the entry finds the slot written)."""
     inflight = session_keys(settings, request.address).commit_inflight
-    if state != written:
-        redis.hset(inflight, mapping={"job": POLLING, POLL_FIELD: msgspec.json.encode(state)})
+    if state != written and not SET_POLL_IF_IN_FLIGHT(
+        redis, [inflight], [POLLING, POLL_FIELD, msgspec.json.encode(state)]
+    ):
+        return  # the commit ended meanwhile (a read made twice): nothing to read next
     redis.zadd(Keys(settings.key_prefix).phase2_due(), {inflight: due_at})
 
 

@@ -78,6 +78,15 @@ return 1
 replaces it. 1 when the slot still named the lost job (this caller resumes the commit); 0 when
 another process resumed it first (the sweep and a capture process may find it lost together)."""
 
+SET_POLL_IF_IN_FLIGHT = Lua("""
+if redis.call('HEXISTS', KEYS[1], 'req') == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'job', ARGV[1], ARGV[2], ARGV[3])
+return 1
+""")
+"""KEYS[1] a session's in-flight commit slot. ARGV: what its job becomes, the field of the
+next phase-2 read's state and that state. Written only while the slot holds a commit (1): a
+read that raced the commit's final record creates no slot without a request (0)."""
+
 # --- snapshots (workers.store.snapshots) --------------------------------------------------------
 
 SNAPSHOT_WRITE_IF_NEWER = Lua(
