@@ -5,8 +5,7 @@ strictly in stream order, merged into one OV batch write):
 
 1. read the sessions' applied hashes (one pipeline);
 2. plan the units (workers.capture.plan: what each writes, redacted); settle an intent left by a
-   crash with OV's ``total_message_count`` (two reads that agree: ``settled_total``); learn the
-   base total when not cached;
+   crash (OV's ``total_message_count``, two reads agreeing); learn the base total if uncached;
 3. record each write's intent (one script);
 4. write to OV (fault hook ``before_write`` / ``after_write`` around each);
 5. fault hook ``before_ack``; one script moving ``last_id``, clearing the intents, marking each
@@ -284,11 +283,10 @@ async def run_round(c: RoundHost, groups: list[list[Entry]]) -> RoundOutcome:
 
 
 def _server_errors_are_ov_failing(runs: list[_Run]) -> None:
-    """OV answering with its own passing trouble (a 5xx, or its own file read mid-write:
-    ``is_passing``) to every session of the round that reached it is OV failing, not the
-    entries: those runs become unavailable (the shard backs off, nothing counts against an
-    entry, nothing applies past it). Such an answer beside writes that went through says
-    something of the entry it answered, and counts."""
+    """OV's own passing trouble (``is_passing``) answered to every session of the round that
+    reached it is OV failing, not the entries: those runs become unavailable (the shard backs
+    off, nothing counts against an entry, nothing applies past it). Beside writes that went
+    through, such an answer says something of the entry it answered, and counts."""
     failing = [r for r in runs if isinstance(r.error, OVError) and is_passing(r.error)]
     if not failing or any(r.ok and r.plan.messages for r in runs):
         return
