@@ -28,81 +28,19 @@
  * and assemble drop the second copy by its event_id.
  */
 
-import { mkdirSync, readdirSync, readFileSync, unlinkSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
-
 import { ErrorReply } from "redis";
 
 import { openConnection, safeDestroy, type RedisConnection, type RedisTlsFiles } from "./connection.js";
-import { mappedStreamKey, PUBLISH_TURN_SCRIPT, shardOf, tagGenerationKey, type ShardMap } from "./keys.js";
+import { EventBuffer, type EventTags, type Pending } from "./event_buffer.js";
+import type { ShardMap } from "./keys.js";
+import { OutageLog } from "./outage.js";
+import { errorText, isTransient, replicaWaits, unreplicated } from "./replies.js";
+import { publishCommand, readShardMap } from "./routing.js";
 
-import type { PluginLogger } from "./types.js";
+import type { PublisherOptions, PublisherStats } from "./publisher_options.js";
 
-export interface PublisherOptions {
-  redisUrl: string;
-  /** redisUrl names one node of a Redis Cluster; each command goes to its key's node. */
-  redisCluster?: boolean;
-  /** Redis behind Sentinels: their host:port and the master's name (see connection.ts). */
-  sentinels?: { addresses: string[]; masterName: string };
-  /** Replicas that must hold each event before it counts as delivered (Redis WAIT), and how
-   * long to wait for them; count 0 (the default): the master's reply is enough. */
-  replicas?: { count: number; timeoutMs: number };
-  /**
-   * The shard count the plugin publishes with, checked on connecting against the one the
-   * service recorded (`deploymentKey`): on a mismatch nothing is published, the events stay
-   * buffered and the warning says why (they would land on streams capture does not read).
-   * With `keyPrefix`, an event tagged with its `session` goes to that session's stream in the
-   * deployment's shard map (read on connecting, and again when a reshard closed a stream),
-   * whatever `key` it was enqueued with.
-   */
-  shards?: { count: number; deploymentKey: string; keyPrefix?: string };
-  logger: PluginLogger;
-  /** Buffer caps; the oldest events go first when either is exceeded. */
-  maxEvents: number;
-  maxBytes: number;
-  /** First retry delay after a failure; doubles up to maxBackoffMs. */
-  initialBackoffMs?: number;
-  maxBackoffMs?: number;
-  /** Events per pipelined batch. */
-  batchSize?: number;
-  connectTimeoutMs?: number;
-  /** A batch not answered within this is treated as a broken connection. */
-  commandTimeoutMs?: number;
-  /** Where undelivered events survive the process (see above); none: memory only. */
-  spoolDir?: string;
-  /** For a rediss:// URL: PEM files of the CA verifying Redis, and a client certificate. */
-  tls?: RedisTlsFiles;
-}
-
-/** What the publisher knows of an event besides its stream and payload. */
-export interface EventTags {
-  /** The event's (OV) session, for `pendingFor`. */
-  session?: string;
-  /** SET with the XADD, in the same pipeline: the session's newest turn. */
-  lastTurn?: { key: string; eventId: string; ttlS: number };
-}
-
-interface Pending extends EventTags {
-  key: string;
-  payload: string;
-  bytes: number;
-  /** Its spool file, removed once the event is delivered or dropped. */
-  file?: string;
-}
-
-interface SpoolRecord extends EventTags {
-  key: string;
-  payload: string;
-}
-
-export interface PublisherStats {
-  pending: number;
-  pendingBytes: number;
-  delivered: number;
-  dropped: number;
-  failures: number;
-  connected: boolean;
-}
+export type { EventTags } from "./event_buffer.js";
+export type { PublisherOptions, PublisherStats } from "./publisher_options.js";
 
 /** A publish the shard map had moved on from (a reshard closed its stream): read the map again. */
 class MapMoved extends Error {}
@@ -113,33 +51,16 @@ class NotReplicated extends Error {}
 /** Map reloads in a row before a moved publish counts as a failure (with backoff). */
 const MAX_MAP_RELOADS = 20;
 
-function errorText(err: unknown): string {
-  if (err instanceof AggregateError && err.errors.length > 0) {
-    return errorText(err.errors[0]);
-  }
-  if (err instanceof Error) {
-    const code = (err as NodeJS.ErrnoException).code;
-    return code && !err.message.includes(code) ? `${code}: ${err.message}` : err.message || err.name;
-  }
-  return String(err);
-}
-
 export class TurnPublisher {
   private readonly opts: Required<PublisherOptions>;
-  private readonly queue: Pending[] = [];
-  private head = 0;
-  private queuedBytes = 0;
+  private readonly buffer: EventBuffer;
+  private readonly outage: OutageLog;
   private client: RedisConnection | null = null;
   private running = false;
   private closed = false;
   private retryTimer: NodeJS.Timeout | null = null;
   private backoffMs: number;
-  private outage = false;
-  private droppedInOutage = 0;
-  private deliveredInOutage = 0;
-  private retriesInOutage = 0;
   private drainWaiters: Array<() => void> = [];
-  private spoolSeq = 0;
   private shardMap: ShardMap | null = null;
   private mapReloads = 0;
   private stats = { delivered: 0, dropped: 0, failures: 0 };
@@ -160,7 +81,14 @@ export class TurnPublisher {
       ...options,
     };
     this.backoffMs = this.opts.initialBackoffMs;
-    this.loadSpool();
+    this.buffer = new EventBuffer(this.opts.spoolDir, this.opts.logger);
+    this.outage = new OutageLog(this.opts.logger);
+    const loaded = this.buffer.loadSpool();
+    this.enforceCaps();
+    if (loaded > 0) {
+      this.opts.logger.info(`ovstream: delivering ${loaded} turn event(s) an earlier run left in ${this.opts.spoolDir}`);
+      this.kick();
+    }
   }
 
   /** Buffer one encoded event for `key` and wake the sender; returns once it is spooled. */
@@ -170,79 +98,14 @@ export class TurnPublisher {
       this.opts.logger.warn(`ovstream: turn event for ${key} dropped: publisher is closed`);
       return;
     }
-    const item: Pending = { key, payload, bytes: Buffer.byteLength(payload, "utf8") + key.length, ...tags };
-    item.file = this.spool({ key, payload, ...tags });
-    this.push(item);
+    this.buffer.add(key, payload, tags);
+    this.enforceCaps();
     this.kick();
   }
 
   /** Payloads of the events still buffered for `session`, oldest first. */
   pendingFor(session: string): string[] {
-    const out: string[] = [];
-    for (let i = this.head; i < this.queue.length; i++) {
-      const item = this.queue[i];
-      if (item?.session === session) out.push(item.payload);
-    }
-    return out;
-  }
-
-  private push(item: Pending): void {
-    this.queue.push(item);
-    this.queuedBytes += item.bytes;
-    this.enforceCaps();
-  }
-
-  private spool(record: SpoolRecord): string | undefined {
-    const dir = this.opts.spoolDir;
-    if (!dir) return undefined;
-    this.spoolSeq += 1;
-    const name = `${Date.now().toString().padStart(15, "0")}-${process.pid}-${this.spoolSeq}.json`;
-    try {
-      mkdirSync(dir, { recursive: true });
-      writeFileSync(join(dir, name), JSON.stringify(record), { mode: 0o600 });
-      return name;
-    } catch (err) {
-      this.opts.logger.warn(`ovstream: cannot spool a turn event to ${dir} (${errorText(err)}); it is kept in memory only`);
-      return undefined;
-    }
-  }
-
-  private unspool(item: Pending | undefined): void {
-    if (!item?.file) return;
-    try {
-      unlinkSync(join(this.opts.spoolDir, item.file));
-    } catch {
-      // another process delivered (and removed) it first
-    }
-    item.file = undefined;
-  }
-
-  /** Events an earlier process spooled and did not deliver go first, oldest first. */
-  private loadSpool(): void {
-    const dir = this.opts.spoolDir;
-    if (!dir) return;
-    let names: string[];
-    try {
-      names = readdirSync(dir).filter((n) => n.endsWith(".json")).sort();
-    } catch {
-      return; // no spool yet
-    }
-    let loaded = 0;
-    for (const name of names) {
-      try {
-        const record = JSON.parse(readFileSync(join(dir, name), "utf8")) as SpoolRecord;
-        if (typeof record.key !== "string" || typeof record.payload !== "string") throw new Error("not a spooled event");
-        const bytes = Buffer.byteLength(record.payload, "utf8") + record.key.length;
-        this.push({ ...record, bytes, file: name });
-        loaded += 1;
-      } catch (err) {
-        this.opts.logger.warn(`ovstream: spool file ${join(dir, name)} is unreadable (${errorText(err)}); left in place`);
-      }
-    }
-    if (loaded > 0) {
-      this.opts.logger.info(`ovstream: delivering ${loaded} turn event(s) an earlier run left in ${dir}`);
-      this.kick();
-    }
+    return this.buffer.pendingFor(session);
   }
 
   /** Retry now (resetting the backoff) instead of waiting for the timer. */
@@ -279,7 +142,7 @@ export class TurnPublisher {
   getStats(): PublisherStats {
     return {
       pending: this.pendingCount(),
-      pendingBytes: this.queuedBytes,
+      pendingBytes: this.buffer.bytes,
       delivered: this.stats.delivered,
       dropped: this.stats.dropped,
       failures: this.stats.failures,
@@ -307,7 +170,7 @@ export class TurnPublisher {
       clearTimeout(this.retryTimer);
       this.retryTimer = null;
     }
-    const leftBehind = this.queue.slice(this.head).map((item) => item.file ?? "");
+    const leftBehind = this.buffer.clear();
     const left = leftBehind.length;
     if (left > 0) {
       const spooled = leftBehind.filter((file) => file).length;
@@ -321,9 +184,6 @@ export class TurnPublisher {
       } else {
         this.opts.logger.warn(`ovstream: ${left} turn event(s) not delivered to Redis at shutdown`);
       }
-      this.queue.length = 0;
-      this.head = 0;
-      this.queuedBytes = 0;
     }
     const client = this.client;
     this.client = null;
@@ -343,43 +203,14 @@ export class TurnPublisher {
   }
 
   private pendingCount(): number {
-    return this.queue.length - this.head;
+    return this.buffer.count;
   }
 
   private enforceCaps(): void {
-    let dropped = 0;
-    while (
-      this.pendingCount() > 1 &&
-      (this.pendingCount() > this.opts.maxEvents || this.queuedBytes > this.opts.maxBytes)
-    ) {
-      const old = this.queue[this.head];
-      this.head += 1;
-      if (old) {
-        this.queuedBytes -= old.bytes;
-        this.unspool(old);
-      }
-      dropped += 1;
-    }
-    this.compact();
+    const dropped = this.buffer.dropOverCaps(this.opts.maxEvents, this.opts.maxBytes);
     if (dropped > 0) {
-      const firstInOutage = this.droppedInOutage === 0;
       this.stats.dropped += dropped;
-      this.droppedInOutage += dropped;
-      if (firstInOutage) {
-        this.opts.logger.warn(
-          `ovstream: turn buffer full (${this.opts.maxEvents} events / ${this.opts.maxBytes} bytes); ` +
-            `dropping the oldest buffered turn events (${this.droppedInOutage} dropped so far)`,
-        );
-      } else {
-        this.opts.logger.debug?.(`ovstream: dropped ${dropped} more turn event(s) (${this.droppedInOutage} in this outage)`);
-      }
-    }
-  }
-
-  private compact(): void {
-    if (this.head > 1024 && this.head * 2 > this.queue.length) {
-      this.queue.splice(0, this.head);
-      this.head = 0;
+      this.outage.droppedOverCaps(dropped, this.opts.maxEvents, this.opts.maxBytes);
     }
   }
 
@@ -461,47 +292,7 @@ export class TurnPublisher {
   }
 
   private async checkShards(client: RedisConnection): Promise<void> {
-    const { count, deploymentKey } = this.opts.shards;
-    if (!deploymentKey) return;
-    const reply = await client.send(deploymentKey, ["HGETALL", deploymentKey]);
-    const fields = new Map<string, string>();
-    if (Array.isArray(reply)) {
-      for (let i = 0; i + 1 < reply.length; i += 2) fields.set(String(reply[i]), String(reply[i + 1]));
-    }
-    const recorded = fields.get("shards");
-    if (recorded !== undefined && recorded !== String(count)) {
-      throw new Error(
-        `shards = ${count} in the plugin's config, but the ovstream service runs with shards = ${recorded}; ` +
-          "set the plugin's shards to the service's (turns stay buffered until then)",
-      );
-    }
-    const map: ShardMap = {
-      tags: count,
-      generation: Number(fields.get("generation") ?? 0),
-      streams: Number(fields.get("streams") ?? count),
-    };
-    if (this.shardMap && this.shardMap.generation !== map.generation) {
-      this.opts.logger.info(
-        `ovstream: the service's turn streams are now generation ${map.generation} (${map.streams} shards); publishing there`,
-      );
-    }
-    this.shardMap = map;
-  }
-
-  /** The command publishing `item`: routed by the shard map when it names its session. */
-  private publishCommand(item: Pending): { key: string; args: string[] } {
-    const prefix = this.opts.shards.keyPrefix;
-    const map = this.shardMap;
-    if (!prefix || !map || !item.session) {
-      // No MAXLEN: a producer cannot know what capture applied; capture trims that itself.
-      return { key: item.key, args: ["XADD", item.key, "*", "e", item.payload] };
-    }
-    const stream = mappedStreamKey(prefix, map, item.session);
-    const keys = [tagGenerationKey(prefix, shardOf(item.session, map.tags)), stream];
-    const mark = item.lastTurn;
-    if (mark) keys.push(mark.key);
-    const args = [String(map.generation), "e", item.payload, mark?.eventId ?? "", String(mark?.ttlS ?? 0)];
-    return { key: stream, args: ["EVAL", PUBLISH_TURN_SCRIPT, String(keys.length), ...keys, ...args] };
+    this.shardMap = (await readShardMap(client, this.opts.shards, this.shardMap, this.opts.logger)) ?? this.shardMap;
   }
 
   private dropClient(): void {
@@ -513,10 +304,9 @@ export class TurnPublisher {
   }
 
   private async sendBatch(client: RedisConnection): Promise<void> {
-    const end = Math.min(this.queue.length, this.head + this.opts.batchSize);
-    const batch = this.queue.slice(this.head, end);
+    const batch = this.buffer.batch(this.opts.batchSize);
     // Commands issued in one tick go out as one pipeline; a turn's mark follows its XADD.
-    const commands = batch.map((item) => this.publishCommand(item));
+    const commands = batch.map((item) => publishCommand(this.opts.shards.keyPrefix, this.shardMap, item));
     const replies = batch.map((item, i) => {
       const command = commands[i]!;
       const reply = client.send(command.key, command.args);
@@ -528,14 +318,15 @@ export class TurnPublisher {
       return reply;
     });
     // WAIT covers every write before it on its connection: one per stream (so per node), last.
-    const waits = this.replicaWaits(client, commands.map((c) => c.key));
+    const { count: replicas, timeoutMs: replicaTimeoutMs } = this.opts.replicas;
+    const waits = replicaWaits(client, commands.map((c) => c.key), replicas, replicaTimeoutMs);
     const timer = setTimeout(() => safeDestroy(client), this.opts.commandTimeoutMs + this.opts.replicas.timeoutMs);
     timer.unref();
     let results: PromiseSettledResult<unknown>[];
-    let unreplicated: Set<string>;
+    let short: Set<string>;
     try {
       results = await Promise.allSettled(replies);
-      unreplicated = await this.unreplicated(waits);
+      short = await unreplicated(waits, replicas);
     } finally {
       clearTimeout(timer);
     }
@@ -543,7 +334,7 @@ export class TurnPublisher {
     for (const [i, result] of results.entries()) {
       const item = batch[i];
       const stream = commands[i]?.key ?? "";
-      if (unreplicated.has(stream)) {
+      if (short.has(stream)) {
         failure = new NotReplicated(
           `Redis did not confirm ${this.opts.replicas.count} replica(s) of ${stream} within ` +
             `${this.opts.replicas.timeoutMs} ms (publishReplicas); the turns stay buffered and are sent again`,
@@ -564,15 +355,10 @@ export class TurnPublisher {
         failure = result.reason;
         break;
       }
-      // The head may have moved if enforceCaps dropped entries meanwhile.
-      if (item && this.queue[this.head] === item) {
-        this.head += 1;
-        this.queuedBytes -= item.bytes;
-      }
-      this.unspool(item);
+      this.buffer.taken(item);
       if (result.status === "fulfilled") {
         this.stats.delivered += 1;
-        this.deliveredInOutage += 1;
+        this.outage.deliveredOne();
       } else {
         this.stats.dropped += 1;
         this.opts.logger.error(
@@ -580,52 +366,14 @@ export class TurnPublisher {
         );
       }
     }
-    this.compact();
+    this.buffer.compact();
     if (failure !== undefined) {
       throw failure;
     }
   }
 
-  private replicaWaits(client: RedisConnection, streams: string[]): Map<string, Promise<unknown>> {
-    const waits = new Map<string, Promise<unknown>>();
-    const { count, timeoutMs } = this.opts.replicas;
-    if (count <= 0) return waits;
-    for (const stream of streams) {
-      if (!waits.has(stream)) {
-        const wait = client.send(stream, ["WAIT", String(count), String(timeoutMs)]);
-        wait.catch(() => undefined); // read in unreplicated()
-        waits.set(stream, wait);
-      }
-    }
-    return waits;
-  }
-
-  /** The streams whose WAIT counted fewer replicas than asked (or failed). */
-  private async unreplicated(waits: Map<string, Promise<unknown>>): Promise<Set<string>> {
-    const short = new Set<string>();
-    for (const [key, wait] of waits) {
-      try {
-        if (Number(await wait) < this.opts.replicas.count) short.add(key);
-      } catch {
-        short.add(key);
-      }
-    }
-    return short;
-  }
-
   private onSuccess(): void {
-    if (this.outage && this.pendingCount() === 0) {
-      this.opts.logger.info(
-        `ovstream: Redis reachable again; delivered ${this.deliveredInOutage} buffered turn event(s)` +
-          (this.droppedInOutage > 0 ? `, ${this.droppedInOutage} were dropped while it was down` : ""),
-      );
-      this.outage = false;
-      this.droppedInOutage = 0;
-      this.retriesInOutage = 0;
-    }
-    if (!this.outage) {
-      this.deliveredInOutage = 0;
-    }
+    this.outage.succeeded(this.pendingCount());
     this.backoffMs = this.opts.initialBackoffMs;
   }
 
@@ -637,26 +385,7 @@ export class TurnPublisher {
     this.stats.failures += 1;
     const delay = this.backoffMs;
     this.backoffMs = Math.min(this.backoffMs * 2, this.opts.maxBackoffMs);
-    if (!this.outage) {
-      this.outage = true;
-      this.deliveredInOutage = 0;
-      this.opts.logger.warn(
-        `ovstream: cannot publish turn events to Redis (${errorText(err)}); ` +
-          `buffering ${this.pendingCount()} event(s) in memory` +
-          (this.droppedInOutage > 0 ? ` (${this.droppedInOutage} oldest dropped beyond the cap)` : "") +
-          `, retrying in ${delay} ms`,
-      );
-    } else {
-      this.retriesInOutage += 1;
-      const msg =
-        `ovstream: Redis still unreachable (${errorText(err)}); ${this.pendingCount()} turn event(s) buffered, ` +
-        `${this.droppedInOutage} dropped; next retry in ${delay} ms`;
-      if (this.retriesInOutage % 10 === 0) {
-        this.opts.logger.warn(msg);
-      } else {
-        this.opts.logger.debug?.(msg);
-      }
-    }
+    this.outage.failed(err, this.pendingCount(), delay);
     this.retryTimer = setTimeout(() => {
       this.retryTimer = null;
       this.kick();
@@ -666,18 +395,4 @@ export class TurnPublisher {
   }
 }
 
-/**
- * Error replies that say "not now" rather than "never": a full Redis (maxmemory with
- * noeviction), one still loading its data, a replica or a cluster mid-failover, or a
- * cluster node answering a client not configured for a cluster (MOVED/ASK: `redisCluster`
- * is off; the warning names the reply, and nothing is lost while the operator fixes it).
- * The event is kept and sent again; any other error reply (WRONGTYPE, say) drops it.
- */
-const TRANSIENT_REPLIES = [
-  "OOM", "LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS", "MOVED", "ASK",
-];
-
-export function isTransient(reply: ErrorReply): boolean {
-  const code = reply.message.split(" ", 1)[0] ?? "";
-  return TRANSIENT_REPLIES.includes(code);
-}
+export { isTransient } from "./replies.js";
