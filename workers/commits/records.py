@@ -30,7 +30,7 @@ from core.session import SessionAddress
 from workers.store.connection import stream_entries, text
 from workers.store.keys import Keys, SessionKeys
 from workers.store.recent import addresses_by_keys
-from workers.store.scripts import CLAIM_STALE, DROP_IF_SCORE
+from workers.store.scripts import CLAIM_STALE, DROP_IF_SCORE, RECORD_OUTCOME
 from workers.store.usage import TALLY
 
 log = logging.getLogger(__name__)
@@ -151,32 +151,11 @@ class CommitRecords:
         final = outcome.status in FINAL_STATUSES
         if final:
             self._index_unannounced(ks)
-        with self.redis.pipeline(transaction=True) as pipe:  # WATCH: the cluster client asks for it by name
-            while True:
-                try:
-                    pipe.watch(ks.commits, ks.commit_inflight)
-                    current = load_outcome(pipe, ks.commits, request.commit_id)
-                    if current is not None and current.status in FINAL_STATUSES:
-                        pipe.reset()
-                        return False
-                    inflight, follow = pipe.hmget(ks.commit_inflight, "req", FOLLOW_REASON)
-                    pipe.multi()
-                    pipe.hset(ks.commits, request.commit_id, encode(outcome))
-                    pipe.expire(ks.commits, self.settings.session_state_ttl_s)  # and the counter with it
-                    pipe.expire(ks.commit_generation, self.settings.session_state_ttl_s)
-                    if final:
-                        pipe.hset(ks.commits_unannounced, request.commit_id, encode(outcome))
-                    if (
-                        final
-                        and inflight is not None
-                        and follow is None  # else kept: the sweep starts the commit it owes
-                        and decode(inflight, CommitRequest).commit_id == request.commit_id
-                    ):
-                        pipe.delete(ks.commit_inflight)
-                    pipe.execute()
-                    break
-                except redis_lib.WatchError:
-                    continue
+        keys = [ks.commits, ks.commit_inflight, ks.commit_generation, ks.commits_unannounced]
+        ttl = self.settings.session_state_ttl_s
+        # one script (the session's keys share a slot): WATCH and MULTI cost Redis 3 commands more
+        if not RECORD_OUTCOME(self.redis, keys, [request.commit_id, encode(outcome), ttl, int(final), FOLLOW_REASON]):
+            return False
         if final:
             self._announce(ks, outcome)
             count_outcome(request, outcome)

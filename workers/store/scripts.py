@@ -87,6 +87,34 @@ return 1
 next phase-2 read's state and that state. Written only while the slot holds a commit (1): a
 read that raced the commit's final record creates no slot without a request (0)."""
 
+RECORD_OUTCOME = Lua("""
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if current then
+  local ok, stored = pcall(cjson.decode, current)
+  local s = ok and type(stored) == 'table' and stored['status'] or nil
+  if s == 'completed' or s == 'failed' or s == 'timeout' or s == 'skipped' then return 0 end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if not current or ARGV[4] == '1' then
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+  redis.call('EXPIRE', KEYS[3], ARGV[3])
+end
+if ARGV[4] == '1' then
+  redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
+  local slot = redis.call('HMGET', KEYS[2], 'req', ARGV[5])
+  if slot[1] and not slot[2] then
+    local ok, req = pcall(cjson.decode, slot[1])
+    if ok and type(req) == 'table' and req['commit_id'] == ARGV[1] then redis.call('DEL', KEYS[2]) end
+  end
+end
+return 1
+""")
+"""KEYS: a session's commit records, its in-flight slot, its commit counter, its unannounced
+outcomes (one hash tag). ARGV: commit id, the outcome's JSON, the records' lifetime (s), '1'
+when it is final, the slot's field naming a commit owed after it. Stores the outcome unless a
+final one is stored (0); a final one is also filed unannounced and ends the slot when the slot
+is this commit's and owes no commit after it (workers.commits.records.CommitRecords.record)."""
+
 # --- snapshots (workers.store.snapshots) --------------------------------------------------------
 
 SNAPSHOT_WRITE_IF_NEWER = Lua(
