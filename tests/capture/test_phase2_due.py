@@ -16,7 +16,7 @@ from workers.commits.phase2_due import POLL_FIELD, POLLING, claim_due, drop, due
 from workers.commits.poller import run_due_polls
 from workers.commits.queue import commit_queue, job_counts
 from workers.commits.records import CommitRecords
-from workers.commits.run import read_phase2
+from workers.commits.run import read_phase2, run_poll
 from workers.commits.worker import drain_jobs
 from workers.store.keys import Keys, session_keys
 
@@ -134,3 +134,25 @@ def test_a_read_that_raced_the_commits_end_makes_no_slot_again(redis_client, set
     fake_ov.fail_next(1, status=503, route="/api/v1/tasks/")
     assert read_phase2(redis_client, context_of(once), request, state) is None  # a failed read: next one...
     assert not redis_client.exists(inflight) and due_reads(redis_client, once) == 0  # ...not put
+
+
+def test_a_poll_job_an_earlier_release_scheduled_hands_the_next_read_to_the_due_set(redis_client, settings, fake_ov):
+    """During a rolling upgrade this release's worker runs a ``poll_phase2`` job the previous
+    release scheduled: its slot names that job and holds no read state. The job's read puts
+    the next one in the due set with its state, and the commit completes from there (no sweep,
+    no WARNING that it was lost)."""
+    request = _running(redis_client, settings, fake_ov, "upgraded", reads_running=2)
+    inflight = session_keys(settings, request.address).commit_inflight
+    redis_client.hset(inflight, "job", f"{request.commit_id}_poll1")  # as 0.3.0 left it
+    redis_client.hdel(inflight, POLL_FIELD)
+    redis_client.delete(Keys(settings.key_prefix).phase2_due())
+    polled = run_poll(
+        redis_client, context_of(settings), request, deadline_at=time.time() + 60, failed_reads=0, attempt=1
+    )
+    assert polled.status == "running"
+    assert redis_client.hget(inflight, "job").decode() == POLLING and poll_state(
+        redis_client.hget(inflight, POLL_FIELD)
+    )
+    assert due_reads(redis_client, settings) == 1
+    records = CommitRecords(redis_client, settings)
+    assert drain_jobs(redis_client, settings, until=lambda: records.outcome(request).status == "completed")

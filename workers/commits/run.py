@@ -197,8 +197,8 @@ def run_poll(
         # follows it was scheduled), or a poll left over: schedule what follows, once by its id.
         follow_up(redis, settings, request, outcome)
         return outcome
-    final = read_phase2(redis, ctx, request, PollState(deadline_at, failed_reads, outcome.task_id), outcome)
-    return final or outcome
+    state = PollState(deadline_at, failed_reads, outcome.task_id)
+    return read_phase2(redis, ctx, request, state, outcome, in_slot=False) or outcome
 
 
 def read_phase2(
@@ -207,10 +207,14 @@ def read_phase2(
     request: CommitRequest,
     state: PollState,
     outcome: CommitOutcome | None = None,
+    *,
+    in_slot: bool = True,
 ) -> CommitOutcome | None:
     """Read the task ``state`` names once: the final outcome it recorded (with what follows
     it), or None when the next read was put (workers.commits.phase2_due). The commit's record
-    (``outcome``) is read only for a final one: a read from the due set needs nothing else."""
+    (``outcome``) is read only for a final one: a read from the due set needs nothing else.
+    ``in_slot``: the slot holds ``state`` (a read from the due set); not so for a read an
+    earlier release's poll job carried, whose next read is written into the slot whole."""
     settings, task_id = ctx.settings, state.task_id
     task, error = None, None
     try:
@@ -226,7 +230,8 @@ def read_phase2(
         deadline_s=settings.phase2_deadline_s,
     )
     if read.status is None:
-        schedule_poll(redis, settings, request, PollState(state.deadline_at, read.failed_reads, task_id), put=state)
+        after = PollState(state.deadline_at, read.failed_reads, task_id)
+        schedule_poll(redis, settings, request, after, put=state if in_slot else None)
         return None
     base = outcome or CommitRecords(redis, settings).outcome(request)
     final = finish_commit(redis, settings, request, read.status, base, **read.fields)
