@@ -9,7 +9,9 @@ Real processes, real redis-servers (a store and a queue), the FakeOV over HTTP.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -114,3 +116,19 @@ def test_the_live_probe_speaks_only_of_its_own_deployment(redis_url: str, fake_o
         assert str(a.procs["capture"].pid) in probe(a).stdout
     finally:
         a.stop()
+
+
+def test_a_process_asked_with_sigusr1_logs_every_threads_stack_and_goes_on(
+    redis_url: str, fake_ov_url: str, tmp_path: Path
+) -> None:
+    """How an operator (or a test whose process hangs on SIGTERM) sees where it waits."""
+    deploy = Deployment(_values(redis_url, fake_ov_url), tmp_path)
+    try:
+        deploy.start("capture")
+        wait_until(lambda: "capture worker" in deploy.log("capture", 1000), "capture started", timeout_s=60)
+        os.kill(deploy.procs["capture"].pid, signal.SIGUSR1)
+        wait_until(lambda: "most recent call first" in deploy.log("capture", 1000), "its stacks", timeout_s=30)
+        assert deploy.exited() == {}
+        assert deploy.terminate("capture", timeout_s=STOP_WITHIN_S) == 0
+    finally:
+        deploy.stop()

@@ -10,6 +10,7 @@ back what OV holds and what the commit records say.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -103,12 +104,21 @@ class Deployment:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
 
-    def terminate(self, name: str, timeout_s: float = 30.0) -> int:
-        """SIGTERM, as an operator or orchestrator stops it; its exit code."""
+    def terminate(self, name: str, timeout_s: float = 30.0, *, signalled: bool = False) -> int:
+        """SIGTERM, as an operator or orchestrator stops it; its exit code. A hang fails with
+        its threads' stacks (SIGUSR1: workers.cli) from its log; then it is killed."""
         proc = self.procs[name]
-        if proc.poll() is None:
+        if proc.poll() is None and not signalled:
             os.killpg(proc.pid, signal.SIGTERM)
-        return proc.wait(timeout=timeout_s)
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGUSR1)
+                time.sleep(1.0)
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+            raise AssertionError(f"{name} ignored SIGTERM:\n{self.log(name, lines=200)}") from None
 
     def restart(self, name: str) -> None:
         self.kill(name)
@@ -122,13 +132,8 @@ class Deployment:
         for proc in self.procs.values():
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
-        for name, proc in self.procs.items():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-                raise AssertionError(f"{name} ignored SIGTERM") from None
+        for name in self.procs:
+            self.terminate(name, timeout_s=20, signalled=True)
 
     def log(self, name: str, lines: int = 40) -> str:
         path = self.workdir / f"{name}.log"

@@ -8,8 +8,10 @@ broken optional piece cannot take the others down).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -128,6 +130,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     if args.log_level is None:
         args.log_level = "INFO" if args.command in SERVICES else "WARNING"
     logs.configure(args.command, level=args.log_level)
+    if args.command in SERVICES:  # `kill -USR1 <pid>`: every thread's stack to the log, the process goes on
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         settings: Settings = load_settings(args.config)
     except ConfigError as exc:
