@@ -40,8 +40,11 @@ def _applied(redis_client, settings) -> dict[str, str]:
 
 
 def _steal(redis_client, settings) -> None:
-    """Another consumer takes the shard, as after this one's lease expired."""
+    """Another consumer takes the shard, as after this one's lease expired, and keeps it (a live
+    owner renews): the victim cannot win it back before the test looks (a loaded machine let
+    the victim's own lifetime on the key run out first, and it took the shard again)."""
     redis_client.hset(_lease(settings), mapping={"id": "usurper", "data": ""})
+    redis_client.pexpire(_lease(settings), 60_000)
 
 
 async def test_the_new_owner_claims_pending_entries_as_soon_as_it_wins_the_lease(redis_client, settings, fake_ov):

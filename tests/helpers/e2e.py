@@ -26,6 +26,7 @@ from core.config import Settings
 from core.events import CommitOutcome, TurnEvent
 from core.ids import ov_session_id, resolve_agent_id
 from core.messages.tokens import estimate_tokens
+from core.ov.envelope import error_for, is_passing
 from core.session import SessionAddress
 from tests.helpers.waiting import wait_until
 from workers.commits.records import FINAL_STATUSES, CommitRecords
@@ -62,8 +63,7 @@ def unique(prefix: str) -> str:
 
 
 class Conversation:
-    """One OpenClaw session: ``turn()`` appends a user/assistant exchange and
-    returns the TurnEvent afterTurn would publish (the whole transcript)."""
+    """One OpenClaw session: ``turn()`` adds an exchange, returns afterTurn's whole-transcript event."""
 
     def __init__(self, name: str, *, user: str | None = None, session_id: str | None = None) -> None:
         self.session_id = session_id or unique(f"e2e-{name}")
@@ -369,7 +369,8 @@ class OVSession:
 
     def state(self, ov_sid: str) -> dict[str, Any] | None:
         r = self.http.get(f"/api/v1/sessions/{ov_sid}")
-        if r.status_code == 404:
+        # none yet, or OV read its metadata mid-write (a passing 400: is_passing): asked again
+        if r.status_code == 404 or (r.status_code == 400 and is_passing(error_for("", r.text, status=400))):
             return None
         r.raise_for_status()
         return r.json()["result"]

@@ -8,6 +8,7 @@ broken optional piece cannot take the others down).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import importlib
 import os
@@ -131,7 +132,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
         args.log_level = "INFO" if args.command in SERVICES else "WARNING"
     logs.configure(args.command, level=args.log_level)
     if args.command in SERVICES:  # `kill -USR1 <pid>`: every thread's stack to the log, the process goes on
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        with contextlib.suppress(ValueError, OSError):  # called in-process (tests): stderr has no file
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         settings: Settings = load_settings(args.config)
     except ConfigError as exc:
