@@ -38,6 +38,8 @@ class _Worker:
             self._shutdown_requested_date = datetime.now(UTC)
         elif self.ending == "raises":
             raise redis_lib.ConnectionError("Connection refused")
+        elif self.ending == "raises-readonly":  # a failover's reply, not an error class of its own
+            raise redis_lib.ResponseError("READONLY You can't write against a read only replica.")
         return False  # "quits": RQ's `except TimeoutError: ... quitting...; break`
 
 
@@ -63,7 +65,7 @@ def made(monkeypatch: pytest.MonkeyPatch) -> list[_Worker]:
     return workers
 
 
-@pytest.mark.parametrize("ending", ["quits", "raises"])
+@pytest.mark.parametrize("ending", ["quits", "raises", "raises-readonly"])
 def test_a_worker_that_quits_on_redis_is_replaced(
     made: list[_Worker], ending: str, caplog: pytest.LogCaptureFixture
 ) -> None:

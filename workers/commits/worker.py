@@ -40,7 +40,6 @@ from workers.commits.queue import commit_lines, commit_queue
 from workers.commits.scheduler import DueJobMover, move_due_jobs
 from workers.liveness import BeatingThread, LivenessBeat
 from workers.store.connection import (
-    REDIS_AWAY,
     REDIS_ERRORS,
     RedisConfigError,
     connect,
@@ -360,7 +359,9 @@ def work_through_outages(redis: redis_lib.Redis, settings: Settings, worker: Bas
                 return
             reason = RQ_LOG.take_quit_reason()
             log.warning("RQ worker %s quit unasked (%s); a new worker in %.1fs", worker.name, reason, delay)
-        except REDIS_AWAY as exc:
+        except Exception as exc:  # REDIS_AWAY, and a failover's error reply (CLUSTERDOWN, READONLY...)
+            if not redis_went_away(exc):
+                raise
             if _asked_to_stop(worker):
                 return
             RQ_LOG.take_quit_reason()  # this error is the one said
