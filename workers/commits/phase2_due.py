@@ -4,11 +4,11 @@ A commit's phase 2 is read every ``phase2PollIntervalS`` until OV says it ended.
 read cost about 75 Redis commands (the job's hash, the registries, the worker's bookkeeping):
 four reads were 300 of a commit's 411 (bench/RESULTS.md). Here the next read is an entry of
 ``Keys.phase2_due`` (the session's in-flight key -> when it is due) and its state (deadline,
-failed reads, attempt) the ``poll`` field of that in-flight slot, whose ``job`` says
-``POLLING``. Every commit worker's poller (workers.commits.poller) claims the due entries:
-``CLAIM_STALE`` hands each to one of them, moving it ``CLAIM_LEASE_S`` ahead, so an entry
-whose poller died is due again when the lease ends. ``workers.commits.run.run_poll`` records
-each read, and puts the next one here. A slot naming ``POLLING`` that is in no due set is
+failed reads, task) the ``poll`` field of that in-flight slot, whose ``job`` says ``POLLING``.
+Every commit worker's poller (workers.commits.poller) claims the due entries: ``CLAIM_STALE``
+hands each to one of them, moving it ``CLAIM_LEASE_S`` ahead, so an entry whose poller died is
+due again when the lease ends. ``workers.commits.run.read_phase2`` records each read, and puts
+the next one here. A slot naming ``POLLING`` that is in no due set is
 found by the sweep (workers.commits.request.commit_state) and put back.
 """
 

@@ -119,7 +119,6 @@ def schedule_repair(redis: redis_lib.Redis, settings: Settings, request: CommitR
         f"{request.commit_id}_repair{int(time.time() * 1000)}",
         delay_s,
         "workers.commits.repair_pool.repair_extractions",
-        in_flight=False,
         description=f"repair the suspected extractions of {tenant_of(request)}",
     )
 

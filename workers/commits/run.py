@@ -1,6 +1,8 @@
-"""The two RQ jobs of a commit: ``commit_session`` and ``poll_phase2``.
+"""A commit's RQ job ``commit_session`` and its phase-2 reads (``read_phase2``, made by each
+worker's poller: workers.commits.poller; ``poll_phase2``, the job an earlier release scheduled
+per read, still runs), and the timeout's ``recheck_phase2``.
 
-Both are idempotent against their record in ``Keys.commits``: a job run again
+Each is idempotent against its record in ``Keys.commits``: a job run again
 (RQ retry, a re-enqueued lost job) looks at the recorded outcome first and
 does only what is left. ``run_commit`` / ``run_poll`` are the bodies, callable
 without a worker (tests drive them with a fake clock, see ``commit_queue.set_clock``).

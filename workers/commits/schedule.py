@@ -24,7 +24,7 @@ from core.ov.tasks import next_read_delay
 from core.repair import is_repair_session
 from workers.commits.lines import LINE_META, background_line, line_of_request
 from workers.commits.phase2_due import PollState, put_poll
-from workers.commits.queue import COMMIT_RETRY, FOLLOW_UP_RETRY, commit_lines, commit_queue, inflight_key, now
+from workers.commits.queue import COMMIT_RETRY, FOLLOW_UP_RETRY, commit_lines, commit_queue, now
 
 log = logging.getLogger(__name__)
 
@@ -52,18 +52,11 @@ def schedule_job(
     delay_s: float,
     func: str,
     *args: Any,
-    in_flight: bool = True,
     **options: Any,
 ) -> None:
-    """Enqueue ``func(request, key_prefix, *args)`` after ``delay_s``.
-
-    For a commit in flight the slot names the job before it exists, so a reader
-    never sees a finished job there while the chain is alive; a missing one is
-    re-created. A recheck of a finished commit (``in_flight=False``) leaves the
-    slot alone: it may belong to the session's next commit by then.
-    """
-    if in_flight:
-        redis.hset(inflight_key(settings, request), "job", job_id)
+    """Enqueue ``func(request, key_prefix, *args)`` after ``delay_s``: a look after the commit
+    (a recheck, an extraction check, a repair). It leaves the in-flight slot alone: the slot
+    may belong to the session's next commit by then."""
     try:
         commit_queue(redis, settings).enqueue_in(
             timedelta(seconds=delay_s),
@@ -74,9 +67,7 @@ def schedule_job(
             job_id=job_id,
             unique=True,
             retry=FOLLOW_UP_RETRY,  # each is idempotent against the commit's record
-            # due, it goes on its line: a poll of what a person waits on is urgent as the commit
-            # is; a look after the commit (an extraction check, a repair, a recheck) is background
-            meta={LINE_META: line_of_request(request) if in_flight else background_line(request.user)},
+            meta={LINE_META: background_line(request.user)},  # due, it goes on its tenant's background line
             **options,
         )
     except DuplicateJobError:
@@ -118,7 +109,6 @@ def schedule_recheck(redis: redis_lib.Redis, settings: Settings, request: Commit
         PHASE2_RECHECK_DELAYS_S[round_],
         "workers.commits.run.recheck_phase2",
         round_,
-        in_flight=False,
         description=f"recheck phase 2 of {request.commit_id} (timed out)",
     )
     return True
@@ -137,7 +127,6 @@ def schedule_extraction_check(
         f"{request.commit_id}_extraction" + (f"{int(now() * 1000)}" if delay_s else ""),
         delay_s,
         "workers.commits.repair.check_extraction",
-        in_flight=False,
         description=f"check the extraction of {request.commit_id}",
     )
 

@@ -359,7 +359,7 @@ def work_through_outages(redis: redis_lib.Redis, settings: Settings, worker: Bas
                 return
             reason = RQ_LOG.take_quit_reason()
             log.warning("RQ worker %s quit unasked (%s); a new worker in %.1fs", worker.name, reason, delay)
-        except Exception as exc:  # REDIS_AWAY, and a failover's error reply (CLUSTERDOWN, READONLY...)
+        except Exception as exc:  # REDIS_AWAY, and a failover's error reply (READONLY, LOADING...)
             if not redis_went_away(exc):
                 raise
             if _asked_to_stop(worker):
