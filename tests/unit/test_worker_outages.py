@@ -13,6 +13,7 @@ from typing import Any, cast
 import fakeredis
 import pytest
 import redis as redis_lib
+from redis.exceptions import ClusterDownError
 
 from core.backoff import Backoff
 from core.config import Settings
@@ -108,6 +109,34 @@ def test_a_stop_while_waiting_for_redis_ends_the_loop(made: list[_Worker]) -> No
     finally:
         worker_mod._STOP.clear()
     assert made == []
+
+
+def test_a_worker_started_while_the_cluster_is_down_waits_for_it(
+    made: list[_Worker], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A node answers PING while its cluster is still down: the deployment check's CLUSTERDOWN
+    is waited out like the PING's refusal, not the process's end (it exited 1)."""
+    refusals = [ClusterDownError("The cluster is down"), redis_lib.ResponseError("LOADING Redis is loading")]
+
+    def check_deployment(client: Any, settings: Settings) -> None:
+        if refusals:
+            raise refusals.pop(0)
+
+    monkeypatch.setattr(worker_mod, "check_deployment", check_deployment)
+    settings = Settings(redis_url="redis://127.0.0.1:1/0")
+    with caplog.at_level(logging.WARNING, logger=worker_mod.__name__):
+        started = worker_mod._start_on_redis(cast(Any, fakeredis.FakeRedis()), settings)
+    assert started is made[0] and refusals == []
+    assert sum("does not serve yet" in r.getMessage() for r in caplog.records) == 2, caplog.text
+
+
+def test_a_worker_started_on_a_redis_that_fails_otherwise_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    def check_deployment(client: Any, settings: Settings) -> None:
+        raise redis_lib.ResponseError("NOPERM this user has no permissions to run the 'eval' command")
+
+    monkeypatch.setattr(worker_mod, "check_deployment", check_deployment)
+    with pytest.raises(redis_lib.ResponseError, match="NOPERM"):
+        worker_mod._start_on_redis(cast(Any, fakeredis.FakeRedis()), Settings(redis_url="redis://127.0.0.1:1/0"))
 
 
 def _rq_record(message: str, *args: object, error: BaseException | None = None) -> logging.LogRecord:

@@ -268,16 +268,15 @@ def cli_worker(settings: Settings, args: argparse.Namespace) -> int:
 
 def _run_worker(settings: Settings, args: argparse.Namespace) -> int:
     redis = connect(settings)
-    if not (_redis_answers(redis, settings) and _redis_answers(queue_client(redis, settings), settings, queue=True)):
-        return 0 if _STOP.is_set() else 2
     try:
-        check_deployment(redis, settings)
+        worker = _start_on_redis(redis, settings)
     except DeploymentMismatch as exc:
         log.error("%s", exc)
         return 2
+    if worker is None:
+        return 0 if _STOP.is_set() else 2
     if not check_at_start(settings, "ovstream worker"):
         return 2
-    worker = make_worker(redis, settings)
     burst = bool(getattr(args, "burst", False))
     log.info("RQ worker %s on queue %s (moving due jobs itself)", worker.name, settings.commit_queue_name)
     if burst:
@@ -323,6 +322,26 @@ def _redis_answers(redis: redis_lib.Redis, settings: Settings, *, queue: bool = 
         except RedisConfigError as exc:
             log.error("%s", exc)
             return False
+
+
+def _start_on_redis(redis: redis_lib.Redis, settings: Settings) -> BaseWorker | None:
+    """Wait for both Redis (start order does not matter), check the deployment and make the RQ
+    worker; None when stopped first or Redis refuses us. A cluster node answers PING while the
+    cluster is still down (its slots unserved), so what follows the PING waits that out too
+    (a worker started beside a cluster coming back exited 1 on CLUSTERDOWN)."""
+    queue_redis = queue_client(redis, settings)
+    while _redis_answers(redis, settings) and _redis_answers(queue_redis, settings, queue=True):
+        try:
+            check_deployment(redis, settings)  # DeploymentMismatch: the caller says it, exit 2
+            return make_worker(redis, settings)
+        except Exception as exc:
+            if not redis_went_away(exc):
+                raise
+            log.warning("ovstream worker: Redis answers but does not serve yet (%s); waiting", exc)
+            with _stop_on_signal():
+                if _STOP.wait(REDIS_RETRY.first_s):
+                    return None
+    return None
 
 
 def _retire(redis: redis_lib.Redis, settings: Settings, old: BaseWorker) -> None:
