@@ -138,7 +138,7 @@ def measure(processes: int, args: argparse.Namespace, redis_url: str, work: Path
             time.sleep(0.05)
         cpu0, calls0 = sum(group_cpu_seconds(w.pid) for w in workers), redis_calls_by_command(client)
         redis_cpu0, ov0 = redis_cpu_seconds(client), fake_ov_requests(ov_port)
-        monitor = RedisMonitor(redis_url, prefix) if args.by_key else None
+        monitor = RedisMonitor(redis_url, prefix, args.trace) if args.by_key or args.trace else None
         started = time.monotonic()
         requests = [request_commit(client, settings, a, reason="manual", keep_recent_count=0) for a in sessions]
         # the final outcomes, from the outcome stream every final one is appended to: one XREAD
@@ -199,6 +199,9 @@ def main() -> None:
     parser.add_argument("--breakdown", action="store_true", help="each row's Redis commands a commit, by command")
     parser.add_argument(
         "--by-key", action="store_true", help="each row's commands a commit by key family (MONITOR: Redis slows)"
+    )
+    parser.add_argument(
+        "--trace", type=Path, default=None, help="every Redis command, one a line, to this file (MONITOR)"
     )
     args = parser.parse_args()
     work = work_dir("commit-scaleout")

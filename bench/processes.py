@@ -229,9 +229,11 @@ class RedisMonitor:
     on a connection of its own; it slows Redis, so a row measured with it says so). A family
     is the key with its ids left out: ``rq:job``, ``rq:wip``, ``{prefix}:commit_inflight``."""
 
-    def __init__(self, url: str, prefix: str) -> None:
+    def __init__(self, url: str, prefix: str, trace: Path | None = None) -> None:
         self._client = redis.Redis.from_url(url)
         self._prefix = prefix
+        self._trace = trace.open("w") if trace is not None else None
+        """Every command as Redis ran it, one a line (``--trace``)."""
         self.families: dict[str, int] = {}
         self._monitor = self._client.monitor().__enter__()
         self._thread = threading.Thread(target=self._read, name="redis-monitor", daemon=True)
@@ -241,7 +243,10 @@ class RedisMonitor:
         with contextlib.suppress(Exception):  # the connection closed: done
             while True:
                 said = self._monitor.next_command()
-                family = key_family(str(said.get("command", "")), self._prefix)
+                command = str(said.get("command", ""))
+                if self._trace is not None:
+                    self._trace.write(f"{said.get('client_address', '')}:{said.get('client_port', '')} {command}\n")
+                family = key_family(command, self._prefix)
                 self.families[family] = self.families.get(family, 0) + 1
 
     def close(self) -> dict[str, int]:
@@ -250,7 +255,15 @@ class RedisMonitor:
             self._monitor.connection.disconnect()
         self._thread.join(timeout=5)
         self._client.close()
+        if self._trace is not None:
+            self._trace.close()
         return dict(self.families)
+
+
+def _an_id(segment: str) -> bool:
+    """A key segment that names one thing (a hash, a number, ``u3``), not a kind of key
+    (``phase2-due`` is a kind: a word with a digit inside)."""
+    return bool(re.search(r"\d", segment)) and not re.fullmatch(r"[a-z]+\d-[a-z-]+", segment)
 
 
 def key_family(command: str, prefix: str) -> str:
@@ -260,5 +273,5 @@ def key_family(command: str, prefix: str) -> str:
     if len(parts) < 2 or name in ("evalsha", "eval", "multi", "exec", "ping", "info", "client", "watch"):
         return name
     key = parts[1].strip('"').replace(prefix, "P")
-    kept = [s for s in re.split(r"[:{}]", key) if s and not re.search(r"\d", s)][:3]
+    kept = [s for s in re.split(r"[:{}]", key) if s and not _an_id(s)][:3]
     return f"{name} {':'.join(kept)}"

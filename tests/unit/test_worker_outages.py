@@ -18,6 +18,7 @@ from redis.exceptions import ClusterDownError
 from core.backoff import Backoff
 from core.config import Settings
 from workers.commits import worker as worker_mod
+from workers.commits.rq_logs import RQLogsTellTheTruth
 
 
 class _Worker:
@@ -61,7 +62,7 @@ def made(monkeypatch: pytest.MonkeyPatch) -> list[_Worker]:
 
     monkeypatch.setattr(worker_mod, "make_worker", make_worker)
     monkeypatch.setattr(worker_mod, "REDIS_RETRY", Backoff(0.01))
-    monkeypatch.setattr(worker_mod, "RQ_LOG", worker_mod.RQLogsTellTheTruth())  # no reason another test left
+    monkeypatch.setattr(worker_mod, "RQ_LOG", RQLogsTellTheTruth())  # no reason another test left
     worker_mod._STOP.clear()
     return workers
 
@@ -85,7 +86,7 @@ def test_a_worker_that_quits_on_redis_is_replaced(
 def test_a_worker_quitting_says_the_error_rq_ended_on(
     made: list[_Worker], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    truth = worker_mod.RQLogsTellTheTruth()
+    truth = RQLogsTellTheTruth()
     monkeypatch.setattr(worker_mod, "RQ_LOG", truth)
     refused = redis_lib.ResponseError("READONLY You can't write against a read only replica.")
     assert not truth.filter(_rq_record("Worker %s: found an unhandled exception, quitting...", "w", error=refused))
@@ -147,7 +148,7 @@ def _rq_record(message: str, *args: object, error: BaseException | None = None) 
 
 
 def test_rqs_quitting_lines_say_what_happens() -> None:
-    truth = worker_mod.RQLogsTellTheTruth()
+    truth = RQLogsTellTheTruth()
     # a Redis error ends RQ's loop: left out (work_through_outages says what follows)
     assert not truth.filter(_rq_record("Worker %s: Redis connection timeout, quitting...", "w"))
     oom = redis_lib.OutOfMemoryError("OOM command not allowed")

@@ -55,6 +55,16 @@ class LineQueue(Queue):
         self.line = line
         self._key = key
 
+    def enqueue_job(self, job: Job, pipeline: Any = None, at_front: bool = False, unique: bool = False) -> Job:
+        """RQ's, without its SADD of the queue's key to ``rq:queues`` on every push (in a
+        MULTI/EXEC of its own: 3 of a commit's Redis commands): workers read the lines from
+        ``Keys.commit_lines``, and RQ's registry of queues lists the commit queue. No commit
+        job depends on another (RQ's own path for one that does)."""
+        if job._dependency_ids:
+            return super().enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
+        job.origin = self.name
+        return self._enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
+
 
 class Doorbell(LineQueue):
     """Not a line: the list a push rings. Popped by a worker, it makes it read the lines again."""

@@ -284,5 +284,6 @@ def finish_commit(
 ) -> CommitOutcome:
     carried = {} if base is None else reached(base)
     outcome = outcome_of(request, status, finished_at=now(), **{**carried, **fields})
-    record_outcome(redis, settings, request, outcome)
-    return CommitRecords(redis, settings).outcome(request) or outcome
+    if record_outcome(redis, settings, request, outcome):
+        return outcome
+    return CommitRecords(redis, settings).outcome(request) or outcome  # the final stored before it

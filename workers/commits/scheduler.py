@@ -33,7 +33,11 @@ from workers.store.usage import USAGE_FLUSH_S, flush
 log = logging.getLogger(__name__)
 
 DUE_JOBS_TICK_S = 0.5
-"""How often a worker moves due jobs (the polls are 0.8 s apart by default)."""
+"""How often a worker moves due jobs (retries, rechecks, extraction checks, repairs: seconds apart)."""
+HEALTH_BEAT_S = 1.0
+"""How often the worker's health record and its sweep's presence are written (a process unheard
+of for ``STALE_AFTER_S``, 5 s, is unhealthy; the presence lives 5 s): five commands a beat, every
+tick (0.5 s) they were the most of an idle worker's Redis traffic."""
 DUE_JOBS_PER_TICK = 500
 """Most jobs one tick moves (the rest go on the next)."""
 
@@ -72,13 +76,15 @@ class DueJobMover(TickingThread):
         self._redis, self._settings = redis, settings
         self.worker_name = worker_name
         """The RQ worker this thread beats for (replaced when the process starts a new one)."""
-        self._next_sweep = self._next_usage = 0.0
+        self._next_sweep = self._next_usage = self._next_beat = 0.0
 
     def tick(self) -> None:
-        commit_sweep.beat(self._redis, self._settings, self.worker_name)
-        with self._redis.pipeline(transaction=False) as pipe:
-            record_health(pipe, self._settings, "worker", self.worker_name, queue=self._settings.commit_queue_name)
-            pipe.execute()
+        if time.monotonic() >= self._next_beat:
+            commit_sweep.beat(self._redis, self._settings, self.worker_name)
+            with self._redis.pipeline(transaction=False) as pipe:
+                record_health(pipe, self._settings, "worker", self.worker_name, queue=self._settings.commit_queue_name)
+                pipe.execute()
+            self._next_beat = time.monotonic() + HEALTH_BEAT_S
         move_due_jobs(self._redis, self._settings)
         if time.monotonic() >= self._next_sweep:
             commit_sweep.sweep(self._redis, self._settings)

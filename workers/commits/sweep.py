@@ -50,7 +50,7 @@ STRANDED = "stranded"
 
 
 def beat(redis: redis_lib.Redis, settings: Settings, worker_name: str) -> None:
-    """Say that the commit worker ``worker_name`` is alive (its due-job thread, every tick)."""
+    """Say that the commit worker ``worker_name`` is alive (its due-job thread, every ``HEALTH_BEAT_S``)."""
     redis.set(Keys(settings.key_prefix).commit_worker(worker_name), "1", ex=WORKER_BEAT_TTL_S)
 
 

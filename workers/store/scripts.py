@@ -179,11 +179,15 @@ return 0
 
 CLAIM_STALE = Lua("""
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[3])
-for _, id in ipairs(ids) do redis.call('ZADD', KEYS[1], ARGV[2], id) end
+if #ids == 0 then return ids end
+local moved = {}
+for i, id in ipairs(ids) do moved[2 * i - 1] = ARGV[2]; moved[2 * i] = id end
+redis.call('ZADD', KEYS[1], unpack(moved))
 return ids
 """)
-"""KEYS[1] a sorted set of things to look at. ARGV: due (score), next score, most. The due
-members, each moved to the next score: handed to exactly one of the workers asking at once."""
+"""KEYS[1] a sorted set of things to look at. ARGV: due (score), next score, most (small: one
+ZADD moves them all, its arguments on Lua's stack). The due members, each moved to the next
+score: handed to exactly one of the workers asking at once."""
 
 FORGET_IDLE_LINES = Lua("""
 local gone = 0

@@ -28,8 +28,11 @@ from workers.store.keys import Keys
 
 log = logging.getLogger(__name__)
 
-USAGE_FLUSH_S = 2.0
-"""How often a process adds its tally to Redis (at most this much is lost with a killed one)."""
+USAGE_FLUSH_S = 5.0
+"""How often a commit worker adds its tally to Redis (at most this much is lost with a killed
+one; a stopped one flushes). Usage is read by the hour and the day, and each flush costs a
+command per tenant and count, so not more often (2 s: 7 of a commit's Redis commands in
+bench/commit_scaleout.py)."""
 
 
 class UsageTally:
