@@ -44,6 +44,7 @@ from processes import (  # bench/processes.py
     ovstream_env,
     redis_calls_by_command,
     redis_cpu_seconds,
+    redis_usec_by_command,
     spawn,
     stop,
     uncap,
@@ -79,6 +80,9 @@ class Row:
     statuses: str
     by_command: dict[str, float]
     """Per commit, each command's calls (``--breakdown``), the bench's own reads left out."""
+    usec_by_command: dict[str, float]
+    """Per commit, each command's microseconds of Redis CPU (``--breakdown``; EVALSHA's include
+    its script's own calls, also counted under theirs)."""
     by_key: dict[str, float]
     """Per commit, the commands on each key family (``--by-key``: MONITOR, the bench's reads in)."""
 
@@ -137,6 +141,7 @@ def measure(processes: int, args: argparse.Namespace, redis_url: str, work: Path
                 raise RuntimeError(f"the workers did not start; see {work}")
             time.sleep(0.05)
         cpu0, calls0 = sum(group_cpu_seconds(w.pid) for w in workers), redis_calls_by_command(client)
+        usec0 = redis_usec_by_command(client)
         redis_cpu0, ov0 = redis_cpu_seconds(client), fake_ov_requests(ov_port)
         monitor = RedisMonitor(redis_url, prefix, args.trace) if args.by_key or args.trace else None
         started = time.monotonic()
@@ -163,6 +168,8 @@ def measure(processes: int, args: argparse.Namespace, redis_url: str, work: Path
         by_command["info"] -= 3  # the bench's INFOs
         by_command["xread"] -= reads  # the request, RQ's bookkeeping, the polls; not the bench's reads
         commands = sum(by_command.values()) / n
+        usec1 = redis_usec_by_command(client)
+        usec = {c: (usec1[c] - usec0.get(c, 0)) / n for c in usec1 if c not in ("info", "xread")}
         return Row(
             bench="commits",
             ov_latency_ms=args.ov_latency_ms,
@@ -177,6 +184,7 @@ def measure(processes: int, args: argparse.Namespace, redis_url: str, work: Path
             statuses=",".join(sorted({o.status for o in outcomes.values()})),
             by_command={c: k / n for c, k in sorted(by_command.items(), key=lambda i: -i[1]) if k},
             by_key={f: k / n for f, k in sorted(families.items(), key=lambda i: -i[1])},
+            usec_by_command=dict(sorted(usec.items(), key=lambda i: -i[1])),
         )
     finally:
         for proc in [*workers, ov]:
@@ -231,6 +239,8 @@ def main() -> None:
     for r in rows if args.breakdown else []:
         said = ", ".join(f"{c} {k:.1f}" for c, k in r.by_command.items() if k >= 0.05)
         print(f"{r.processes} workers, Redis commands a commit by command: {said}")
+        said = ", ".join(f"{c} {u:.0f}" for c, u in r.usec_by_command.items() if u >= 1)
+        print(f"{r.processes} workers, Redis CPU us a commit by command (EVALSHA's with its script's): {said}")
     for r in rows if args.by_key else []:
         said = "\n  ".join(f"{k:6.1f}  {f}" for f, k in r.by_key.items() if k >= 0.05)
         print(f"{r.processes} workers, Redis commands a commit by key family (MONITOR on):\n  {said}")

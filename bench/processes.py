@@ -114,6 +114,12 @@ def redis_calls_by_command(client: redis.Redis) -> dict[str, int]:
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in client.info("commandstats").items()}
 
 
+def redis_usec_by_command(client: redis.Redis) -> dict[str, int]:
+    """Microseconds of Redis CPU so far in each command (``INFO commandstats``; a script's own
+    calls counted under theirs as well as in the EVALSHA's)."""
+    return {name.removeprefix("cmdstat_"): int(v["usec"]) for name, v in client.info("commandstats").items()}
+
+
 def _group(pgid: int) -> list[tuple[str, list[str]]]:
     """(pid, the fields of /proc/<pid>/stat after the name) of each live process of group ``pgid``."""
     found = []
