@@ -9,6 +9,7 @@ from typing import Any
 import fakeredis
 import pytest
 from rq import Queue, SimpleWorker
+from rq.worker.base import StopRequested
 
 from workers.commits import rq_record
 from workers.commits.lines import LineQueue
@@ -97,3 +98,17 @@ def test_a_push_onto_a_line_does_not_register_the_line_as_an_rq_queue() -> None:
     job = line.enqueue(len, "abc", job_id="a-commit")
     assert redis.lrange("ovs:commit-line:acme", 0, -1) == [b"a-commit"]
     assert job.origin == "commits" and redis.smembers(Queue.redis_queues_keys) == set()
+
+
+def test_a_suspension_check_is_one_command_until_rq_suspend_is_said(
+    worker: tuple[_Worker, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made, redis = worker
+    sent: list[str] = []
+    monkeypatch.setattr(made.connection, "exists", lambda *keys: sent.append("EXISTS") or 0)
+    made.check_for_suspension(burst=False)
+    assert sent == ["EXISTS"]
+    monkeypatch.undo()
+    redis.set("rq:suspended", 1)
+    with pytest.raises(StopRequested):  # RQ's own handling once suspended: a burst ends
+        made.check_for_suspension(burst=True)

@@ -10,7 +10,8 @@ state and counters; nothing of ovstream does (``ovstream status`` and ``/metrics
 ovstream's own health records, workers.store.health; a job's own heartbeat, its execution and
 the registries RQ's maintenance reads are untouched). So here the heartbeat is written when
 the hash's lifetime would otherwise fall short (at most every ``HEARTBEAT_EVERY_S``), the state
-when it changes, and the counters not at all.
+when it changes, and the counters not at all; and two steps RQ takes around each job that
+a commit worker does not need cost one command, or none.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 from typing import Any
+
+from rq.suspension import WORKERS_SUSPENDED
 
 HEARTBEAT_EVERY_S = 5.0
 """A heartbeat RQ asks for is written when the hash's lifetime left is this much short of what
@@ -46,6 +49,19 @@ class LeanWorkerRecord:
     def set_state(self, state: str, pipeline: Any = None) -> None:
         if state != getattr(self, "_state", None):
             super().set_state(state, pipeline)  # type: ignore[misc]
+
+    def check_for_suspension(self, burst: bool) -> None:
+        """RQ's check before each dequeue (``rq suspend``), as one EXISTS: RQ's own is a MULTI
+        with a heartbeat and the EXISTS, three commands a job once the heartbeat is not due.
+        Suspended: RQ's own wait, as ever."""
+        self.heartbeat()
+        if self.connection.exists(WORKERS_SUSPENDED):  # type: ignore[attr-defined]
+            super().check_for_suspension(burst)  # type: ignore[misc]
+
+    def prepare_job_execution(self, job: Any, remove_from_intermediate_queue: bool = False) -> None:
+        """RQ's, without its LREM of the job from RQ's intermediate list: a commit worker's
+        dequeue pops the job (BLPOP over its lines, workers.commits.lines), never moves it there."""
+        super().prepare_job_execution(job, remove_from_intermediate_queue=False)  # type: ignore[misc]
 
     def set_current_job_working_time(self, current_job_working_time: float, pipeline: Any = None) -> None:
         """Not kept (a SimpleWorker only ever sets it to 0)."""
