@@ -4,14 +4,14 @@ it changes, the counters never; what RQ reads of it (the lifetime) stays what it
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import fakeredis
 import pytest
 from rq import Queue, SimpleWorker
-from rq.worker.base import StopRequested
+from rq.exceptions import StopRequested
 
-from workers.commits import rq_record
 from workers.commits.lines import LineQueue
 from workers.commits.rq_record import HEARTBEAT_EVERY_S, LeanWorkerRecord
 
@@ -31,7 +31,7 @@ class _Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
     ticking = _Clock()
-    monkeypatch.setattr(rq_record.time, "monotonic", ticking)
+    monkeypatch.setattr(time, "monotonic", ticking)
     return ticking
 
 
@@ -43,7 +43,7 @@ def worker(clock: _Clock) -> tuple[_Worker, Any]:
     return made, redis
 
 
-def _beat_said(redis: Any, worker: _Worker) -> bytes | None:
+def _beat_said(redis: Any, worker: _Worker) -> Any:
     return redis.hget(worker.key, "last_heartbeat")
 
 
@@ -105,7 +105,12 @@ def test_a_suspension_check_is_one_command_until_rq_suspend_is_said(
 ) -> None:
     made, redis = worker
     sent: list[str] = []
-    monkeypatch.setattr(made.connection, "exists", lambda *keys: sent.append("EXISTS") or 0)
+
+    def exists(*keys: str) -> int:
+        sent.append("EXISTS")
+        return 0
+
+    monkeypatch.setattr(made.connection, "exists", exists)
     made.check_for_suspension(burst=False)
     assert sent == ["EXISTS"]
     monkeypatch.undo()
