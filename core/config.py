@@ -15,6 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core import defaults as d
+from core import redis_layout
 from core.config_models import QUOTA_KINDS, RpcCredential, TenantQuota
 from core.config_names import (
     ConfigError,
@@ -104,6 +105,13 @@ class Settings(BaseSettings):
     queue_redis_url: str | None = Field(None, repr=False)
     """The Redis of the RQ commit queue (default: ``redis_url``). RQ does not speak Redis
     Cluster, so with ``redis_cluster`` the queue lives on a plain Redis of its own."""
+    queue_redis_urls: Annotated[tuple[str, ...], NoDecode] = Field((), repr=False)
+    """Several Redis for the RQ commit queue, when one is not enough (a list, or comma
+    separated in the environment; instead of ``queue_redis_url``): a session's commits always
+    go to the same one (by a hash of the session: core.queue_routing), a worker serves all of
+    them unless ``ovstream worker --queue`` names some, and status, the console, KEDA's scaler
+    and the sweep see them all. A Redis appended takes about 1/n of the sessions' next commits;
+    a commit in flight is found on the queue it was put on, wherever the sweep looks."""
     publish_replicas: int = Field(0, ge=0, le=16)
     """Replicas that must hold a turn before a publish counts it delivered (Redis ``WAIT``); a
     turn they do not confirm within ``publish_replicas_timeout_ms`` is not acknowledged and is
@@ -301,24 +309,16 @@ class Settings(BaseSettings):
     @field_validator("redis_url", "queue_redis_url")
     @classmethod
     def _redis_url(cls, v: str | None) -> str | None:
-        if v is not None and not v.startswith(("redis://", "rediss://", "unix://", "fakeredis://")):
-            raise ValueError("must be a redis://, rediss://, unix:// or fakeredis:// URL")
-        return v
+        return None if v is None else redis_layout.check_url(v)
+
+    @field_validator("queue_redis_urls")
+    @classmethod
+    def _queue_redis_urls(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return redis_layout.check_queue_urls(v)
 
     @model_validator(mode="after")
-    def _cluster_needs_its_queue(self) -> Settings:
-        if self.redis_cluster:
-            if not self.redis_url.startswith(("redis://", "rediss://")):
-                raise ValueError("redisCluster: redisUrl must be a redis:// or rediss:// URL of a cluster node")
-            if self.queue_redis_url is None:
-                raise ValueError(
-                    "redisCluster: set queueRedisUrl to a plain (non-cluster) Redis for the RQ commit queue;"
-                    " RQ does not speak Redis Cluster"
-                )
-            if self.redis_sentinels:
-                raise ValueError("redisSentinels: a Redis Cluster fails over by itself; set one of the two")
-        if self.redis_sentinels and self.embedded_redis:
-            raise ValueError("redisSentinels: redisUrl must be a redis:// or rediss:// URL, not the embedded one")
+    def _layout(self) -> Settings:
+        redis_layout.check_layout(self)
         return self
 
     @field_validator("redaction_personal", "redaction_custom_patterns")
@@ -327,7 +327,9 @@ class Settings(BaseSettings):
         check_personal(v) if info.field_name == "redaction_personal" else custom_rules(v)
         return v
 
-    @field_validator("bypass_session_patterns", "redis_sentinels", "redaction_personal", mode="before")
+    @field_validator(
+        "bypass_session_patterns", "redis_sentinels", "redaction_personal", "queue_redis_urls", mode="before"
+    )
     @classmethod
     def _patterns(cls, v: Any) -> Any:
         if isinstance(v, str):  # env var: comma separated
@@ -337,11 +339,7 @@ class Settings(BaseSettings):
     @field_validator("redis_sentinels")
     @classmethod
     def _sentinels(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        for address in v:
-            host, _, port = address.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ValueError(f"{address!r} is not host:port")
-        return v
+        return redis_layout.check_sentinels(v)
 
     @property
     def sentinel_addresses(self) -> list[tuple[str, int]]:
@@ -362,8 +360,14 @@ class Settings(BaseSettings):
 
     @property
     def rq_redis_url(self) -> str:
-        """Where the RQ commit queue lives: ``queue_redis_url``, else ``redis_url``."""
-        return self.queue_redis_url or self.redis_url
+        """Where the (first) RQ commit queue lives: ``queue_redis_urls[0]``, ``queue_redis_url``,
+        else ``redis_url``."""
+        return self.queue_redis_urls[0] if self.queue_redis_urls else self.queue_redis_url or self.redis_url
+
+    @property
+    def queue_urls(self) -> tuple[str, ...]:
+        """Every Redis of the RQ commit queue, in order (index ``i``: queue ``i``)."""
+        return self.queue_redis_urls or (self.rq_redis_url,)
 
     @property
     def credentials(self) -> dict[str, RpcCredential]:

@@ -310,9 +310,10 @@ def read_scaling(client: redis.Redis, settings: Settings) -> dict[str, Any]:
 
 def _where(settings: Settings) -> str:
     store = settings.redacted_redis_url() + (" (cluster)" if settings.redis_cluster else "")
-    if settings.rq_redis_url == settings.redis_url:
+    if settings.queue_urls == (settings.redis_url,):
         return store
-    return f"{store}, commit queue on {settings.redacted_redis_url(settings.rq_redis_url)}"
+    queues = ", ".join(settings.redacted_redis_url(url) for url in settings.queue_urls)
+    return f"{store}, commit queue on {queues}"
 
 
 # --- lag over time: the console's chart -----------------------------------------------------

@@ -45,7 +45,8 @@ async def test_four_workers_four_shards_keep_each_sessions_order(redis_client, s
     assert len(batch_calls) < len(sessions) * turns
     # each entry written once: by its owner, or by one that lost the shard before acking it (then
     # found written and acked by the next: settled), never by both
-    assert sum(w.stats.applied + w.stats.settled for w in workers) == len(sessions) * turns
+    counted = sum(w.stats.applied + w.stats.settled for w in workers)
+    assert counted == len(sessions) * turns, [(w.consumer, w.stats) for w in workers]
 
 
 async def test_workers_spread_over_the_shards(redis_client, settings, fake_ov):

@@ -79,12 +79,14 @@ class Deployment:
         self.settings = Settings(**self.values)
         self.env = settings_env(self.values)
 
-    def start(self, name: str, tree: Path | None = None) -> None:
-        """Start ``name`` from this checkout, or from the source ``tree`` of another release
-        (its packages ahead of this checkout's on the path, with this one's dependencies)."""
+    def start(self, name: str, tree: Path | None = None, args: tuple[str, ...] = ()) -> None:
+        """Start ``name`` (with the command's ``args``) from this checkout, or from the source
+        ``tree`` of another release (its packages ahead of this checkout's on the path, with
+        this one's dependencies)."""
         role = name.split("-", 1)[0]
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 (the child keeps it)
         command = [*ovstream_command(), role] if tree is None else [sys.executable, "-m", "workers.cli", role]
+        command += args
         env = self.env if tree is None else {**self.env, "PYTHONPATH": str(tree)}
         self.procs[name] = subprocess.Popen(
             command,

@@ -27,6 +27,7 @@ from workers.commits.queue import (
     job_error,
     job_state,
     now,
+    queue_of,
 )
 from workers.commits.records import (
     FINAL_STATUSES,
@@ -71,7 +72,7 @@ def commit_state(
         return "waiting", None
     if job_id == POLLING:
         return ("live" if is_due_read(redis, settings, inflight_key(settings, request)) else "stranded"), None
-    return job_state(redis, settings, job_id)
+    return job_state(redis, settings, job_id, queue_of(settings, request.address))
 
 
 def fail_crashed(

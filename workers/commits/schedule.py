@@ -24,7 +24,7 @@ from core.ov.tasks import next_read_delay
 from core.repair import is_repair_session
 from workers.commits.lines import LINE_META, background_line, line_of_request
 from workers.commits.phase2_due import PollState, put_poll
-from workers.commits.queue import COMMIT_RETRY, FOLLOW_UP_RETRY, commit_lines, commit_queue, now
+from workers.commits.queue import COMMIT_RETRY, FOLLOW_UP_RETRY, commit_lines, commit_queue, now, queue_of
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def schedule_job(
     (a recheck, an extraction check, a repair). It leaves the in-flight slot alone: the slot
     may belong to the session's next commit by then."""
     try:
-        commit_queue(redis, settings).enqueue_in(
+        commit_queue(redis, settings, queue_of(settings, request.address)).enqueue_in(
             timedelta(seconds=delay_s),
             func,  # its dotted path
             encode(request).decode(),
@@ -135,9 +135,9 @@ def enqueue_commit(
     redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, job_id: str | None = None
 ) -> None:
     """Enqueue ``request``'s ``commit_session`` job (under ``job_id``, else its commit id) on its
-    line (its tenant's, urgent or not: core.fairness)."""
+    line (its tenant's, urgent or not: core.fairness) of its session's queue (``queue_of``)."""
     try:
-        commit_lines(redis, settings).enqueue(
+        commit_lines(redis, settings, queue_of(settings, request.address)).enqueue(
             line_of_request(request),
             "workers.commits.run.commit_session",
             encode(request).decode(),

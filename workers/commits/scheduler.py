@@ -42,15 +42,16 @@ DUE_JOBS_PER_TICK = 500
 """Most jobs one tick moves (the rest go on the next)."""
 
 
-def move_due_jobs(redis: redis_lib.Redis, settings: Settings) -> int:
-    """Enqueue the commit queue's scheduled jobs that are due, each on its line; returns how many."""
-    queue = commit_queue(redis, settings)
+def move_due_jobs(redis: redis_lib.Redis, settings: Settings, index: int = 0) -> int:
+    """Enqueue the scheduled jobs of commit queue ``index`` that are due, each on its line;
+    returns how many."""
+    queue = commit_queue(redis, settings, index)
     due = CLAIM_DUE_JOBS(queue.connection, [queue.scheduled_job_registry.key], [int(time.time()), DUE_JOBS_PER_TICK])
     ids = [text(i) for i in due]
     if not ids:
         return 0
     jobs = [job for job in Job.fetch_many(ids, connection=queue.connection) if job is not None]
-    lines = commit_lines(redis, settings)
+    lines = commit_lines(redis, settings, index)
     their_lines = [line_of_job(job) for job in jobs]
     new = lines.enter(set(their_lines))  # registered before the push: no worker misses one
     with queue.connection.pipeline() as pipe:
@@ -64,33 +65,42 @@ def move_due_jobs(redis: redis_lib.Redis, settings: Settings) -> int:
 
 
 class DueJobMover(TickingThread):
-    """Every ``DUE_JOBS_TICK_S`` until ``stop``: the worker's heartbeat, ``move_due_jobs`` and,
+    """Every ``DUE_JOBS_TICK_S`` until ``stop``: the worker's heartbeat, ``move_due_jobs`` (of
+    each of the process's ``queues``) and,
     when due, a sweep of the in-flight commits (workers.commits.sweep) and the deployment's
     expiry of old dead letters (workers.store.dead_letters). A thread of its
     own, so the heartbeat goes on while a job runs. Redis trouble waits for the next tick."""
 
-    def __init__(self, redis: redis_lib.Redis, settings: Settings, worker_name: str) -> None:
+    def __init__(
+        self, redis: redis_lib.Redis, settings: Settings, worker_name: str, queues: tuple[int, ...] = (0,)
+    ) -> None:
         super().__init__(
             "ovstream-due-jobs", DUE_JOBS_TICK_S, away="due commit jobs not moved", back="due commit jobs move again"
         )
-        self._redis, self._settings = redis, settings
+        self._redis, self._settings, self._queues = redis, settings, queues
         self.worker_name = worker_name
         """The RQ worker this thread beats for (replaced when the process starts a new one)."""
+        self.more_workers: dict[int, str] = {}
+        """The RQ workers of the process's other queues (workers.commits.more_queues), by queue:
+        their jobs' worker is alive while this thread beats for them too."""
         self._next_sweep = self._next_usage = self._next_beat = 0.0
 
     def tick(self) -> None:
         if time.monotonic() >= self._next_beat:
-            commit_sweep.beat(self._redis, self._settings, self.worker_name)
+            for name in [self.worker_name, *self.more_workers.values()]:
+                commit_sweep.beat(self._redis, self._settings, name)
             with self._redis.pipeline(transaction=False) as pipe:
                 record_health(pipe, self._settings, "worker", self.worker_name, queue=self._settings.commit_queue_name)
                 pipe.execute()
             self._next_beat = time.monotonic() + HEALTH_BEAT_S
-        move_due_jobs(self._redis, self._settings)
+        for index in self._queues:
+            move_due_jobs(self._redis, self._settings, index)
         if time.monotonic() >= self._next_sweep:
             commit_sweep.sweep(self._redis, self._settings)
             CommitRecords(self._redis, self._settings).announce_left()
             expire_dead_letters(self._redis, self._settings, self.worker_name)
-            commit_lines(self._redis, self._settings).forget_idle()
+            for index in self._queues:
+                commit_lines(self._redis, self._settings, index).forget_idle()
             # twice per interval: an entry falls due at most half an interval before it is seen
             self._next_sweep = time.monotonic() + commit_sweep.SWEEP_INTERVAL_S / 2
         if time.monotonic() >= self._next_usage:  # the usage this process's jobs counted

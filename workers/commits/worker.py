@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 
 import redis as redis_lib
 from rq import Queue, SimpleWorker
+from rq.defaults import DEFAULT_WORKER_TTL
 from rq.timeouts import TimerDeathPenalty
 from rq.worker import BaseWorker
 
@@ -34,9 +35,9 @@ from core.ov.version import check_at_start
 from workers.commits import sweep as commit_sweep
 from workers.commits.context import context_for, register
 from workers.commits.lines import CommitLines, CommitQueue
-from workers.commits.phase2_due import due_reads
+from workers.commits.more_queues import MoreQueueWorker, queues_said, served_queues
 from workers.commits.poller import PhasePoller, run_due_polls
-from workers.commits.queue import commit_lines, commit_queue
+from workers.commits.queue import commit_lines, commit_queue, job_counts
 from workers.commits.rq_logs import RQ_LOG
 from workers.commits.rq_record import LeanWorkerRecord
 from workers.commits.scheduler import DueJobMover, move_due_jobs
@@ -116,8 +117,10 @@ class EmbeddedWorker(CommitWorker):
         """The host process owns the signals."""
 
 
-def make_worker(redis: redis_lib.Redis, settings: Settings, *, embedded: bool = False) -> BaseWorker:
-    """An RQ worker on the commit queue; jobs in this process use ``settings``."""
+def make_worker(
+    redis: redis_lib.Redis, settings: Settings, *, embedded: bool = False, index: int = 0, worker_ttl: int | None = None
+) -> BaseWorker:
+    """An RQ worker on commit queue ``index``; jobs in this process use ``settings``."""
     register(settings)
     rq_log = logging.getLogger("rq.worker")
     if RQ_LOG not in rq_log.filters:
@@ -126,18 +129,22 @@ def make_worker(redis: redis_lib.Redis, settings: Settings, *, embedded: bool = 
     # (workers.commits.context) keeps one event loop, OV pool and Redis client for all.
     cls: type[BaseWorker] = EmbeddedWorker if embedded else CommitWorker
     # Registries (abandoned jobs of a killed worker among them) are cleaned this often.
-    queue = commit_queue(redis, settings)
-    worker = cls([queue], connection=queue.connection, maintenance_interval=MAINTENANCE_INTERVAL_S)
+    queue = commit_queue(redis, settings, index)
+    worker = cls(
+        [queue],
+        connection=queue.connection,
+        maintenance_interval=MAINTENANCE_INTERVAL_S,
+        worker_ttl=worker_ttl or DEFAULT_WORKER_TTL,
+    )
     if isinstance(worker, CommitWorker):
-        worker.lines = commit_lines(redis, settings)
+        worker.lines = commit_lines(redis, settings, index)
     return worker
 
 
 def jobs_waiting(redis: redis_lib.Redis, settings: Settings) -> int:
     """Jobs queued (on any line) or scheduled on the commit queue, and phase-2 reads due."""
-    queue = commit_queue(redis, settings)
-    scheduled = int(queue.scheduled_job_registry.count)
-    return commit_lines(redis, settings).queued() + scheduled + due_reads(redis, settings)
+    counts = job_counts(redis, settings)
+    return counts["queued"] + counts["scheduled"] + counts["polling"]
 
 
 def drain_jobs(
@@ -152,12 +159,13 @@ def drain_jobs(
 
     Returns False when ``timeout_s`` passed first.
     """
-    worker = make_worker(redis, settings, embedded=True)
+    workers = [make_worker(redis, settings, embedded=True, index=i) for i in range(len(settings.queue_urls))]
     deadline = time.monotonic() + timeout_s
     while True:
-        commit_sweep.beat(redis, settings, worker.name)  # its jobs are not taken for orphans
-        move_due_jobs(redis, settings)
-        worker.work(burst=True, logging_level="WARNING")
+        for index, worker in enumerate(workers):
+            commit_sweep.beat(redis, settings, worker.name)  # its jobs are not taken for orphans
+            move_due_jobs(redis, settings, index)
+            worker.work(burst=True, logging_level="WARNING")
         run_due_polls(redis, settings, context_for(settings.key_prefix))
         done = until() if until is not None else jobs_waiting(redis, settings) == 0
         if done:
@@ -206,6 +214,13 @@ def run_embedded_worker(
 
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--burst", action="store_true", help="run the queued jobs, then exit")
+    parser.add_argument(
+        "--queue",
+        type=int,
+        action="append",
+        metavar="N",
+        help="serve the commit queue on queueRedisUrls[N] (repeat for more; default: every one)",
+    )
 
 
 def cli_worker(settings: Settings, args: argparse.Namespace) -> int:
@@ -222,9 +237,13 @@ def cli_worker(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _run_worker(settings: Settings, args: argparse.Namespace) -> int:
+    queues = served_queues(settings, getattr(args, "queue", None))
+    if isinstance(queues, str):
+        log.error("%s", queues)
+        return 2
     redis = connect(settings)
     try:
-        worker = _start_on_redis(redis, settings)
+        worker = _start_on_redis(redis, settings, queues)
     except DeploymentMismatch as exc:
         log.error("%s", exc)
         return 2
@@ -233,19 +252,30 @@ def _run_worker(settings: Settings, args: argparse.Namespace) -> int:
     if not check_at_start(settings, "ovstream worker"):
         return 2
     burst = bool(getattr(args, "burst", False))
-    log.info("RQ worker %s on queue %s (moving due jobs itself)", worker.name, settings.commit_queue_name)
+    log.info(
+        "RQ worker %s on queue %s%s (moving due jobs itself)",
+        worker.name,
+        settings.commit_queue_name,
+        queues_said(settings, queues),
+    )
     if burst:
-        move_due_jobs(redis, settings)
-        worker.work(burst=True)
+        for index in queues:
+            move_due_jobs(redis, settings, index)
+            (worker if index == queues[0] else make_worker(redis, settings, index=index)).work(burst=True)
         run_due_polls(redis, settings, context_for(settings.key_prefix))
         return 0
-    mover = DueJobMover(connect(settings), settings, worker.name)  # workers.commits.scheduler: why not RQ's
+    mover = DueJobMover(connect(settings), settings, worker.name, queues)  # workers.commits.scheduler: why not RQ's
     mover.start()
     poller = PhasePoller(connect(settings), settings)  # workers.commits.phase2_due: why not RQ jobs
     poller.start()
+    more = [MoreQueueWorker(redis, settings, index, mover, make_worker) for index in queues[1:]]
+    for thread in more:
+        thread.start()
     try:
-        work_through_outages(redis, settings, worker, mover)
+        work_through_outages(redis, settings, worker, mover, queues[0])
     finally:
+        for thread in more:
+            thread.stop()
         mover.stop()
         poller.stop()
     return 0
@@ -266,29 +296,31 @@ def _stop_on_signal() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _redis_answers(redis: redis_lib.Redis, settings: Settings, *, queue: bool = False) -> bool:
+def _redis_answers(redis: redis_lib.Redis, settings: Settings, *, queue: int | None = None) -> bool:
     """Wait for Redis (the store, or the ``queue``'s) before RQ touches it (start order does not
     matter): True once it answers; False when stopped while waiting, or Redis refuses us
     (logged, a config error)."""
     with _stop_on_signal():
         try:
-            url = settings.rq_redis_url if queue else settings.redis_url
+            url = settings.redis_url if queue is None else settings.queue_urls[queue]
             return wait_for_redis(redis, settings, "ovstream worker", _STOP.is_set, url=url)
         except RedisConfigError as exc:
             log.error("%s", exc)
             return False
 
 
-def _start_on_redis(redis: redis_lib.Redis, settings: Settings) -> BaseWorker | None:
-    """Wait for both Redis (start order does not matter), check the deployment and make the RQ
-    worker; None when stopped first or Redis refuses us. A cluster node answers PING while the
-    cluster is still down (its slots unserved), so what follows the PING waits that out too
-    (a worker started beside a cluster coming back exited 1 on CLUSTERDOWN)."""
-    queue_redis = queue_client(redis, settings)
-    while _redis_answers(redis, settings) and _redis_answers(queue_redis, settings, queue=True):
+def _start_on_redis(redis: redis_lib.Redis, settings: Settings, queues: tuple[int, ...] = (0,)) -> BaseWorker | None:
+    """Wait for the store and the ``queues``' Redis (start order does not matter), check the
+    deployment and make the RQ worker of the first queue; None when stopped first or Redis
+    refuses us. A cluster node answers PING while the cluster is still down (its slots
+    unserved), so what follows the PING waits that out too (a worker started beside a
+    cluster coming back exited 1 on CLUSTERDOWN)."""
+    while _redis_answers(redis, settings) and all(
+        _redis_answers(queue_client(redis, settings, i), settings, queue=i) for i in queues
+    ):
         try:
             check_deployment(redis, settings)  # DeploymentMismatch: the caller says it, exit 2
-            return make_worker(redis, settings)
+            return make_worker(redis, settings, index=queues[0])
         except Exception as exc:
             if not redis_went_away(exc):
                 raise
@@ -316,7 +348,9 @@ def _asked_to_stop(worker: BaseWorker) -> bool:
     return getattr(worker, "_shutdown_requested_date", None) is not None or _STOP.is_set()
 
 
-def work_through_outages(redis: redis_lib.Redis, settings: Settings, worker: BaseWorker, mover: DueJobMover) -> None:
+def work_through_outages(
+    redis: redis_lib.Redis, settings: Settings, worker: BaseWorker, mover: DueJobMover, index: int = 0
+) -> None:
     """``worker.work()`` until it stops as asked (SIGTERM); when Redis goes away, a new worker
     once it answers again. RQ's loop quits on a Redis timeout or error (it logs "Redis
     connection timeout, quitting..." and returns, or raises outside its dequeue wait), and a
@@ -346,7 +380,7 @@ def work_through_outages(redis: redis_lib.Redis, settings: Settings, worker: Bas
             if _STOP.wait(delay) or not _redis_answers(redis, settings):
                 return
             try:
-                old, worker = worker, make_worker(redis, settings)
+                old, worker = worker, make_worker(redis, settings, index=index)
             except REDIS_ERRORS:
                 continue
             _retire(redis, settings, old)

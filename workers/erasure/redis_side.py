@@ -117,8 +117,13 @@ def _cancel_jobs(
     redis: redis_lib.Redis, settings: Settings, commits: set[str], removed: Counter[str], *, dry_run: bool
 ) -> None:
     """The commit jobs (commit, polls, rechecks, checks, repairs) of the scope's commits: cancelled
-    and deleted, so none writes a record of them again."""
-    queue_redis = queue_client(redis, settings)
+    and deleted, so none writes a record of them again; on every queue Redis (a scope's
+    sessions are spread over them: core.queue_routing)."""
+    for index in range(len(settings.queue_urls)):
+        _cancel_jobs_on(queue_client(redis, settings, index), commits, removed, dry_run=dry_run)
+
+
+def _cancel_jobs_on(queue_redis: redis_lib.Redis, commits: set[str], removed: Counter[str], *, dry_run: bool) -> None:
     for commit_id in commits:
         for raw in queue_redis.scan_iter(match=f"rq:job:{glob_escape(commit_id)}*", count=SCAN_COUNT):
             job_id = text(raw)[len("rq:job:") :]

@@ -259,11 +259,11 @@ _queue_clients: dict[str, redis.Redis] = {}
 _queue_clients_lock = threading.Lock()
 
 
-def queue_client(store: redis.Redis, settings: Settings) -> redis.Redis:
-    """The client of the RQ commit queue, for code holding a store client: ``store`` itself
-    when the queue shares its (plain) server, else this process's one client of
-    ``queue_redis_url`` (thread-safe, as redis-py clients are)."""
-    url = settings.rq_redis_url
+def queue_client(store: redis.Redis, settings: Settings, index: int = 0) -> redis.Redis:
+    """The client of the RQ commit queue (of queue ``index``: ``queue_redis_urls``), for code
+    holding a store client: ``store`` itself when the queue shares its (plain) server, else
+    this process's one client of that Redis (thread-safe, as redis-py clients are)."""
+    url = settings.queue_urls[index]
     if settings.embedded_redis or (url == settings.redis_url and not settings.redis_cluster):
         return store
     with _queue_clients_lock:
