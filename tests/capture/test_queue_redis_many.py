@@ -5,7 +5,8 @@ real processes: a store redis-server, two queue redis-servers, the FakeOV over H
 Under a steady load the sessions' commits go to both queues (each session's always to its
 own: core.queue_routing); one worker serving both stops within 10 s of SIGTERM; then one
 worker per queue (``--queue``), one of them SIGKILLed mid-way and started again, and one
-queue Redis SIGKILLed and started again (durable) under the load. Afterwards
+queue Redis SIGKILLed and started again (durable) under the load; and an idle worker of two
+queues ends both of its RQ workers on SIGTERM. Afterwards
 every session holds every turn once, in order, every commit is final and completed, each
 queue Redis ran commits of its own sessions only, and ``ovstream status`` sees both.
 """
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 
 import redis
-from rq import Queue
+from rq import Queue, Worker
 
 from core.session import SessionAddress
 from tests.helpers.chaos import Deployment, Ledger, Load, expected_ids, measure
@@ -67,6 +68,12 @@ def test_commits_over_two_queue_redis_lose_nothing_and_each_queue_keeps_its_sess
         stopping = time.monotonic()
         assert deploy.terminate("worker", timeout_s=10) == 0  # both of its RQ workers within 10 s
         print(f"\nthe worker of two queues stopped {time.monotonic() - stopping:.1f} s after SIGTERM")
+        for server in queues:  # each of its RQ workers ended as RQ ends one (none left registered)
+            client = redis.Redis.from_url(server.url)
+            try:
+                assert Worker.all(connection=client) == [], server.url
+            finally:
+                client.close()
 
         deploy.start("worker-a", args=("--queue", "0"))
         deploy.start("worker-b", args=("--queue", "1"))
@@ -112,6 +119,36 @@ def test_commits_over_two_queue_redis_lose_nothing_and_each_queue_keeps_its_sess
         if load is not None:
             load.finishing.set()
         ledger.close()
+        deploy.stop()
+        for server in queues:
+            server.stop()
+
+
+def test_an_idle_worker_of_two_queue_redis_ends_each_of_its_rq_workers_on_sigterm(
+    redis_url: str, fake_ov_url: str, tmp_path: Path
+) -> None:
+    """The RQ worker of the second queue blocks in its dequeue in a thread of its own: SIGTERM
+    ends it as RQ ends one (registered no more), not with the process (it stayed in RQ's
+    registry, and the stop waited for it)."""
+    queues = [start_redis_server(), start_redis_server()]
+    values = {
+        "base_url": fake_ov_url,
+        "redis_url": redis_url,
+        "queue_redis_urls": [q.url for q in queues],
+        "key_prefix": unique("qi"),
+    }
+    deploy = Deployment(values, tmp_path)
+    clients = [redis.Redis.from_url(q.url) for q in queues]
+    try:
+        deploy.start("worker")
+        measure(lambda: all(Worker.all(connection=c) for c in clients), timeout_s=60, what="an RQ worker on each")
+        time.sleep(1.0)  # both blocked in their dequeue
+        assert deploy.terminate("worker", timeout_s=10) == 0
+        assert [Worker.all(connection=c) for c in clients] == [[], []]
+        assert "Traceback" not in deploy.log("worker", lines=10_000)
+    finally:
+        for client in clients:
+            client.close()
         deploy.stop()
         for server in queues:
             server.stop()

@@ -98,6 +98,8 @@ class CommitQueue(Queue):
             key, job_id = as_text(popped[0]), as_text(popped[1])
             queue = by_key[key]
             if isinstance(queue, Doorbell):
+                if queue.lines.closing:  # its worker is stopping: RQ's loop ends on no job
+                    return None
                 queue.lines.stale = True
                 raise DequeueTimeout(timeout, list(by_key))
             try:
@@ -118,6 +120,9 @@ class CommitLines:
         self.rotation: list[str] = []
         """Tenants' tags in the order this worker serves them next (core.fairness)."""
         self.stale = True
+        self.closing = False
+        """Set (with a ring) to end the blocked dequeue of the worker reading these lines: RQ's
+        loop takes "no job" for its end (workers.commits.more_queues stops its workers so)."""
         self._read_at = 0.0
         self._lines: list[str] = []
         """The lines as this worker last read them (``LINES_FRESH_S``)."""

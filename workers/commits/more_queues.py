@@ -4,10 +4,10 @@ worker in a thread for each after the first.
 RQ's worker is bound to one Redis, and only the main thread may install its signal handlers:
 the first queue's worker is the process's own (SIGTERM, ``work_through_outages``); each other
 queue gets an ``EmbeddedWorker`` (no signal handlers, timer timeouts) in a thread of its own,
-working as that one does. Its blocking dequeue cannot be woken by a flag, so its RQ lifetime
-is short (``DEQUEUE_WAIT_S``): an idle dequeue returns that often, and the thread sees a stop
-then. The process's due-job thread moves due jobs of every queue it serves and beats for each
-of its RQ workers (a job's worker is alive while it beats: workers.commits.sweep).
+working as that one does. Its blocking dequeue is ended by a ring of its queue's doorbell
+with its lines ``closing`` (RQ's loop takes "no job" for its end). The process's due-job
+thread moves due jobs of every queue it serves and beats for each of its RQ workers (a job's
+worker is alive while it beats: workers.commits.sweep).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import redis as redis_lib
 
 from core.backoff import Backoff
 from core.config import Settings
-from workers.store.connection import redis_went_away
+from workers.store.connection import REDIS_ERRORS, redis_went_away
 
 if TYPE_CHECKING:
     from workers.commits.scheduler import DueJobMover
@@ -31,13 +31,10 @@ log = logging.getLogger(__name__)
 MakeWorker = Callable[..., Any]
 """``workers.commits.worker.make_worker``'s shape (an RQ worker of a queue)."""
 
-DEQUEUE_WAIT_S = 3
-"""How long an extra queue's idle dequeue blocks before its worker looks at the stop flag."""
 STOP_WAIT_S = 4.0
 """How long a stopping process waits for an extra queue's worker (with the phase-2 poller's
 5 s, within the 10 s a stop may take). A job it still runs then ends with the process: the
 sweep takes it for lost once its worker's beat lapses and enqueues it again."""
-_WORKER_TTL_S = DEQUEUE_WAIT_S + 15  # RQ blocks for its worker_ttl - 15 s
 _RETRY = Backoff(0.5, 5.0)
 
 
@@ -74,7 +71,7 @@ class MoreQueueWorker(threading.Thread):
         self._make = make
         """``workers.commits.worker.make_worker`` (that module starts these threads)."""
         self._stopping = threading.Event()
-        self._worker: object | None = None
+        self._worker: Any = None
 
     def run(self) -> None:
         failures = 0
@@ -82,13 +79,14 @@ class MoreQueueWorker(threading.Thread):
         while not self._stopping.is_set():
             try:
                 if worker is None:
-                    worker = self._make(
-                        self._redis, self._settings, embedded=True, index=self._index, worker_ttl=_WORKER_TTL_S
-                    )
+                    worker = self._make(self._redis, self._settings, embedded=True, index=self._index)
                     self._worker, self._mover.more_workers[self._index] = worker, worker.name
                     log.info("RQ worker %s on queue Redis %d", worker.name, self._index)
-                worker.work()  # returns when idle DEQUEUE_WAIT_S (then again, the same worker)
+                worker.work()  # until ``stop`` (or RQ's loop ends on Redis)
                 failures = 0
+                if not self._stopping.is_set():
+                    log.warning("RQ worker of queue Redis %d quit unasked; a new one", self._index)
+                    worker = None
             except Exception as exc:
                 worker, failures = None, failures + 1
                 if not redis_went_away(exc):
@@ -100,9 +98,16 @@ class MoreQueueWorker(threading.Thread):
             self._stopping.wait(_RETRY.delay(failures))
 
     def stop(self) -> None:
+        """End the worker after the job it runs (up to ``STOP_WAIT_S``): asked as RQ is asked,
+        and woken from its blocking dequeue by its doorbell."""
         self._stopping.set()
         worker = self._worker
         if worker is not None:
-            worker._stop_requested = True  # type: ignore[attr-defined]  # RQ's loop ends after the job it runs
+            worker._stop_requested = True  # RQ's loop ends after the job it runs
+            worker.lines.closing = True
+            try:
+                worker.lines.ring()
+            except REDIS_ERRORS as exc:  # its dequeue fails on Redis as well, and the thread ends
+                log.debug("queue Redis %d: no ring (%s)", self._index, exc)
         self.join(timeout=STOP_WAIT_S)
         self._mover.more_workers.pop(self._index, None)

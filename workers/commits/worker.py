@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterator
 
 import redis as redis_lib
 from rq import Queue, SimpleWorker
-from rq.defaults import DEFAULT_WORKER_TTL
 from rq.timeouts import TimerDeathPenalty
 from rq.worker import BaseWorker
 
@@ -117,9 +116,7 @@ class EmbeddedWorker(CommitWorker):
         """The host process owns the signals."""
 
 
-def make_worker(
-    redis: redis_lib.Redis, settings: Settings, *, embedded: bool = False, index: int = 0, worker_ttl: int | None = None
-) -> BaseWorker:
+def make_worker(redis: redis_lib.Redis, settings: Settings, *, embedded: bool = False, index: int = 0) -> BaseWorker:
     """An RQ worker on commit queue ``index``; jobs in this process use ``settings``."""
     register(settings)
     rq_log = logging.getLogger("rq.worker")
@@ -130,12 +127,7 @@ def make_worker(
     cls: type[BaseWorker] = EmbeddedWorker if embedded else CommitWorker
     # Registries (abandoned jobs of a killed worker among them) are cleaned this often.
     queue = commit_queue(redis, settings, index)
-    worker = cls(
-        [queue],
-        connection=queue.connection,
-        maintenance_interval=MAINTENANCE_INTERVAL_S,
-        worker_ttl=worker_ttl or DEFAULT_WORKER_TTL,
-    )
+    worker = cls([queue], connection=queue.connection, maintenance_interval=MAINTENANCE_INTERVAL_S)
     if isinstance(worker, CommitWorker):
         worker.lines = commit_lines(redis, settings, index)
     return worker
