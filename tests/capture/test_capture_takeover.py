@@ -167,26 +167,28 @@ async def test_fenced_writes_go_through_while_the_lease_is_ours(redis_client, se
 
 
 class _LateWrite(httpx.AsyncBaseTransport):
-    """The first message write times out for the client, and OV applies it ``late_s`` later
-    (a frozen OV working off the requests it holds once it wakes)."""
+    """The first message write times out for the client, and OV applies it right after it
+    answers the next read of the session (a frozen OV working off the requests it holds once it
+    wakes): a settle reads OV's count once without the write; a second read, later, with it.
+    Released by that read, not after a delay: on a loaded machine a delay let the settle's
+    first read come after the write, and the hazard this shows did not happen."""
 
-    def __init__(self, inner: httpx.AsyncBaseTransport, late_s: float) -> None:
-        self.inner, self.late_s, self.fired = inner, late_s, False
+    def __init__(self, inner: httpx.AsyncBaseTransport, session: str) -> None:
+        self.inner, self.session = inner, session
+        self.held: httpx.Request | None = None
         self.applied = asyncio.Event()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path.endswith("/messages/batch") and not self.fired:
-            self.fired = True
+        if request.url.path.endswith("/messages/batch") and self.held is None and not self.applied.is_set():
             await request.aread()
-
-            async def later() -> None:
-                await asyncio.sleep(self.late_s)
-                await self.inner.handle_async_request(request)
-                self.applied.set()
-
-            asyncio.get_running_loop().create_task(later())
+            self.held = request
             raise httpx.ReadTimeout("OV did not answer", request=request)
-        return await self.inner.handle_async_request(request)
+        response = await self.inner.handle_async_request(request)
+        if self.held is not None and request.method == "GET" and self.session in request.url.path:
+            held, self.held = self.held, None
+            await self.inner.handle_async_request(held)  # after the read's answer was made
+            self.applied.set()
+        return response
 
 
 @pytest.mark.parametrize(("recheck_s", "copies"), [(0.0, 2), (0.5, 1)])
@@ -195,7 +197,7 @@ async def test_a_write_applied_after_its_timeout_is_settled_once(redis_client, s
     without it (0) the same sequence stores the turn twice: the hazard the recheck is for."""
     patient = settings.model_copy(update={"capture_settle_recheck_s": recheck_s})
     publish(redis_client, patient, [turn(SID, 0)])
-    transport = _LateWrite(fake_ov.transport(), late_s=0.2)
+    transport = _LateWrite(fake_ov.transport(), SID)
     worker = CaptureWorker(patient, ov_transport=transport, consumer="w", lease_ms=600)
     await run_until([worker], lambda: transport.applied.is_set() and pending_count(redis_client, patient) == 0)
     assert ov_texts(fake_ov, SID) == expected_texts(SID, 1) * copies
