@@ -359,15 +359,15 @@ class Settings(BaseSettings):
         return self.redis_url.startswith("fakeredis://")
 
     @property
-    def rq_redis_url(self) -> str:
-        """Where the (first) RQ commit queue lives: ``queue_redis_urls[0]``, ``queue_redis_url``,
-        else ``redis_url``."""
-        return self.queue_redis_urls[0] if self.queue_redis_urls else self.queue_redis_url or self.redis_url
+    def queue_urls(self) -> tuple[str, ...]:
+        """Every Redis of the RQ commit queue, in order (index ``i``: queue ``i``):
+        ``queue_redis_urls``, else ``queue_redis_url``, else ``redis_url``."""
+        return self.queue_redis_urls or (self.queue_redis_url or self.redis_url,)
 
     @property
-    def queue_urls(self) -> tuple[str, ...]:
-        """Every Redis of the RQ commit queue, in order (index ``i``: queue ``i``)."""
-        return self.queue_redis_urls or (self.rq_redis_url,)
+    def rq_redis_url(self) -> str:
+        """Where the (first) RQ commit queue lives."""
+        return self.queue_urls[0]
 
     @property
     def credentials(self) -> dict[str, RpcCredential]:
