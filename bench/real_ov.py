@@ -222,7 +222,8 @@ async def bench_capture(settings: Settings, rds: redis.Redis, args: argparse.Nam
             elapsed = time.perf_counter() - t0
         finally:
             worker.stop()
-            await asyncio.wait_for(task, 60)
+            async with asyncio.timeout(60):
+                await task
         rates["capture worker end to end (batch)"] = total / elapsed
         await _count_check(ov, sessions, per_session, "capture worker")
         stats = worker.stats

@@ -214,7 +214,8 @@ class OVClient(ContentCalls):
         """``ok``, or why not (``unreachable: ...``, ``unhealthy: ...``): a probe that never
         raises, for /healthz and for capture's watch on OV between turns."""
         try:
-            answer = await asyncio.wait_for(self.health(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                answer = await self.health()
         except TimeoutError:
             return "unreachable: no answer"
         except Exception as exc:  # any failure here is just "not healthy", never a failed probe
@@ -229,7 +230,8 @@ class OVClient(ContentCalls):
         a session that does not exist: NOT_FOUND means the key was accepted)."""
         asking = self if self.api_key or not self.probe_key else self.scoped(api_key=self.probe_key)
         try:
-            await asyncio.wait_for(asking.get_session(KEY_PROBE_SESSION), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await asking.get_session(KEY_PROBE_SESSION)
         except OVRefused as exc:
             return f"refuses key: {exc}"
         except Exception:  # NOT_FOUND (accepted), or anything else: the key is not the problem

@@ -92,7 +92,8 @@ class StartCheck:
 async def start_check(ov: OVClient, *, strict: bool, timeout_s: float) -> StartCheck:
     """Ask ``ov``'s server its version and whether it takes ovstream's key."""
     try:
-        answer = await asyncio.wait_for(ov.health(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            answer = await ov.health()
     except Exception as exc:  # unreachable or not an OV: nothing to judge yet
         return StartCheck(None, not_an_ov(exc))
     verdict = judge_version(answer.get("version"), strict=strict)

@@ -40,7 +40,8 @@ async def test_capture_waits_out_a_full_redis_and_catches_up(redis_client, setti
         redis_client.config_set("maxmemory-policy", policy)
     await _until(lambda: all(len(ov_texts(fake_ov, s)) == 6 for s in SESSIONS), "every turn in OV")
     worker.stop()
-    await asyncio.wait_for(task, 20)
+    async with asyncio.timeout(20):
+        await task
     for session in SESSIONS:
         assert ov_texts(fake_ov, session) == expected_texts(session, 3)  # once each, in order
     assert caplog.text.count("Redis unavailable") == 1  # one line for the whole outage

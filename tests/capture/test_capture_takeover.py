@@ -59,7 +59,8 @@ async def test_the_new_owner_claims_pending_entries_as_soon_as_it_wins_the_lease
     assert isinstance(ended, WorkerKilled) and pending_count(redis_client, settings) == 3
     redis_client.delete(_lease(settings))  # the lease ran out: the entries are idle for milliseconds only
     heir = make_worker(settings, fake_ov, consumer="heir", burst=True)
-    await asyncio.wait_for(heir.run(), 20)  # an idle-time rule (the old XAUTOCLAIM) would wait a minute here
+    async with asyncio.timeout(20):  # an idle-time rule (the old XAUTOCLAIM) would wait a minute here
+        await heir.run()
     assert heir.stats.claimed == 3
     assert ov_texts(fake_ov, SID) == expected_texts(SID, 3)
     assert pending_count(redis_client, settings) == 0
@@ -83,7 +84,8 @@ async def test_a_consumer_that_lost_its_lease_after_writing_cannot_ack(redis_cli
 
     redis_client.delete(_lease(settings))
     heir = make_worker(settings, fake_ov, consumer="heir", burst=True)
-    await asyncio.wait_for(heir.run(), 20)
+    async with asyncio.timeout(20):
+        await heir.run()
     assert ov_texts(fake_ov, SID) == expected_texts(SID, 2)  # settled from OV's count: nothing twice
     assert heir.stats.ov_writes == 0 and pending_count(redis_client, settings) == 0
     assert INTENT not in _applied(redis_client, settings)
@@ -244,6 +246,7 @@ async def test_entries_read_again_and_again_by_takeovers_are_not_dead_letters(re
     [row] = redis_client.xpending_range(stream, settings.consumer_group, "-", "+", 10)
     assert row["times_delivered"] > settings.max_deliveries + 1
     worker = make_worker(settings, fake_ov, burst=True)
-    await asyncio.wait_for(worker.run(), 20)
+    async with asyncio.timeout(20):
+        await worker.run()
     assert worker.stats.dead_lettered == 0 and list_dead_letters(redis_client, settings) == []
     assert ov_texts(fake_ov, SID) == expected_texts(SID, 1)

@@ -47,7 +47,8 @@ class Tombstones:
             return
         first = self._read_at == float("-inf")
         try:
-            raw = await asyncio.wait_for(redis.hgetall(Keys(settings.key_prefix).erased_scopes()), READ_TIMEOUT_S)
+            async with asyncio.timeout(READ_TIMEOUT_S):
+                raw = await redis.hgetall(Keys(settings.key_prefix).erased_scopes())
         except (TimeoutError, *REDIS_ERRORS, OSError) as exc:
             self._read_at = time.monotonic()  # not again before REFRESH_S: the view stands meanwhile
             if first:  # nothing known yet: said, since an erased scope's turn could apply meanwhile

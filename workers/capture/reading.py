@@ -137,7 +137,8 @@ class ShardReading:
             wait = self._wait_s(loop.time())
             if wait > 0 and not self._ready(loop.time()):
                 with contextlib.suppress(TimeoutError):  # woken at once when OV is back
-                    await asyncio.wait_for(self.woken.wait(), wait)
+                    async with asyncio.timeout(wait):
+                        await self.woken.wait()
             self.woken.clear()
             return 0
         fetched = 0

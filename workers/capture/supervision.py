@@ -126,7 +126,8 @@ class ConsumerSupervision:
         self.consumers.clear()
         if unregister:
             try:
-                await asyncio.wait_for(self._unregister(), defaults.STOP_GRACE_S)
+                async with asyncio.timeout(defaults.STOP_GRACE_S):
+                    await self._unregister()
             except (*REDIS_ERRORS, TimeoutError) as exc:
                 log.warning("could not unregister %s (it expires): %s", self.consumer, exc or "Redis did not answer")
         await self.close()

@@ -209,7 +209,8 @@ class CaptureWorker(ConsumerSupervision):
         a busy machine) past the socket's timeout; said as such."""
         if isinstance(exc, redis_lib.TimeoutError) and self._redis_away_since is None:
             try:
-                await asyncio.wait_for(self.redis.ping(), defaults.REDIS_CONFIRM_S)
+                async with asyncio.timeout(defaults.REDIS_CONFIRM_S):
+                    await self.redis.ping()
             except Exception:  # any failure: Redis is away after all
                 pass
             else:
@@ -277,7 +278,8 @@ class CaptureWorker(ConsumerSupervision):
                 if not self.consumers and (self.stopping or (self.burst and not self.restart_at)):
                     break
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self._wait_s())
+                    async with asyncio.timeout(self._wait_s()):
+                        await self._wake.wait()
                 self._wake.clear()
         except WorkerKilled:
             killed = True  # like a dead process: no acks, no lease releases, no unregistering
@@ -288,9 +290,9 @@ class CaptureWorker(ConsumerSupervision):
                 await asyncio.wait(tasks, timeout=1.0)
             raise
         finally:
-            if watch is not None:
+            if watch is not None:  # bounded: a task that ran on after its cancel never holds the stop
                 watch.cancel()
-                await asyncio.gather(watch, return_exceptions=True)
+                await asyncio.wait([watch], timeout=1.0)
             if not killed:
                 await self._shutdown(unregister=started)
 

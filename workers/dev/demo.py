@@ -155,7 +155,8 @@ async def run_demo(
         else:
             up_task.cancel()
         try:
-            await asyncio.wait_for(asyncio.shield(up_task), UP_STOP_TIMEOUT_S)
+            async with asyncio.timeout(UP_STOP_TIMEOUT_S):
+                await asyncio.shield(up_task)
         except (TimeoutError, asyncio.CancelledError):
             log.warning("ovstream up did not stop within %.0f s", UP_STOP_TIMEOUT_S)
         except Exception as exc:  # its failure was logged by run_up; the demo's own outcome stands

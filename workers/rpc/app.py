@@ -120,7 +120,8 @@ def create_app(
         sampler.cancel()
         beat.cancel()
         try:  # bounded: a process asked to stop exits within STOP_GRACE_S whatever Redis or OV do
-            await asyncio.wait_for(_shut_down(svc, name), STOP_GRACE_S)
+            async with asyncio.timeout(STOP_GRACE_S):
+                await _shut_down(svc, name)
         except TimeoutError:
             log.warning("RPC shutdown: not done within %.0fs (Redis or OV not answering); exiting", STOP_GRACE_S)
         finally:  # closed even when the shutdown is cancelled midway
@@ -335,8 +336,10 @@ async def _shut_down(svc: Services, name: str) -> None:
     await svc.versions.stop()
     await svc.ov.aclose()
     with contextlib.suppress(*REDIS_ERRORS, TimeoutError):  # a stopping process waits on no Redis
-        await asyncio.wait_for(asyncio.to_thread(_write_health, svc, forget_health, name), RPC_BEAT_S)
-        await asyncio.wait_for(asyncio.to_thread(flush, svc.commit_redis, svc.settings), RPC_BEAT_S)
+        async with asyncio.timeout(RPC_BEAT_S):
+            await asyncio.to_thread(_write_health, svc, forget_health, name)
+        async with asyncio.timeout(RPC_BEAT_S):
+            await asyncio.to_thread(flush, svc.commit_redis, svc.settings)
 
 
 def _write_health(svc: Services, write: Any, *args: Any, **facts: str) -> None:
@@ -350,7 +353,8 @@ def _write_health(svc: Services, write: Any, *args: Any, **facts: str) -> None:
 
 async def _redis_health(svc: Services) -> str:
     try:
-        await asyncio.wait_for(svc.redis.ping(), HEALTH_TIMEOUT_S)
+        async with asyncio.timeout(HEALTH_TIMEOUT_S):
+            await svc.redis.ping()
         return "ok"
     except TimeoutError:
         return "unreachable: no answer"

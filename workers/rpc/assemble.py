@@ -148,10 +148,8 @@ async def _search(svc: Services, caller: Caller, query: str) -> str | Passthroug
     if not svc.ov_breaker.allows():
         return ov_unavailable(svc, "recall", caller, None)
     try:
-        found = await asyncio.wait_for(
-            recall_block(svc.ov_for(caller), settings, query, caller.agent_id),
-            timeout=settings.recall_timeout_s,
-        )
+        async with asyncio.timeout(settings.recall_timeout_s):
+            found = await recall_block(svc.ov_for(caller), settings, query, caller.agent_id)
     except TimeoutError:
         svc.metrics.recall_timeouts.inc()
         log.warning("auto-recall for session=%s gave up after %.1fs", caller.ov_session_id, settings.recall_timeout_s)
