@@ -8,6 +8,11 @@ separate processes (so capture alone can be paused), the scripted chat model
 gateway (``openclaw@2026.9.6`` on Node 24, from ``scripts/bootstrap.sh
 openclaw``) with an isolated ``OPENCLAW_HOME``. The plugin is installed with
 the README's own commands.
+
+Turns: ``agent`` runs ``openclaw agent`` (the CLI a user types; its JSON answer), ``chat``
+and ``turn`` post to the gateway's OpenAI-compatible endpoint, which the host runs as the
+same agent command: the rows that only need the turn taken use it, since a CLI run is a
+Node process of ~3 s of CPU and they were most of the host tiers' CPU (issue 56).
 """
 
 from __future__ import annotations
@@ -193,6 +198,10 @@ class HostStack:
                         "bind": "loopback",
                         "port": self.gateway_port,
                         "auth": {"mode": "none"},
+                        # Turns that need no CLI output go over the gateway's OpenAI-compatible
+                        # endpoint ("the same codepath as `openclaw agent`", its docs say): a CLI
+                        # run is a Node process of ~3 s CPU, the most of the host tiers' CPU.
+                        "http": {"endpoints": {"chatCompletions": {"enabled": True}}},
                     },
                     "agents": {
                         # No recurring heartbeat: on a slow run the gateway's 30-minute heartbeat
@@ -305,10 +314,30 @@ class HostStack:
             out = self.openclaw(*args).stdout
         return json.loads(out[out.index("{") :])
 
+    def chat(self, session_key: str, message: str) -> str:
+        """One turn through the gateway's OpenAI-compatible endpoint (``/v1/chat/completions``,
+        routed to ``session_key`` and its agent, as ``openclaw agent --session-key`` routes
+        it); the assistant's answer. The host runs it as it runs the CLI's turn."""
+        agent = session_key.split(":")[1] if session_key.startswith("agent:") else "main"
+        body = {"model": f"openclaw/{agent}", "messages": [{"role": "user", "content": message}]}
+        headers = {"x-openclaw-session-key": session_key}
+        url = f"http://127.0.0.1:{self.gateway_port}/v1/chat/completions"
+        for attempt in range(2):
+            logged = len(self.log("gateway"))
+            answer = httpx.post(url, json=body, headers=headers, timeout=CLI_TIMEOUT_S, trust_env=False)
+            if answer.status_code == 200:
+                return str(answer.json()["choices"][0]["message"]["content"])
+            # its 500 says "internal error"; the gateway's log says why. The host's idle database
+            # maintenance refusing the run: sent again, as ``agent`` does
+            why = self.log("gateway")[logged:]
+            if attempt or HOST_DB_MAINTENANCE_RACE not in why:
+                raise AssertionError(f"chat turn of {session_key} answered {answer.status_code}: {answer.text}\n{why}")
+        raise AssertionError("not reached: the second attempt returns or raises")
+
     def turn(self, session_key: str, message: str) -> list[dict[str, Any]]:
-        """One turn; the chat requests the model received during it."""
+        """One turn (``chat``); the chat requests the model received during it."""
         before = len(self.requests())
-        self.agent(session_key, message)
+        self.chat(session_key, message)
         return self.requests()[before:]
 
     def requests(self) -> list[dict[str, Any]]:

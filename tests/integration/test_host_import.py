@@ -79,8 +79,9 @@ class Phases:
         print(f"[import] {time.monotonic() - self.started:6.1f} s  {step}", file=sys.stderr, flush=True)
 
 
-# Some 25 openclaw CLI runs (a Node process each, ~5 s of CPU) and the real OV's phase 2: 185 s
-# alone on a quiet 2-core machine, 510-611 s in a loaded `./test` beside the other lanes (CI
+# 14 turns through the gateway's HTTP endpoint, some 10 openclaw CLI runs (a Node process each,
+# ~3-5 s of CPU) and the real OV's phase 2: 155 s alone on a quiet 2-core machine (185 s when the
+# history's turns were CLI runs too), 510-611 s in a loaded `./test` beside the other lanes (CI
 # timed out at the default 600 s). Every step waits on a condition; only the bound is longer.
 @pytest.mark.timeout(1200)
 def test_history_from_before_the_plugin_is_imported_once_and_in_order(history: HostStack, ov_server: Any) -> None:
@@ -92,16 +93,16 @@ def test_history_from_before_the_plugin_is_imported_once_and_in_order(history: H
     }
     for key, lines in conversations.items():
         for line in lines:
-            history.agent(key, line)
+            history.chat(key, line)
     # past the commit threshold (tests.helpers.e2e.THRESHOLD, 300 tokens): committed once imported
     long_key = f"agent:main:{unique('long')}"
     for n in range(2):  # two turns: the threshold commit keeps the last two messages (KEEP_RECENT)
-        history.agent(long_key, f"I prefer sailing boats with red sails {tag} ({n}). " + "We sailed on. " * 60)
+        history.chat(long_key, f"I prefer sailing boats with red sails {tag} ({n}). " + "We sailed on. " * 60)
     many = [f"agent:main:many-{n}-{tag}" for n in range(6)]
     for n, key in enumerate(many):
-        history.agent(key, f"conversation {n} of a long history {tag}")
+        history.chat(key, f"conversation {n} of a long history {tag}")
     deleted = f"agent:main:{unique('deleted')}"
-    history.agent(deleted, f"a conversation deleted before the import {tag}")
+    history.chat(deleted, f"a conversation deleted before the import {tag}")
     history.openclaw("sessions", "delete", deleted, "--yes")
     phase("history written through the gateway")
     ids = session_ids(history)
