@@ -140,7 +140,7 @@ def request_commit(
         while True:
             try:
                 pipe.watch(ks.commit_inflight, ks.commit_generation)
-                raw_req, job_id = pipe.hmget(ks.commit_inflight, "req", "job")
+                raw_req, job_id, *owed = pipe.hmget(ks.commit_inflight, "req", "job", FOLLOW_REASON, FOLLOW_KEEP)
                 if raw_req is not None:
                     current = decode(raw_req, CommitRequest)
                     outcome = load_outcome(pipe, ks.commits, current.commit_id)
@@ -176,7 +176,8 @@ def request_commit(
                 redis.zadd(Keys(settings.key_prefix).commits_in_flight(), {ks.commit_inflight: now()})
                 pipe.multi()
                 pipe.set(ks.commit_generation, generation, ex=settings.session_state_ttl_s)
-                pipe.hdel(ks.commit_inflight, FOLLOW_REASON, FOLLOW_KEEP)  # any new commit is the one owed
+                if any(v is not None for v in owed):  # as read: the WATCH fails the EXEC on any change
+                    pipe.hdel(ks.commit_inflight, FOLLOW_REASON, FOLLOW_KEEP)  # any new commit is the one owed
                 pipe.hset(ks.commit_inflight, mapping={"req": encode(request), "job": request.commit_id})
                 pipe.hset(ks.commits, request.commit_id, encode(outcome_of(request, "pending")))
                 pipe.expire(ks.commits, settings.session_state_ttl_s)

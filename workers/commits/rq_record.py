@@ -10,8 +10,8 @@ state and counters; nothing of ovstream does (``ovstream status`` and ``/metrics
 ovstream's own health records, workers.store.health; a job's own heartbeat, its execution and
 the registries RQ's maintenance reads are untouched). So here the heartbeat is written when
 the hash's lifetime would otherwise fall short (at most every ``HEARTBEAT_EVERY_S``), the state
-when it changes, and the counters not at all; and two steps RQ takes around each job that
-a commit worker does not need cost one command, or none.
+when it changes, and the counters not at all; and RQ's check for ``rq suspend`` before each
+dequeue is one command. (The steps around each job: workers.commits.rq_steps.)
 """
 
 from __future__ import annotations
@@ -57,11 +57,6 @@ class LeanWorkerRecord:
         self.heartbeat()
         if self.connection.exists(WORKERS_SUSPENDED):  # type: ignore[attr-defined]
             super().check_for_suspension(burst)  # type: ignore[misc]
-
-    def prepare_job_execution(self, job: Any, remove_from_intermediate_queue: bool = False) -> None:
-        """RQ's, without its LREM of the job from RQ's intermediate list: a commit worker's
-        dequeue pops the job (BLPOP over its lines, workers.commits.lines), never moves it there."""
-        super().prepare_job_execution(job, remove_from_intermediate_queue=False)  # type: ignore[misc]
 
     def set_current_job_working_time(self, current_job_working_time: float, pipeline: Any = None) -> None:
         """Not kept (a SimpleWorker only ever sets it to 0)."""

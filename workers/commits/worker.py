@@ -39,6 +39,7 @@ from workers.commits.poller import PhasePoller, run_due_polls
 from workers.commits.queue import commit_lines, commit_queue, job_counts
 from workers.commits.rq_logs import RQ_LOG
 from workers.commits.rq_record import LeanWorkerRecord
+from workers.commits.rq_steps import LeanJobSteps
 from workers.commits.scheduler import DueJobMover, move_due_jobs
 from workers.liveness import BeatingThread, LivenessBeat
 from workers.store.connection import (
@@ -65,7 +66,7 @@ RQ_CONNECTION_RETRY_S = 1.0
 60 s: a worker took jobs again only 27 s after a 35 s outage ended)."""
 
 
-class CommitWorker(LeanWorkerRecord, SimpleWorker):
+class CommitWorker(LeanJobSteps, LeanWorkerRecord, SimpleWorker):
     """RQ's SimpleWorker taking jobs from the commit lines in turn, without a pubsub channel,
     trying Redis again every second; its RQ record written as often as something reads it
     (workers.commits.rq_record).

@@ -1,0 +1,118 @@
+"""RQ's steps around a commit job without the writes it does not need (workers.commits.rq_steps):
+what is left in Redis after a job, done or failed, is what RQ's own steps leave (the job's
+hash and status, its result, the registries, the lifetimes), in fewer commands."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import fakeredis
+import pytest
+from rq import Queue, SimpleWorker
+from rq.job import Job
+
+from workers.commits.rq_record import LeanWorkerRecord
+from workers.commits.rq_steps import LeanJobSteps
+
+
+def doubled(n: int) -> int:
+    return 2 * n
+
+
+def refused(n: int) -> int:
+    raise ValueError(f"no {n}")
+
+
+class _Before(LeanWorkerRecord, SimpleWorker):
+    """A commit worker without the lean steps (its record already lean: workers.commits.rq_record)."""
+
+
+class _Lean(LeanJobSteps, LeanWorkerRecord, SimpleWorker):
+    """As workers.commits.worker.CommitWorker composes them."""
+
+
+class _Counting(fakeredis.FakeRedis):
+    """Counts the commands sent (a pipeline's one by one, as Redis counts them)."""
+
+    sent: list[str]
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.sent.append(str(args[0]).upper())
+        return super().execute_command(*args, **options)
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction, shard_hint)
+        sent = self.sent
+        queued, immediate = pipe.pipeline_execute_command, pipe.immediate_execute_command
+
+        def counted(*args: Any, **options: Any) -> Any:
+            sent.append(str(args[0]).upper())
+            return queued(*args, **options)
+
+        def counted_now(*args: Any, **options: Any) -> Any:  # WATCH and the reads after it
+            sent.append(str(args[0]).upper())
+            return immediate(*args, **options)
+
+        pipe.pipeline_execute_command, pipe.immediate_execute_command = counted, counted_now
+        return pipe
+
+
+VOLATILE = {"created_at", "enqueued_at", "started_at", "ended_at", "last_heartbeat", "worker_name"}
+
+
+def _run(worker_class: type[SimpleWorker], func: Any, result_ttl: int) -> tuple[dict[str, Any], list[str]]:
+    """One job through a worker of ``worker_class`` (burst); what Redis holds after, and the
+    commands the worker sent for it."""
+    redis = _Counting()
+    redis.sent = []
+    queue = Queue("commits", connection=redis)
+    job = queue.enqueue(func, 21, job_id="commit_1", result_ttl=result_ttl, failure_ttl=600)
+    worker = worker_class([queue], connection=redis)
+    redis.sent.clear()
+    worker.work(burst=True)
+    fields = {k.decode(): v for k, v in redis.hgetall(job.key).items() if k.decode() not in VOLATILE}
+    fields.pop("data", None)  # the pickled call, the same both ways (its bytes carry no time)
+    held = {
+        "job": fields,
+        "job_ttl": redis.ttl(job.key) > 0 if redis.exists(job.key) else None,
+        "status": Job.fetch(job.id, connection=redis).get_status() if redis.exists(job.key) else None,
+        "result": (Job.fetch(job.id, connection=redis).latest_result().type.name if redis.exists(job.key) else None),
+        "finished": queue.finished_job_registry.get_job_ids(),
+        "failed": queue.failed_job_registry.get_job_ids(),
+        "started": queue.started_job_registry.get_job_ids(),
+        "executions": redis.zcard(f"rq:executions:{job.id}"),
+        "dependents_keys": redis.exists(job.dependents_key, job.dependencies_key),
+    }
+    return held, redis.sent
+
+
+@pytest.mark.parametrize(
+    ("func", "result_ttl"),
+    [(doubled, 500), (doubled, -1), (refused, 500)],
+    ids=["done", "done-kept-forever", "failed"],
+)
+def test_what_redis_holds_after_a_job_is_what_rq_leaves(func: Any, result_ttl: int) -> None:
+    rq_holds, rq_sent = _run(_Before, func, result_ttl)
+    lean_holds, lean_sent = _run(_Lean, func, result_ttl)
+    assert lean_holds == rq_holds
+    assert rq_holds["status"] in ("finished", "failed") and rq_holds["started"] == []
+    assert len(lean_sent) < len(rq_sent), (lean_sent, rq_sent)
+
+
+def test_a_done_job_costs_fewer_commands_none_of_them_for_dependents() -> None:
+    _, rq_sent = _run(_Before, doubled, 500)
+    lean_holds, lean_sent = _run(_Lean, doubled, 500)
+    assert lean_holds["result"] == "SUCCESSFUL" and lean_holds["finished"] == ["commit_1"]
+    left_out = Counter(rq_sent) - Counter(lean_sent)
+    # two job heartbeats, the dependents' WATCH and SMEMBERS and two lifetimes; and the LREM from
+    # RQ's intermediate list (a plain queue's here: a commit line's job is popped, never moved)
+    assert left_out == Counter({"HSET": 2, "EXPIRE": 2, "WATCH": 1, "SMEMBERS": 1, "LREM": 1}), left_out
+    assert not Counter(lean_sent) - Counter(rq_sent)
+
+
+def test_a_job_whose_result_is_not_kept_is_deleted_as_rq_deletes_it() -> None:
+    rq_holds, _ = _run(_Before, doubled, 0)
+    lean_holds, _ = _run(_Lean, doubled, 0)
+    assert lean_holds == rq_holds
+    assert lean_holds["status"] is None and lean_holds["finished"] == []

@@ -1,0 +1,66 @@
+"""RQ's steps around one commit job, without the writes a commit job does not need.
+
+``bench/commit_scaleout.py --trace`` shows RQ writing, around each job: the job's heartbeat
+twice as it starts (``Job.heartbeat``, then ``Job.prepare_for_execution`` writing it again
+with the status) and once more as it ends (then the job's whole hash is written over it);
+and, as it finishes, a WATCH and SMEMBERS of the job's dependents and lifetimes for the
+job's dependents and dependencies keys. No job depends on a commit's (ovstream never passes
+``depends_on``; a commit's next step is a job or a due read of its own), so those keys never
+exist. Here the heartbeats written over at once and the dependents' steps are left out: six
+commands a commit. What RQ's maintenance, ``rq info`` and ovstream's ``job_state`` read (the
+job's hash and status, its result, the registries, the execution record) is written as RQ
+writes it. A job that repeats (``Repeat``, not used by ovstream) takes RQ's own way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rq.job import Job
+from rq.utils import now
+
+
+class LeanJobSteps:
+    """Mixed into an RQ worker class, ahead of it (``class W(LeanJobSteps, SimpleWorker)``)."""
+
+    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
+        """RQ's, without the job's first heartbeat (``prepare_for_execution`` writes it with
+        the status) and without the LREM of the job from RQ's intermediate list: a commit
+        worker's dequeue pops the job (BLPOP over its lines, workers.commits.lines)."""
+        with self.connection.pipeline() as pipe:  # type: ignore[attr-defined]
+            self.set_current_job_id(job.id, pipeline=pipe)  # type: ignore[attr-defined]
+            self.heartbeat(self.get_heartbeat_ttl(job), pipeline=pipe)  # type: ignore[attr-defined]
+            job.prepare_for_execution(self.name, pipeline=pipe)  # type: ignore[attr-defined]
+            # RQ also calls set_current_job_working_time(0): not kept (workers.commits.rq_record)
+            pipe.execute()
+
+    def handle_execution_ended(self, job: Job, queue: Any, heartbeat_ttl: int) -> None:
+        """The end time only: the job's hash is written whole right after (success or failure)."""
+        job.ended_at = now()
+
+    def handle_job_success(self, job: Job, queue: Any, started_job_registry: Any) -> None:
+        if job.repeats_left:
+            super().handle_job_success(job, queue, started_job_registry)  # type: ignore[misc]
+            return
+        result_ttl = job.get_result_ttl(self.default_result_ttl)  # type: ignore[attr-defined]
+        execution = self.execution  # type: ignore[attr-defined]
+        with self.connection.pipeline() as pipe:  # type: ignore[attr-defined]
+            # one MULTI/EXEC, no WATCH: no job depends on a commit's (the module's docstring)
+            if result_ttl != 0:  # its status, its hash, its result, the finished registry
+                job._handle_success(
+                    result_ttl,
+                    pipeline=pipe,
+                    worker_name=self.name,  # type: ignore[attr-defined]
+                    execution_id=execution.id if execution else None,
+                    execution_started_at=execution.created_at if execution else None,
+                    execution_ended_at=job.ended_at,
+                )
+            if result_ttl is not None and result_ttl > 0:
+                pipe.expire(job.key, result_ttl)
+            elif result_ttl == 0:
+                job.delete(pipeline=pipe, remove_from_queue=False)
+            self.cleanup_execution(job, pipeline=pipe)  # type: ignore[attr-defined]
+            pipe.execute()
+        assert job.started_at is not None and job.ended_at is not None
+        taken = job.ended_at - job.started_at
+        self.log.info("Successfully completed job %s in %ss on worker %s", job.id, taken, self.name)  # type: ignore[attr-defined]
