@@ -15,6 +15,7 @@ import pytest
 
 from core.ids import ov_session_id
 from tests.helpers.capture import (
+    STEADY_LEASE_MS,
     expected_texts,
     kill_at,
     make_worker,
@@ -99,20 +100,21 @@ async def test_a_replica_that_kept_an_intent_but_not_the_rounds_after_it(
     assert redis_client.hget(applied, INTENT)  # the cut: turn 1 written, its intent kept, no ack
 
     publish(redis_client, settings, [turn(SESSION, 2)])
-    heir = make_worker(capture_settings, fake_ov)  # turn 1 settled once the lease lapsed, turn 2 written
+    # turn 1 settled once the killed worker's lease lapsed, turn 2 written
+    heir = make_worker(capture_settings, fake_ov, lease_ms=STEADY_LEASE_MS)
     await run_until([heir], lambda: len(ov_texts(fake_ov, SESSION)) >= 6)
     assert ov_texts(fake_ov, SESSION) == expected_texts(SESSION, 3)
 
     redis_client.restore(applied, 0, with_intent, replace=True)
     redis_client.xgroup_setid(stream, settings.consumer_group, first)
-    await make_worker(capture_settings, fake_ov, burst=True).run()
+    await make_worker(capture_settings, fake_ov, burst=True, lease_ms=STEADY_LEASE_MS).run()
     written = ov_texts(fake_ov, SESSION)
     if twice:  # without replicas confirming publishes OV's surplus says nothing of turn 2
         assert written == expected_texts(SESSION, 3) + expected_texts(SESSION, 3)[4:]
     else:
         assert written == expected_texts(SESSION, 3)
         publish(redis_client, settings, [turn(SESSION, 3)])
-        await make_worker(capture_settings, fake_ov, burst=True).run()
+        await make_worker(capture_settings, fake_ov, burst=True, lease_ms=STEADY_LEASE_MS).run()
         assert ov_texts(fake_ov, SESSION) == expected_texts(SESSION, 4)
 
 

@@ -5,7 +5,16 @@ from __future__ import annotations
 import asyncio
 import random
 
-from tests.helpers.capture import expected_texts, make_worker, ov_texts, pending_count, publish, run_until, turn
+from tests.helpers.capture import (
+    STEADY_LEASE_MS,
+    expected_texts,
+    make_worker,
+    ov_texts,
+    pending_count,
+    publish,
+    run_until,
+    turn,
+)
 from tests.helpers.waiting import eventually
 from workers.store.keys import Keys
 
@@ -13,7 +22,8 @@ from workers.store.keys import Keys
 async def test_four_workers_four_shards_keep_each_sessions_order(redis_client, settings, fake_ov):
     sessions = [f"sess-{i}" for i in range(24)]
     turns = 15
-    workers = [make_worker(settings, fake_ov, consumer=f"w{i}") for i in range(4)]
+    # no takeover here: a starved test process must not lose leases between renewals
+    workers = [make_worker(settings, fake_ov, consumer=f"w{i}", lease_ms=STEADY_LEASE_MS) for i in range(4)]
     held: dict[str, set[int]] = {w.consumer: set() for w in workers}
 
     waiting = 5  # each session's first turns wait before the workers start: read together, merged

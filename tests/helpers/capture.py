@@ -83,6 +83,14 @@ async def stopped(worker: CaptureWorker, task: asyncio.Task[Any], timeout_s: flo
     await task
 
 
+STEADY_LEASE_MS = 5_000
+"""A shard lease for workers whose lease must not lapse in the test (no takeover is what it
+shows): the default 600 ms makes takeovers quick, but a test process starved on a loaded
+machine goes longer than that between renewals, and a lease lost mid-run is a takeover the
+test did not ask for (the order test's four workers then passed shards back and forth for a
+minute; a burst worker ended without writing)."""
+
+
 def make_worker(settings: Settings, fake: FakeOV, **kw: Any) -> CaptureWorker:
     kw.setdefault("lease_ms", 600)
     return CaptureWorker(settings, ov_transport=fake.transport(), **kw)
