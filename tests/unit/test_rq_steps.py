@@ -4,11 +4,13 @@ hash and status, its result, the registries, the lifetimes), in fewer commands."
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Any
 
 import fakeredis
 import pytest
+import redis
 from rq import Queue, SimpleWorker
 from rq.job import Job
 
@@ -32,6 +34,22 @@ class _Lean(LeanJobSteps, LeanWorkerRecord, SimpleWorker):
     """As workers.commits.worker.CommitWorker composes them."""
 
 
+class _CountingPipeline(redis.client.Pipeline):
+    """A pipeline that counts what it sends (its own class, not patched methods: a closure
+    holding the pipeline made a cycle, and fakeredis hung when the garbage collector reset one
+    in the middle of another command)."""
+
+    sent: list[str]
+
+    def pipeline_execute_command(self, *args: Any, **options: Any) -> Any:
+        self.sent.append(str(args[0]).upper())
+        return super().pipeline_execute_command(*args, **options)
+
+    def immediate_execute_command(self, *args: Any, **options: Any) -> Any:  # WATCH and the reads after it
+        self.sent.append(str(args[0]).upper())
+        return super().immediate_execute_command(*args, **options)
+
+
 class _Counting(fakeredis.FakeRedis):
     """Counts the commands sent (a pipeline's one by one, as Redis counts them)."""
 
@@ -43,18 +61,8 @@ class _Counting(fakeredis.FakeRedis):
 
     def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
         pipe = super().pipeline(transaction, shard_hint)
-        sent = self.sent
-        queued, immediate = pipe.pipeline_execute_command, pipe.immediate_execute_command
-
-        def counted(*args: Any, **options: Any) -> Any:
-            sent.append(str(args[0]).upper())
-            return queued(*args, **options)
-
-        def counted_now(*args: Any, **options: Any) -> Any:  # WATCH and the reads after it
-            sent.append(str(args[0]).upper())
-            return immediate(*args, **options)
-
-        pipe.pipeline_execute_command, pipe.immediate_execute_command = counted, counted_now
+        pipe.__class__ = _CountingPipeline
+        pipe.sent = self.sent
         return pipe
 
 
@@ -116,3 +124,21 @@ def test_a_job_whose_result_is_not_kept_is_deleted_as_rq_deletes_it() -> None:
     lean_holds, _ = _run(_Lean, doubled, 0)
     assert lean_holds == rq_holds
     assert lean_holds["status"] is None and lean_holds["finished"] == []
+
+
+def redis_gone(n: int) -> int:
+    raise redis.exceptions.ConnectionError("Connection closed by server.")
+
+
+@pytest.mark.parametrize(
+    ("func", "said", "traceback"),
+    [(redis_gone, "met Redis away (ConnectionError: Connection closed by server.)", False), (refused, "no 21", True)],
+    ids=["redis-away", "the-job-failed"],
+)
+def test_a_job_that_meets_redis_away_is_one_line_a_failed_job_rqs_error(
+    func: Any, said: str, traceback: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="rq.worker"):
+        _run(_Lean, func, 500)
+    assert said in caplog.text
+    assert ("Traceback" in caplog.text) == traceback

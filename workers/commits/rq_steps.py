@@ -10,6 +10,10 @@ exist. Here the heartbeats written over at once and the dependents' steps are le
 commands a commit. What RQ's maintenance, ``rq info`` and ovstream's ``job_state`` read (the
 job's hash and status, its result, the registries, the execution record) is written as RQ
 writes it. A job that repeats (``Repeat``, not used by ovstream) takes RQ's own way.
+
+And a job that meets Redis away (a failover's moment, as it runs or as its end is written) is
+said in one line, not as RQ's error with a traceback: Redis is what failed, not the job, and
+the worker's outage handling says what follows (workers.commits.worker).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from typing import Any
 
 from rq.job import Job
 from rq.utils import now
+
+from workers.store.outages import redis_went_away
 
 
 class LeanJobSteps:
@@ -64,3 +70,16 @@ class LeanJobSteps:
         assert job.started_at is not None and job.ended_at is not None
         taken = job.ended_at - job.started_at
         self.log.info("Successfully completed job %s in %ss on worker %s", job.id, taken, self.name)  # type: ignore[attr-defined]
+
+    def handle_exception(self, job: Job, *exc_info: Any) -> None:
+        error = exc_info[1] if len(exc_info) > 1 else None
+        if isinstance(error, BaseException) and redis_went_away(error):
+            self.log.warning(  # type: ignore[attr-defined]
+                "Worker %s: job %s met Redis away (%s: %s) as it ran or as its end was written",
+                self.name,  # type: ignore[attr-defined]
+                job.id,
+                type(error).__name__,
+                error,
+            )
+            return
+        super().handle_exception(job, *exc_info)  # type: ignore[misc]
