@@ -139,5 +139,8 @@ async def refresh(svc: Services, caller: Caller) -> ContextSnapshot | Passthroug
 
 def _refreshed(svc: Services, address: SessionAddress, task: asyncio.Future[ContextSnapshot]) -> None:
     svc.refreshing.pop(address, None)
-    if not task.cancelled():
-        task.exception()  # retrieved here too: every caller may have given up waiting
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        # said here too: every caller may have given up waiting (then nothing else says it)
+        log.info(
+            "assemble: the snapshot read of session=%s ended: %s: %s", address.ov_session_id, type(exc).__name__, exc
+        )
