@@ -81,5 +81,5 @@ class LeanJobSteps:
                 type(error).__name__,
                 error,
             )
-            return
+            return  # RQ's exception handlers too are left out: make_worker installs none
         super().handle_exception(job, *exc_info)  # type: ignore[misc]
