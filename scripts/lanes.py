@@ -164,7 +164,8 @@ class Counts:
 
 
 def junit_counts(lane: Lane, costs: list[Cost]) -> tuple[dict[str, Counts], list[str]]:
-    """Per tier: tests passed, failed (errors too) and skipped, and their seconds; the failed ids.
+    """Per tier: tests passed, failed (errors too) and skipped, and their seconds; the failed ids,
+    each with why.
     Each test's wall and CPU seconds (its ``cpu_s`` property, tests/conftest.py) go in ``costs``."""
     tiers: dict[str, Counts] = defaultdict(Counts)
     failed: list[str] = []
@@ -178,14 +179,27 @@ def junit_counts(lane: Lane, costs: list[Cost]) -> tuple[dict[str, Counts], list
         tier = tier_of(classname, case.get("file"))
         counts = tiers[tier]
         counts.seconds += float(case.get("time") or 0)
-        if case.find("failure") is not None or case.find("error") is not None:
+        fault = case.find("failure") if case.find("failure") is not None else case.find("error")
+        if fault is not None:
             counts.failed += 1
-            failed.append(test)
+            failed.append(f"{test}\n      {why(fault)}")
         elif case.find("skipped") is not None:
             counts.skipped += 1
         else:
             counts.passed += 1
     return tiers, failed
+
+
+WHY_CHARS = 400
+"""How much of a failure's message the summary prints: CI's report shows the end of the output,
+where a lane's log is not (its first failed tests all said "see the log", and the log was gone)."""
+
+
+def why(fault: ET.Element) -> str:
+    """A failure's message on one line, cut to ``WHY_CHARS`` (whether the test's setup erred)."""
+    said = " ".join((fault.get("message") or fault.text or "").split())
+    kind = "error" if fault.tag == "error" else "failed"
+    return f"{kind}: {said[:WHY_CHARS]}{' ...' if len(said) > WHY_CHARS else ''}"
 
 
 def node_counts(lane: Lane) -> Counts:

