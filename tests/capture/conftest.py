@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from core.config import Settings
-from tests.helpers.chaos import ov_answers, spawn_fake_ov
+from tests.helpers.fake_ov_process import ov_answers, spawn_fake_ov
 from tests.helpers.waiting import wait_until
 from tests.rpc.conftest import make_rpc  # noqa: F401 (a fixture: assemble over what capture stored)
 from workers.commits import context as jobs

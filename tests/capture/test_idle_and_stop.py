@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 import redis
 
-from tests.helpers.chaos import Deployment, answers
+from tests.helpers.chaos import Deployment
 from tests.helpers.e2e import ovstream_command, unique
+from tests.helpers.fake_ov_process import answers
 from tests.helpers.waiting import wait_until
 from workers.dev.local_redis import free_port, start_redis_server
 

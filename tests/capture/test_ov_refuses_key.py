@@ -16,8 +16,9 @@ from pathlib import Path
 import httpx
 import redis
 
-from tests.helpers.chaos import Deployment, Load, fake_ov_process
+from tests.helpers.chaos import Deployment, Load
 from tests.helpers.e2e import ovstream_command, unique
+from tests.helpers.fake_ov_process import fake_ov_process
 from tests.helpers.waiting import wait_until
 from workers.dev.local_redis import start_redis_server
 from workers.status import read_backlog

@@ -21,8 +21,9 @@ import httpx
 import redis
 
 from core.session import SessionAddress, shard_of
-from tests.helpers.chaos import Deployment, Ledger, Load, answers, expected_ids, measure, ov_answers, spawn_fake_ov
+from tests.helpers.chaos import Deployment, Ledger, Load, expected_ids, measure
 from tests.helpers.e2e import ovstream_command, settings_env, unique
+from tests.helpers.fake_ov_process import answers, ov_answers, spawn_fake_ov
 from tests.helpers.waiting import wait_until
 from workers.commits.records import CommitRecords
 from workers.commits.request import request_commit

@@ -20,8 +20,9 @@ from typing import Any
 import redis
 
 from core.session import SessionAddress, shard_of
-from tests.helpers.chaos import Deployment, Load, fake_ov_process
+from tests.helpers.chaos import Deployment, Load
 from tests.helpers.e2e import unique
+from tests.helpers.fake_ov_process import fake_ov_process
 from tests.helpers.ov_fault_proxy import ov_fault_proxy
 from tests.helpers.waiting import wait_until
 from workers.commits.records import CommitRecords

@@ -37,7 +37,8 @@ from rq.job import Job, JobStatus
 
 from core.session import SessionAddress, shard_of
 from tests.cluster.test_cluster_processes import _deployment
-from tests.helpers.chaos import Assembles, Deployment, Ledger, Load, answers, chaos_turn, expected_ids, measure
+from tests.helpers.chaos import Assembles, Deployment, Ledger, Load, chaos_turn, expected_ids, measure
+from tests.helpers.fake_ov_process import answers
 from tests.helpers.waiting import wait_until
 from workers.commits.api import commit_queue, job_counts
 from workers.commits.records import FINAL_STATUSES

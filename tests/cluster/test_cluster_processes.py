@@ -21,8 +21,9 @@ import httpx
 import pytest
 
 from core.session import shard_of
-from tests.helpers.chaos import Deployment, Ledger, Load, answers, expected_ids, measure
+from tests.helpers.chaos import Deployment, Ledger, Load, expected_ids, measure
 from tests.helpers.e2e import ovstream_command, unique
+from tests.helpers.fake_ov_process import answers
 from tests.helpers.waiting import wait_until
 from workers.dev.local_redis import RedisClusterServers, free_port, start_redis_cluster
 from workers.store.dead_letters import list_dead_letters

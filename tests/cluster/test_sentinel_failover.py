@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.helpers.chaos import Assembles, Deployment, Ledger, Load, answers, expected_ids, measure
+from tests.helpers.chaos import Assembles, Deployment, Ledger, Load, expected_ids, measure
 from tests.helpers.e2e import unique
+from tests.helpers.fake_ov_process import answers
 from tests.helpers.waiting import wait_until
 from workers.dev.local_redis import (
     RedisServer,

@@ -26,7 +26,7 @@ import yaml
 
 from core.config import Settings
 from tests.helpers.capture import turn
-from tests.helpers.chaos import ov_answers, spawn_fake_ov
+from tests.helpers.fake_ov_process import ov_answers, spawn_fake_ov
 from tests.helpers.pod import Pod
 from tests.helpers.waiting import wait_until
 from workers.dev.local_redis import free_port, start_redis_server

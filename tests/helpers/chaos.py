@@ -20,8 +20,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,6 @@ from core.session import SessionAddress, shard_of
 from tests.helpers.e2e import ovstream_command, settings_env
 from tests.helpers.waiting import wait_until
 from workers.commits.records import CommitRecords
-from workers.dev.local_redis import free_port
 from workers.store.applied import parse_id
 from workers.store.connection import REDIS_ERRORS, connect, failing_over, text
 from workers.store.keys import Keys
@@ -358,45 +356,3 @@ def measure(until: Callable[[], bool], *, timeout_s: float, what: str) -> float:
     started = time.monotonic()
     wait_until(until, what, timeout_s=timeout_s, interval_s=0.1)
     return time.monotonic() - started
-
-
-def spawn_fake_ov(port: int, workdir: Path, *options: str) -> subprocess.Popen[bytes]:
-    """``ovstream fake-ov`` on ``port`` (the FakeOV over HTTP, as a process; ``options`` of the
-    command, e.g. ``--route-latency-ms``); wait with ``ov_answers``."""
-    log = open(workdir / "fake-ov.log", "ab")  # noqa: SIM115 (the child keeps it)
-    proc = subprocess.Popen(
-        [*ovstream_command(), "fake-ov", "--port", str(port), *options],
-        env=settings_env({}),
-        cwd=workdir,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    log.close()
-    return proc
-
-
-@contextmanager
-def fake_ov_process(workdir: Path, *options: str, port: int | None = None) -> Iterator[str]:
-    """``ovstream fake-ov`` (``options`` of the command) answering, until the block ends: its URL."""
-    port = port or free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = spawn_fake_ov(port, workdir, *options)
-    try:
-        wait_until(lambda: ov_answers(url), "the fake OV answering")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-def answers(url: str) -> bool:
-    """Whether a GET of ``url`` answers 200 (a server that is up)."""
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def ov_answers(url: str) -> bool:
-    return answers(f"{url}/health")

@@ -21,7 +21,8 @@ import pytest
 from core.events import TurnEvent
 from core.session import shard_of
 from tests.capture.test_capture_backlog import commit_turn  # commitTurn's event: its turn, its key
-from tests.helpers.chaos import Deployment, Ledger, ov_answers, spawn_fake_ov
+from tests.helpers.chaos import Deployment, Ledger
+from tests.helpers.fake_ov_process import ov_answers, spawn_fake_ov
 from tests.helpers.waiting import wait_until
 from tests.slow.conftest import WRITE_LATENCY_MS, Starver
 from workers.dev.local_redis import free_port
