@@ -234,6 +234,28 @@ async def test_a_lapsed_lease_nobody_took_is_taken_back_by_the_write(redis_clien
     assert redis_client.hgetall(target) == {} and not redis_client.exists(lease)
 
 
+@pytest.mark.parametrize("says_its_epoch", [True, False], ids=["release", "release-without-epoch"])
+async def test_a_lease_that_lapsed_before_it_was_given_back_is_not_taken_back_by_a_late_renewal(
+    redis_client, settings, says_its_epoch
+):
+    """A stop on a starved machine: the lease lapses, the consumer gives it back (nothing to
+    delete), and a renewal sent before that runs after it. The release moves the epoch on all
+    the same, so the renewal cannot take it back (it did: the lease held on after the worker
+    ended). Without the epoch (what an earlier release sends) the hazard shows."""
+    keys = Keys(settings.key_prefix)
+    lease, epoch_key = keys.capture_lease(0), keys.capture_lease_epoch(0)
+    redis = connect_async(settings)
+    try:
+        _, epoch = await LEASE_ACQUIRE.run(redis, [lease, epoch_key], ["me", 60_000, ""])
+        redis_client.delete(lease)  # lapsed
+        said = ["me", epoch.decode()] if says_its_epoch else ["me"]
+        assert await LEASE_RELEASE.run(redis, [lease, epoch_key], said) == 0  # nothing to delete
+        renewed = await CAPTURE_LEASE_RENEW.run(redis, [lease, epoch_key], ["me", epoch.decode(), 5000])
+    finally:
+        await redis.aclose()
+    assert (renewed, redis_client.hget(lease, "id")) == ((0, None) if says_its_epoch else (1, b"me"))
+
+
 async def test_entries_read_again_and_again_by_takeovers_are_not_dead_letters(redis_client, settings, fake_ov):
     """Redelivery counts say nothing of an entry: 20 takeovers (each a re-claim) then a
     consumer that lives applies it; only an error raised while applying it counts."""

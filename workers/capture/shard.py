@@ -147,7 +147,7 @@ class ShardConsumer(ShardReading):
         await self._release()
 
     async def _release(self) -> None:
-        await LEASE_RELEASE.run(self.redis, [self.lease_key, self.epoch_key], [self.consumer])
+        await LEASE_RELEASE.run(self.redis, [self.lease_key, self.epoch_key], [self.consumer, self.epoch])
         self.released = True
         log.info("shard %s released by %s", self.shard, self.consumer)
 

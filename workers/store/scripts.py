@@ -48,12 +48,22 @@ return 0
 """KEYS[1] lease. ARGV: owner, ms. 1 when renewed, 0 when it is not ours any more."""
 
 LEASE_RELEASE = Lua("""
-if redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return 0 end
+local cur = redis.call('HGET', KEYS[1], 'id')
+if cur ~= ARGV[1] then
+  if not cur and KEYS[2] and ARGV[2] and ARGV[2] ~= '' and redis.call('GET', KEYS[2]) == ARGV[2] then
+    redis.call('INCR', KEYS[2])
+  end
+  return 0
+end
 if KEYS[2] then redis.call('INCR', KEYS[2]) end
 return redis.call('DEL', KEYS[1])
 """)
-"""KEYS[1] lease, KEYS[2] (optional) its epoch counter. ARGV: owner. Deletes the lease only when
-``owner`` holds it, moving its epoch on: a lease given back is never taken back (``HOLDS``)."""
+"""KEYS[1] lease, KEYS[2] (optional) its epoch counter. ARGV: owner, (optional) the owner's epoch.
+Deletes the lease only when ``owner`` holds it, moving its epoch on: a lease given back is never
+taken back (``HOLDS``). One that lapsed before it was given back, nobody having taken it since
+(its counter still at the owner's epoch), has its epoch moved on all the same: else a renewal
+sent before the release and run after it took it back (a starved stop: the lease held on after
+the worker that gave it back ended)."""
 
 # --- the deployment record ---------------------------------------------------------------------
 
