@@ -1,17 +1,18 @@
-"""RQ's record of a commit worker (its ``rq:worker:<name>`` hash), written as often as
-something reads it.
+"""RQ's record of a commit worker (its ``rq:worker:<name>`` hash), written as often as something
+reads it.
 
 RQ rewrites that hash about 20 times a job (``bench/commit_scaleout.py --trace``): a heartbeat
 (HSET ``last_heartbeat`` + EXPIRE) before and after each step, the state (``busy``, then
-``idle`` twice), the job's working time (always 0 in a SimpleWorker), the success count and
-the total working time: a seventh of a commit's Redis commands. What reads it: RQ's worker
-registry keeps a worker while the hash lives (so the lifetime matters), ``rq info`` shows the
-state and counters; nothing of ovstream does (``ovstream status`` and ``/metrics`` read
-ovstream's own health records, workers.store.health; a job's own heartbeat, its execution and
-the registries RQ's maintenance reads are untouched). So here the heartbeat is written when
-the hash's lifetime would otherwise fall short (at most every ``HEARTBEAT_EVERY_S``), the state
-when it changes, and the counters not at all; and RQ's check for ``rq suspend`` before each
-dequeue is one command. (The steps around each job: workers.commits.rq_steps.)
+``idle`` twice: not written at all here, ``set_state``), the job's working time (always 0 in a
+SimpleWorker), the success count and the total working time: a seventh of a commit's Redis
+commands. What reads it: RQ's worker registry keeps a worker while the hash lives (so the
+lifetime matters), ``rq info`` shows the state and counters; nothing of ovstream does
+(``ovstream status`` and ``/metrics`` read ovstream's own health records, workers.store.health;
+a job's own heartbeat, its execution and the registries RQ's maintenance reads are untouched).
+So here the heartbeat is written when the hash's lifetime would otherwise fall short (at most
+every ``HEARTBEAT_EVERY_S``), the state when it changes (``busy`` and ``idle`` never), and the
+counters not at all; and RQ's check for ``rq suspend`` before each dequeue is one command. (The
+steps around each job: workers.commits.rq_steps.)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 from rq.suspension import WORKERS_SUSPENDED
+from rq.worker import WorkerStatus
 
 HEARTBEAT_EVERY_S = 5.0
 """A heartbeat RQ asks for is written when the hash's lifetime left is this much short of what
@@ -47,6 +49,14 @@ class LeanWorkerRecord:
         self._alive_until = now + lifetime
 
     def set_state(self, state: str, pipeline: Any = None) -> None:
+        """The state when it changes, but not ``busy`` and ``idle``: written around every job
+        (two commands a commit, one a round trip of its own) and read by nothing but ``rq
+        info``, which shows a commit worker ``started`` (or ``suspended``) instead. What a
+        worker does is in ovstream's own record (``ovstream status``: its queue, when last
+        heard of)."""
+        if state in (WorkerStatus.BUSY, WorkerStatus.IDLE):
+            self._state = state  # RQ's own view (``get_state``), not written
+            return
         if state != getattr(self, "_state", None):
             super().set_state(state, pipeline)  # type: ignore[misc]
 

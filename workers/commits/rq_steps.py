@@ -7,9 +7,13 @@ and, as it finishes, a WATCH and SMEMBERS of the job's dependents and lifetimes 
 job's dependents and dependencies keys. No job depends on a commit's (ovstream never passes
 ``depends_on``; a commit's next step is a job or a due read of its own), so those keys never
 exist. Here the heartbeats written over at once and the dependents' steps are left out: six
-commands a commit. What RQ's maintenance, ``rq info`` and ovstream's ``job_state`` read (the
-job's hash and status, its result, the registries, the execution record) is written as RQ
-writes it. A job that repeats (``Repeat``, not used by ovstream) takes RQ's own way.
+commands a commit. And a done job's result (a stream of its own, XADD + EXPIRE, holding the
+"running" a commit job returns) is not written, nor its status alone before its hash is
+written with it: ovstream reads a job's result only when the job failed (``job_error``),
+and that is written as RQ writes it. What RQ's maintenance, ``rq info`` and ovstream's
+``job_state`` read (the job's hash and status, the registries, the execution record) is
+written as RQ writes it. A job that repeats (``Repeat``, not used by ovstream) takes RQ's own
+way.
 
 And a job that meets Redis away (a failover's moment, as it runs or as its end is written) is
 said in one line, not as RQ's error with a traceback: Redis is what failed, not the job, and
@@ -20,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rq.job import Job
+from rq.job import Job, JobStatus
 from rq.utils import now
 
 from workers.store.outages import redis_went_away
@@ -49,18 +53,12 @@ class LeanJobSteps:
             super().handle_job_success(job, queue, started_job_registry)  # type: ignore[misc]
             return
         result_ttl = job.get_result_ttl(self.default_result_ttl)  # type: ignore[attr-defined]
-        execution = self.execution  # type: ignore[attr-defined]
         with self.connection.pipeline() as pipe:  # type: ignore[attr-defined]
             # one MULTI/EXEC, no WATCH: no job depends on a commit's (the module's docstring)
-            if result_ttl != 0:  # its status, its hash, its result, the finished registry
-                job._handle_success(
-                    result_ttl,
-                    pipeline=pipe,
-                    worker_name=self.name,  # type: ignore[attr-defined]
-                    execution_id=execution.id if execution else None,
-                    execution_started_at=execution.created_at if execution else None,
-                    execution_ended_at=job.ended_at,
-                )
+            if result_ttl != 0:  # its hash with its status, the finished registry
+                job._status = JobStatus.FINISHED  # written with the hash (RQ writes it first alone)
+                job.save(pipeline=pipe, include_meta=False, include_result=False)
+                job.finished_job_registry.add(job, result_ttl, pipe)
             if result_ttl is not None and result_ttl > 0:
                 pipe.expire(job.key, result_ttl)
             elif result_ttl == 0:
