@@ -205,6 +205,7 @@ class HostStack:
         one that exits at start because the port was taken after all starts on another."""
         for attempt in range(GATEWAY_PORT_TRIES):
             self._use_port(free_port())
+            logged = len(self.log("gateway"))  # what this start says comes after
             log = open(self.workdir / "gateway.log", "ab")  # noqa: SIM115
             self.procs["gateway"] = subprocess.Popen(
                 [str(OPENCLAW), "gateway", "run"],
@@ -214,12 +215,16 @@ class HostStack:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-            logged = len(self.log("gateway"))
             try:
-                wait_for(self._gateway_ready, "OpenClaw gateway ready", timeout_s=STARTUP_S)
+                wait_for(lambda: self._gateway_ready(logged), "OpenClaw gateway ready", timeout_s=STARTUP_S)
                 return
             except AssertionError:
-                if attempt + 1 == GATEWAY_PORT_TRIES or not PORT_TAKEN.search(self.log("gateway")[logged:]):
+                exited = self.procs["gateway"].poll() is not None
+                if (
+                    attempt + 1 == GATEWAY_PORT_TRIES
+                    or not exited
+                    or not PORT_TAKEN.search(self.log("gateway")[logged:])
+                ):
                     raise
                 print(f"gateway port {self.gateway_port} was taken as it started: another port")
 
@@ -232,13 +237,13 @@ class HostStack:
     def stop_gateway(self) -> None:
         stop_group(self.procs.pop("gateway", None))
 
-    def _gateway_ready(self) -> bool:
+    def _gateway_ready(self, since: int) -> bool:
+        """Whether the gateway started at ``since`` in its log says it is ready."""
         proc = self.procs["gateway"]
+        plain = _ANSI.sub("", self.log("gateway")[since:])
         if proc.poll() is not None:
-            plain = _ANSI.sub("", self.log("gateway"))
             said = [line for line in plain.splitlines() if GATEWAY_ERROR.search(line)][-5:]
             raise AssertionError(f"gateway exited {proc.returncode}: {said}\n{plain[-3000:]}")
-        plain = _ANSI.sub("", self.log("gateway"))
         return any(line.rstrip().endswith("[gateway] ready") for line in plain.splitlines())
 
     def close(self) -> None:
