@@ -197,12 +197,15 @@ def test_the_cli_reshards_and_refuses_with_exit_2(redis_client, settings, monkey
     assert "generation 1: 12 shards, generation 0 (4 shards) draining" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("deleted", ["before-the-read", "between-xpending-and-xinfo"])
 async def test_an_old_stream_retired_while_being_taken_over_is_released_quietly(
-    redis_client, settings, fake_ov, monkeypatch
+    redis_client, settings, fake_ov, monkeypatch, deleted
 ):
     """A reshard under load: one consumer retires (and deletes) an old generation's stream just
     as another, whose map is a moment behind, takes it over. Nothing is left in it to apply:
-    the second lets it go, with no crash and no traceback (it used to crash on NOGROUP)."""
+    the second lets it go, with no crash and no traceback (it used to crash on NOGROUP, and,
+    deleted between its drain's XPENDING and XINFO CONSUMERS, on "no such key": a loaded run's
+    live reshard on a cluster)."""
     from workers.capture.shard import ShardConsumer
 
     check_deployment(redis_client, settings)
@@ -210,13 +213,23 @@ async def test_an_old_stream_retired_while_being_taken_over_is_released_quietly(
     worker = make_worker(settings, fake_ov, consumer="late")
     await worker.ensure_group(old)
     worker.shard_map = reshard(redis_client, settings, 8)  # the map it follows has moved on
-    redis_client.delete(Keys(settings.key_prefix).stream(old))  # retired by its previous holder
+    stream = Keys(settings.key_prefix).stream(old)
+    if deleted == "before-the-read":
+        redis_client.delete(stream)  # retired by its previous holder
 
-    async def no_group(_shard: Any) -> None:  # its group check ran just before the deletion
-        return None
+        async def no_group(_shard: Any) -> None:  # its group check ran just before the deletion
+            return None
 
-    monkeypatch.setattr(worker, "ensure_group", no_group)
+        monkeypatch.setattr(worker, "ensure_group", no_group)
+    else:
+        xinfo_consumers = worker.redis.xinfo_consumers
+
+        async def retired_first(*args: Any) -> Any:
+            redis_client.delete(stream)
+            return await xinfo_consumers(*args)
+
+        monkeypatch.setattr(worker.redis, "xinfo_consumers", retired_first)
     consumer = ShardConsumer(worker, old, "")
-    await consumer.run()  # would raise ResponseError NOGROUP
+    await consumer.run()  # would raise ResponseError NOGROUP, or "no such key"
     assert consumer.released and not consumer.lost
     await worker.redis.aclose()

@@ -129,7 +129,7 @@ class ShardConsumer(ShardReading):
         except LeaseLost:
             self.lost = True
         except Exception as exc:
-            if isinstance(exc, redis_lib.ResponseError) and "NOGROUP" in str(exc) and superseded(self):
+            if _stream_gone(exc) and superseded(self):
                 # an old generation's stream its previous holder retired (and deleted) between
                 # this consumer's taking it and reading it: nothing is left in it to apply
                 log.info("shard %s: retired while being taken over; released", self.shard)
@@ -250,3 +250,11 @@ class ShardConsumer(ShardReading):
         await self.failures.dead_letter(items)
         gone = {e.id for e, _, _ in items}
         self.backlog = [e for e in self.backlog if e.id not in gone]
+
+
+def _stream_gone(exc: BaseException) -> bool:
+    """Redis's answer to a read of a stream deleted under it: NOGROUP from XREADGROUP and
+    XPENDING, "no such key" from XINFO (the drain's last step: a live reshard's retirement
+    came between them, and the consumer crashed with a traceback)."""
+    said = str(exc)
+    return isinstance(exc, redis_lib.ResponseError) and ("NOGROUP" in said or "no such key" in said)
