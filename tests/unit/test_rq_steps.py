@@ -152,3 +152,13 @@ def test_a_job_that_meets_redis_away_is_one_line_a_failed_job_rqs_error(
         _run(_Lean, func, 500)
     assert said in caplog.text
     assert ("Traceback" in caplog.text) == traceback
+
+
+def test_a_done_job_is_not_said_to_keep_a_result_it_does_not_keep(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="rq.worker"):
+        _run(_Before, doubled, 500)
+    assert "result is kept for 500 seconds" in caplog.text  # RQ's line, where RQ keeps it
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="rq.worker"):
+        _run(_Lean, doubled, 500)
+    assert "Job OK" in caplog.text and "result is kept" not in caplog.text

@@ -33,6 +33,10 @@ from workers.store.outages import redis_went_away
 class LeanJobSteps:
     """Mixed into an RQ worker class, ahead of it (``class W(LeanJobSteps, SimpleWorker)``)."""
 
+    log_result_lifespan = False
+    """RQ's "job ... result is kept for N seconds" line after each job: a done job's result is
+    not kept here (``handle_job_success``), so the line would not be true."""
+
     def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
         """RQ's, without the job's first heartbeat (``prepare_for_execution`` writes it with
         the status) and without the LREM of the job from RQ's intermediate list: a commit
