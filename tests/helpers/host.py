@@ -1,7 +1,7 @@
 """The real OpenClaw host around ovstream, for tests/integration/test_host_openclaw.py.
 
 ``HostStack`` starts, on loopback ports and each stopped by PID at the end:
-its own ``redis-server`` (append-only, so a test can stop and restart it
+its own ``redis-server`` (append-only, so a test can kill and restart it
 without losing streams), ``ovstream rpc`` / ``capture`` / ``worker`` as
 separate processes (so capture alone can be paused), the scripted chat model
 (host_chat_model, recording every request body), and the real OpenClaw
@@ -34,8 +34,7 @@ import pytest
 
 from tests.helpers.e2e import Service, ovstream_command, wait_for
 from tests.helpers.host_chat_model import MODEL_ID, content_text, serve
-from tests.helpers.host_redis import HostRedis, stop_group
-from workers.dev.local_redis import free_port
+from workers.dev.local_redis import free_port, start_redis_server
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_DIR = ROOT / "clients" / "openclaw"
@@ -75,10 +74,25 @@ def require_host() -> None:
         pytest.skip(why, allow_module_level=True)
 
 
+def stop_group(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM, timeout_s: float = 20) -> None:
+    """SIGTERM (``sig``) to the process group of ``proc``, SIGKILL after ``timeout_s``."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
 class HostStack:
     def __init__(self, workdir: Path, ov_url: str, **settings: Any) -> None:
         self.workdir = workdir
-        self.redis = HostRedis(workdir)
+        # append-only, fsync'd: a test kills and restarts it (``kill``, ``restart``) losing nothing
+        self.redis = start_redis_server(durable=True)
         self.service = Service(ov_url=ov_url, redis_url=self.redis.url, workdir=workdir, **settings)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.install_output = ""
@@ -107,9 +121,7 @@ class HostStack:
         """Everything up; ``with_plugin=False``: a gateway that has not met ovstream yet
         (``install_plugin`` later), as one that ran for months before it. Each step's seconds
         go to stdout (pytest shows them with a failed setup: where the time went)."""
-        with _step("redis-server and the model"):
-            self.redis.start()
-            self.model_thread.start()
+        self.model_thread.start()
         with _step("ovstream rpc, capture and worker"):
             for name in ("rpc", "capture", "worker"):
                 self.start_service(name)

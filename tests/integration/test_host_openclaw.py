@@ -269,14 +269,14 @@ def test_subagents_start_from_their_parent_and_leave_what_they_learned(host: Hos
 def test_every_turn_exactly_once_while_redis_is_down(host: HostStack) -> None:
     key = f"agent:main:{unique('redis')}"
     host.turn(key, "a conversation that will outlive a Redis outage")
-    host.redis.stop()
+    host.redis.kill()
     try:
         token = f"outage{os.getpid()}"
         host.turn(key, f"said while Redis is down: {token}")
         requests = host.turn(key, "what did I say while Redis was down?")
         assert all(count_in_user_messages(r, token) == 1 for r in requests), [user_texts(r) for r in requests]
     finally:
-        host.redis.start()
+        host.redis.restart()
         for name in ("capture", "worker"):
             if host.procs[name].poll() is not None:  # a worker that gave up on Redis is restarted
                 host.start_service(name)
@@ -299,7 +299,7 @@ def test_one_shot_runs_with_redis_down_keep_their_turn_and_get_the_last_run_once
     address = SessionAddress(ov_session_id(session_id_of(answer), key), "main", None)
     applied = session_keys(host.service.settings, address).applied
     wait_for(lambda: host.service.redis.hget(applied, "last_id"), "capture applying the first run", timeout_s=120)
-    host.redis.stop()
+    host.redis.kill()
     try:
         before = len(host.requests())
         second = host.openclaw(
@@ -312,7 +312,7 @@ def test_one_shot_runs_with_redis_down_keep_their_turn_and_get_the_last_run_once
         assert "next run delivers them" in second.stderr, second.stderr[-3000:]  # it says what it did
         assert list(host.spool.glob("*.json"))
     finally:
-        host.redis.start()
+        host.redis.restart()
     before = len(host.requests())
     third = host.openclaw("agent", "--local", "--session-key", key, "--message", "what did I say last run?", "--json")
     assert re.search(r"delivering \d+ turn event\(s\) an earlier run left", third.stderr), third.stderr[-3000:]
