@@ -44,6 +44,7 @@ from processes import (  # bench/processes.py
     ovstream_env,
     redis_calls_by_command,
     redis_cpu_seconds,
+    redis_reads,
     redis_usec_by_command,
     spawn,
     stop,
@@ -75,6 +76,8 @@ class Row:
     worker_cpu_ms: float
     """Per commit, every worker process together."""
     redis_commands: float
+    redis_round_trips: float
+    """Per commit: requests Redis read (``INFO stats``; the bench's own reads left out)."""
     redis_cpu_ms: float
     ov_requests: float
     statuses: str
@@ -141,7 +144,7 @@ def measure(processes: int, args: argparse.Namespace, redis_url: str, work: Path
                 raise RuntimeError(f"the workers did not start; see {work}")
             time.sleep(0.05)
         cpu0, calls0 = sum(group_cpu_seconds(w.pid) for w in workers), redis_calls_by_command(client)
-        usec0 = redis_usec_by_command(client)
+        usec0, reads0 = redis_usec_by_command(client), redis_reads(client)
         redis_cpu0, ov0 = redis_cpu_seconds(client), fake_ov_requests(ov_port)
         monitor = RedisMonitor(redis_url, prefix, args.trace) if args.by_key or args.trace else None
         started = time.monotonic()
@@ -162,10 +165,12 @@ def measure(processes: int, args: argparse.Namespace, redis_url: str, work: Path
                     if outcome.commit_id in wanted and outcome.status in FINAL_STATUSES:
                         outcomes[outcome.commit_id] = outcome
         elapsed = time.monotonic() - started
+        # the bench's own reads left out: its XREADs, its INFO cpu and this INFO stats
+        round_trips = redis_reads(client) - reads0 - reads - 2
         families = monitor.close() if monitor is not None else {}
         n, calls1 = len(requests), redis_calls_by_command(client)
         by_command = {c: calls1[c] - calls0.get(c, 0) for c in calls1}
-        by_command["info"] -= 3  # the bench's INFOs
+        by_command["info"] -= 5  # the bench's INFOs
         by_command["xread"] -= reads  # the request, RQ's bookkeeping, the polls; not the bench's reads
         commands = sum(by_command.values()) / n
         usec1 = redis_usec_by_command(client)
@@ -179,6 +184,7 @@ def measure(processes: int, args: argparse.Namespace, redis_url: str, work: Path
             ratio=0.0,
             worker_cpu_ms=(sum(group_cpu_seconds(w.pid) for w in workers) - cpu0) / n * 1000,
             redis_commands=commands,
+            redis_round_trips=round_trips / n,
             redis_cpu_ms=(redis_cpu_seconds(client) - redis_cpu0) / n * 1000,
             ov_requests=(fake_ov_requests(ov_port) - ov0) / n,
             statuses=",".join(sorted({o.status for o in outcomes.values()})),
@@ -229,12 +235,12 @@ def main() -> None:
     )
     print(
         f"{'workers':>7} {'commits/s':>9} {'x one':>6} {'worker CPU ms/commit':>20} {'Redis cmds/commit':>17}"
-        f" {'Redis CPU ms/commit':>19} {'OV reqs/commit':>14} {'outcomes':>10}"
+        f" {'round trips/commit':>18} {'Redis CPU ms/commit':>19} {'OV reqs/commit':>14} {'outcomes':>10}"
     )
     for r in rows:
         print(
             f"{r.processes:>7} {r.rate:>9.1f} {r.ratio:>6.2f} {r.worker_cpu_ms:>20.2f} {r.redis_commands:>17.1f}"
-            f" {r.redis_cpu_ms:>19.3f} {r.ov_requests:>14.2f} {r.statuses:>10}"
+            f" {r.redis_round_trips:>18.1f} {r.redis_cpu_ms:>19.3f} {r.ov_requests:>14.2f} {r.statuses:>10}"
         )
     for r in rows if args.breakdown else []:
         said = ", ".join(f"{c} {k:.1f}" for c, k in r.by_command.items() if k >= 0.05)

@@ -114,6 +114,12 @@ def redis_calls_by_command(client: redis.Redis) -> dict[str, int]:
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in client.info("commandstats").items()}
 
 
+def redis_reads(client: redis.Redis) -> int:
+    """Requests Redis has read so far (``INFO stats`` ``total_reads_processed``): one per round
+    trip a client makes (a pipeline's commands arrive in one), this call's own included."""
+    return int(client.info("stats")["total_reads_processed"])
+
+
 def redis_usec_by_command(client: redis.Redis) -> dict[str, int]:
     """Microseconds of Redis CPU so far in each command (``INFO commandstats``; a script's own
     calls counted under theirs as well as in the EVALSHA's)."""

@@ -99,6 +99,29 @@ def test_an_announced_outcome_is_not_appended_again(redis_client, settings, writ
     assert redis_client.zcard(Keys(settings.key_prefix).unannounced_index()) == 0
 
 
+@pytest.mark.parametrize("write", sorted(WRITES))
+def test_an_announced_outcome_leaves_the_sweep_nothing_to_look_at(redis_client, settings, write: str) -> None:
+    records, req = CommitRecords(redis_client, settings), request()
+    for step in WRITES[write]:
+        step(records, req)
+    assert announced(redis_client, settings)[-1] == req.commit_id
+    assert redis_client.zcard(Keys(settings.key_prefix).unannounced_index()) == 0  # no sweep needed
+
+
+def test_a_sessions_entry_stays_while_another_of_its_outcomes_is_unannounced(
+    redis_client, settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stopped = CommitRecords(redis_client, settings)
+    stopping_before_the_append(stopped, monkeypatch)
+    with pytest.raises(RecorderStopped):
+        record_completed(stopped, request("c1"))
+    record_completed(CommitRecords(redis_client, settings), request("c2"))  # announced at once
+    assert announced(redis_client, settings) == ["c2"]
+    assert redis_client.zcard(Keys(settings.key_prefix).unannounced_index()) == 1  # c1 is still found
+    assert CommitRecords(redis_client, settings).announce_left(now=time.time() + LATER) == 1
+    assert announced(redis_client, settings) == ["c2", "c1"]
+
+
 def test_a_session_recorded_again_while_the_sweep_looks_stays_indexed(
     redis_client, settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -12,7 +12,7 @@ from tests.helpers.commits import redis_away_at_the_first_check, running_commit
 from workers.commits import phase2_due
 from workers.commits import sweep as commit_sweep
 from workers.commits.context import context_of
-from workers.commits.phase2_due import POLL_FIELD, POLLING, claim_due, drop, due_reads, poll_state
+from workers.commits.phase2_due import POLL_FIELD, POLLING, claim_due, due_reads, poll_state, settle
 from workers.commits.poller import run_due_polls
 from workers.commits.queue import commit_queue, job_counts
 from workers.commits.records import CommitRecords
@@ -60,6 +60,21 @@ def test_each_due_read_is_claimed_by_one_poller(redis_client, settings, fake_ov)
     assert len(first) == 3 and second == []  # claimed: not due for another poller
 
 
+def test_a_batchs_next_reads_are_put_in_one_command_each_when_it_is_due(redis_client, settings, fake_ov):
+    sessions = ("n1", "n2", "n3")
+    for sid in sessions:
+        _running(redis_client, settings, fake_ov, sid, reads_running=5)
+    _due_now(redis_client, settings)
+    due, zadds = Keys(settings.key_prefix).phase2_due(), redis_client.info("commandstats")["cmdstat_zadd"]["calls"]
+    before = time.time()
+    assert run_due_polls(redis_client, settings, context_of(settings), threads=3) == 3
+    # one ZADD claimed the three, one put their next reads (a script's own ZADD counts too)
+    assert redis_client.info("commandstats")["cmdstat_zadd"]["calls"] - zadds == 2
+    interval = settings.phase2_poll_interval_s
+    scores = [score for _, score in redis_client.zrange(due, 0, -1, withscores=True)]
+    assert len(scores) == 3 and all(before + interval <= s <= time.time() + interval for s in scores), scores
+
+
 def test_a_read_whose_poller_died_is_read_again_when_its_claim_lapses(
     redis_client, settings, fake_ov, monkeypatch: pytest.MonkeyPatch
 ):
@@ -79,7 +94,7 @@ def test_a_claim_drops_its_entry_only_while_no_read_was_put_there_since(redis_cl
     [inflight], claim = claim_due(redis_client, settings)
     # the next read of the slot (the session's next commit, say) is put before the claim is dropped
     redis_client.zadd(Keys(settings.key_prefix).phase2_due(), {inflight: time.time() + 5})
-    drop(redis_client, settings, inflight, claim)
+    settle(redis_client, settings, claim, {}, [inflight])
     assert due_reads(redis_client, settings) == 1
     assert request.commit_id  # (the commit the slot holds is untouched)
 

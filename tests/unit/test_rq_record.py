@@ -13,7 +13,7 @@ from rq import Queue, SimpleWorker
 from rq.exceptions import StopRequested
 
 from workers.commits.lines import LineQueue
-from workers.commits.rq_record import HEARTBEAT_EVERY_S, LeanWorkerRecord
+from workers.commits.rq_record import HEARTBEAT_EVERY_S, SUSPENSION_LOOK_S, LeanWorkerRecord
 
 
 class _Worker(LeanWorkerRecord, SimpleWorker):
@@ -104,7 +104,7 @@ def test_a_push_onto_a_line_does_not_register_the_line_as_an_rq_queue() -> None:
     assert job.origin == "commits" and redis.smembers(Queue.redis_queues_keys) == set()
 
 
-def test_a_suspension_check_is_one_command_until_rq_suspend_is_said(
+def test_a_suspension_check_is_one_command_a_second_until_rq_suspend_is_said(
     worker: tuple[_Worker, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     made, redis = worker
@@ -116,8 +116,13 @@ def test_a_suspension_check_is_one_command_until_rq_suspend_is_said(
 
     monkeypatch.setattr(made.connection, "exists", exists)
     made.check_for_suspension(burst=False)
+    made.check_for_suspension(burst=False)  # the next job within the second: not looked at again
     assert sent == ["EXISTS"]
+    made._suspension_looked_at -= SUSPENSION_LOOK_S  # a second on
+    made.check_for_suspension(burst=False)
+    assert sent == ["EXISTS", "EXISTS"]
     monkeypatch.undo()
+    made._suspension_looked_at = float("-inf")
     redis.set("rq:suspended", 1)
     with pytest.raises(StopRequested):  # RQ's own handling once suspended: a burst ends
         made.check_for_suspension(burst=True)

@@ -5,8 +5,9 @@ A process that runs commit jobs (``ovstream worker``, the embedded worker of
 carry only their request and the deployment's ``key_prefix``; the context
 gives them the settings (API keys included, which never enter Redis), one
 event loop (a daemon thread, so a job may run from sync code or from a thread
-already running a loop), one OV connection pool and one asyncio Redis client
-(for the snapshots, which live on event loops everywhere) shared by every job.
+already running a loop), OV connection pools (one per lane of work: ``OV_LANES``)
+and one asyncio Redis client (for the snapshots, which live on event loops
+everywhere) shared by every job.
 
 ``set_ov_transport_factory`` points the pool at another transport (tests and
 ``ovstream up --fake-ov`` use a FakeOV's); it drops the pools built before.
@@ -15,12 +16,15 @@ already running a loop), one OV connection pool and one asyncio Redis client
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
 import httpx
+import uvloop
 
 from core.config import Settings
 from core.config_load import load_settings
@@ -33,6 +37,12 @@ from workers.store.usage import count_ov_request
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
+OV_LANES = 9
+"""OV connection pools a job context keeps: one per lane of work (a commit job's thread; each
+of the poller's read threads: ``lane``). httpcore looks at every connection of a pool as each
+request starts and ends (an idle one's socket polled, anyio building the socket's attributes,
+a getpeername among them, each time): with one pool of nine connections that was a quarter of
+the jobs' event loop's CPU (bench/RESULTS.md); a lane's own pool holds one or two."""
 CLOSE_TIMEOUT_S = 5.0
 """Longest wait for each part of a job context to close."""
 TransportFactory = Callable[[Settings], httpx.AsyncBaseTransport | None]
@@ -44,29 +54,35 @@ class JobContext:
     def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.settings = settings
         self._transport = transport
-        self._loop = asyncio.new_event_loop()
+        self._loop = uvloop.new_event_loop()  # the faster loop, as capture and the RPC run on (bench/RESULTS.md)
         quiet_dropped_connections(self._loop)
         self._thread = threading.Thread(target=self._loop.run_forever, name="ovstream-jobs-loop", daemon=True)
         self._thread.start()
-        self._ov: OVClient | None = None
+        self._ov: dict[int, OVClient] = {}
+        """The pool of each lane (``OV_LANES``), made on its first call."""
         self.redis = connect_async(settings)
         """Used on the context's loop only (``run``)."""
         self.store = connect(settings)
         """The jobs' sync store client (streams and records; the queue's is RQ's own)."""
 
     def ov(self, address: SessionAddress) -> OVClient:
-        """The shared pool, acting as ``address``'s agent with its tenant's API key (call on the loop)."""
-        if self._ov is None:
-            self._ov = OVClient.from_settings(
+        """The pool of the caller's lane (``lane``), acting as ``address``'s agent with its
+        tenant's API key (use it on the loop: ``run``)."""
+        n = _lane_now()
+        pool = self._ov.get(n)
+        if pool is None:
+            pool = self._ov[n] = OVClient.from_settings(
                 self.settings, transport=self._transport, on_request=count_ov_request(self.settings)
             )
         key = self.settings.user_api_keys.get(address.tenant) if address.tenant else None
-        return self._ov.scoped(peer=address.agent_id, api_key=key)
+        return pool.scoped(peer=address.agent_id, api_key=key)
 
     def run(self, make: Callable[[], Awaitable[T]]) -> T:
-        """Run ``make()`` on the context's loop and wait for its result."""
+        """Run ``make()`` on the context's loop and wait for its result (in the caller's lane)."""
+        n = _lane_now()
 
         async def call() -> T:
+            _loop_lane.set(n)  # this task's own context: ``ov`` inside it picks the caller's pool
             return await make()
 
         return asyncio.run_coroutine_threadsafe(call(), self._loop).result()
@@ -75,10 +91,8 @@ class JobContext:
         """Close the OV pool and the Redis client, then stop the loop (bounded: a stuck
         job must not hold a shutdown up)."""
         self.store.close()
-        closing = [self.redis.aclose()]
-        if self._ov is not None:
-            closing.append(self._ov.aclose())
-            self._ov = None
+        closing = [self.redis.aclose(), *(pool.aclose() for pool in self._ov.values())]
+        self._ov = {}
         for coro in closing:
             try:
                 asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=CLOSE_TIMEOUT_S)
@@ -86,6 +100,27 @@ class JobContext:
                 log.warning("job context of %s: close did not finish: %r", self.settings.key_prefix, exc)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=CLOSE_TIMEOUT_S)
+
+
+_thread_lane = threading.local()
+_loop_lane: contextvars.ContextVar[int | None] = contextvars.ContextVar("ovstream_ov_lane", default=None)
+
+
+@contextlib.contextmanager
+def lane(n: int) -> Iterator[None]:
+    """OV calls this thread makes inside the block (``JobContext.run``) go through pool ``n``
+    (of ``OV_LANES``); outside any, pool 0 (a commit job's)."""
+    _thread_lane.n = n % OV_LANES
+    try:
+        yield
+    finally:
+        _thread_lane.n = 0
+
+
+def _lane_now() -> int:
+    """The lane of the code running: the task's on the loop (``run``), else its thread's."""
+    on_loop = _loop_lane.get()
+    return on_loop if on_loop is not None else getattr(_thread_lane, "n", 0)
 
 
 _settings: dict[str, Settings] = {}

@@ -23,8 +23,9 @@ from typing import Any
 
 import redis as redis_lib
 from rq import Queue
-from rq.exceptions import DequeueTimeout, NoSuchJobError
+from rq.exceptions import DequeueTimeout, DuplicateJobError, NoSuchJobError
 from rq.job import Job
+from rq.scripts import UNIQUE_ENQUEUE_SCRIPT, _build_hset_args
 from rq.utils import as_text
 from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
@@ -34,6 +35,7 @@ from core.fairness import LEGACY_LINE, dequeue_order, line_of, served
 from core.repair import is_repair_session
 from workers.store.connection import text
 from workers.store.keys import Keys
+from workers.store.lua import Lua
 from workers.store.scripts import FORGET_IDLE_LINES
 
 LINE_META = "line"
@@ -46,24 +48,56 @@ DOORBELL_MAX = 64
 """Rings kept when no worker is blocked to take them (each wakes one worker)."""
 
 
+RQ_UNIQUE_ENQUEUE = Lua(UNIQUE_ENQUEUE_SCRIPT)
+"""RQ's own script of a unique enqueue (the job saved and pushed unless a job of its id exists),
+sent in a pipeline with the line's registration (``LineQueue.enqueue_job``)."""
+
+
 class LineQueue(Queue):
     """The commit queue, its jobs pushed onto the list of ``line``: the job's origin is the
-    queue's name (its registries are the queue's), its id goes to ``key``."""
+    queue's name (its registries are the queue's), its id goes to ``key``; a push registers the
+    line in ``registry`` (``Keys.commit_lines``) first, when given."""
 
-    def __init__(self, name: str, line: str, key: str, **kwargs: Any) -> None:
+    def __init__(self, name: str, line: str, key: str, registry: str | None = None, **kwargs: Any) -> None:
         super().__init__(name, **kwargs)
         self.line = line
         self._key = key
+        self.registry = registry
+        self.entered_new = False
+        """Whether the last push registered the line anew (``CommitLines.ring`` after it)."""
 
     def enqueue_job(self, job: Job, pipeline: Any = None, at_front: bool = False, unique: bool = False) -> Job:
         """RQ's, without its SADD of the queue's key to ``rq:queues`` on every push (in a
         MULTI/EXEC of its own: 3 of a commit's Redis commands): workers read the lines from
         ``Keys.commit_lines``, and RQ's registry of queues lists the commit queue. No commit
-        job depends on another (RQ's own path for one that does)."""
+        job depends on another (RQ's own path for one that does). A unique push (a commit's)
+        is sent with the line's registration, ahead of it on the same connection (the queue's
+        Redis is never a cluster: RQ does not speak it): one round trip, not two."""
         if job._dependency_ids:
+            self.entered_new = self._register()
             return super().enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
         job.origin = self.name
-        return self._enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
+        if not unique or pipeline is not None or self.registry is None:
+            self.entered_new = self._register()
+            return self._enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
+        self._prepare_for_queue(job)  # what RQ's unique enqueue does, then its script
+        ttl = job.ttl if job.ttl is not None else -1
+        with self.connection.pipeline(transaction=False) as pipe:
+            pipe.zadd(self.registry, {self.line: time.time()})
+            # rq.scripts' own arguments (rq pinned to 2.12: workers.commits.rq_steps reads its steps too)
+            args = [job.id, "L" if at_front else "R", ttl, *_build_hset_args(job)]  # type: ignore[no-untyped-call]
+            RQ_UNIQUE_ENQUEUE(pipe, [job.key, self.key], args)
+            added, pushed = pipe.execute()
+        if not pushed:
+            raise DuplicateJobError(f"Job with ID '{job.id}' already exists")
+        self.entered_new = bool(added)
+        return job
+
+    def _register(self) -> bool:
+        """The line in the registry from now (before its push); True when it was not there."""
+        if self.registry is None:
+            return False
+        return bool(self.connection.zadd(self.registry, {self.line: time.time()}))
 
 
 class Doorbell(LineQueue):
@@ -134,7 +168,9 @@ class CommitLines:
         """The queue a job of ``line`` is pushed through (the legacy line: the queue's own list)."""
         if line == LEGACY_LINE:
             return Queue(self.name, connection=self.connection)
-        return LineQueue(self.name, line, self.keys.commit_line(line), connection=self.connection)
+        return LineQueue(
+            self.name, line, self.keys.commit_line(line), self.keys.commit_lines(), connection=self.connection
+        )
 
     def enter(self, lines: set[str]) -> bool:
         """Before a push onto each of ``lines``: they are in use (from now). True when one of
@@ -155,11 +191,12 @@ class CommitLines:
             pipe.execute()
 
     def enqueue(self, line: str, func: Any, *args: Any, **options: Any) -> Job:
-        """``Queue.enqueue`` onto ``line``: registered first, rung after when the line is new."""
-        new = self.enter({line})
+        """``Queue.enqueue`` onto ``line``: registered first (``LineQueue``), rung after when
+        the line is new."""
         meta = {**options.pop("meta", {}), LINE_META: line}
-        job = self.queue(line).enqueue(func, *args, meta=meta, **options)
-        if new:
+        queue = self.queue(line)
+        job = queue.enqueue(func, *args, meta=meta, **options)
+        if isinstance(queue, LineQueue) and queue.entered_new:
             self.ring()
         return job
 

@@ -15,6 +15,7 @@ found by the sweep (workers.commits.request.commit_state) and put back.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -22,9 +23,10 @@ import redis as redis_lib
 
 from core.config import Settings
 from core.events import CommitRequest
+from workers.commits.looks import POLLING_LOOK_S, look_in
 from workers.store.connection import text
 from workers.store.keys import Keys, session_keys
-from workers.store.scripts import CLAIM_STALE, DROP_IF_SCORE, SET_POLL_IF_IN_FLIGHT
+from workers.store.scripts import CLAIM_STALE, DROP_EACH_IF_SCORE, SET_POLL_IF_IN_FLIGHT
 
 POLLING = "phase2-due"
 """What an in-flight slot's ``job`` names while its commit's phase 2 is read from the due set."""
@@ -55,30 +57,56 @@ def put_poll(
     due_at: float,
     state: PollState,
     written: PollState | None = None,
+    later: dict[str, float] | None = None,
+    with_slot: Callable[[Any], Any] | None = None,
 ) -> None:
     """Have ``request``'s phase 2 read at ``due_at``: the slot first (what the sweep reads; not
     written again when it holds ``state`` already: ``written``; never made anew), then the due
-    entry (a poller reading the entry finds the slot written)."""
+    entry (a poller reading the entry finds the slot written). ``later``: the entry is put
+    there instead, for the caller to write with the others of its batch (``settle``).
+    ``with_slot(pipe)``: a write to the session's slot sent ahead of the slot's, in its round
+    trip (the commit's running record: one slot is one node, in order, on a cluster too)."""
     inflight = session_keys(settings, request.address).commit_inflight
-    if state != written and not SET_POLL_IF_IN_FLIGHT(
-        redis, [inflight], [POLLING, POLL_FIELD, msgspec.json.encode(state)]
-    ):
-        return  # the commit ended meanwhile (a read made twice): nothing to read next
-    redis.zadd(Keys(settings.key_prefix).phase2_due(), {inflight: due_at})
+    if state != written:
+        with redis.pipeline(transaction=False) as pipe:
+            if with_slot is not None:
+                with_slot(pipe)
+            SET_POLL_IF_IN_FLIGHT(pipe, [inflight], [POLLING, POLL_FIELD, msgspec.json.encode(state)])
+            if not pipe.execute()[-1]:
+                return  # the commit ended meanwhile (a read made twice): nothing to read next
+    if later is not None:
+        later[inflight] = due_at
+        return
+    keys = Keys(settings.key_prefix)
+    with redis.pipeline(transaction=False) as pipe:  # in either order: one round trip, on a cluster too
+        pipe.zadd(keys.phase2_due(), {inflight: due_at})
+        if state != written:  # its reads begin (or go on after a failed one): the sweep looks seldom
+            pipe.zadd(keys.commits_in_flight(), {inflight: look_in(POLLING_LOOK_S)}, xx=True)
+        pipe.execute()
+
+
+def settle(redis: redis_lib.Redis, settings: Settings, claim: float, later: dict[str, float], done: list[str]) -> None:
+    """What a batch of reads claimed at ``claim`` leaves: the next reads it put (``put_poll``'s
+    ``later``) and the entries it is done with (each taken out only while it has the claim's
+    score: one put there again since stays), in one round trip: each was a round trip of its
+    own, four or five a commit. Until then a claimed entry keeps its claim's score: one lost
+    with its poller is due again when the claim lapses."""
+    due = Keys(settings.key_prefix).phase2_due()
+    with redis.pipeline(transaction=False) as pipe:  # one key: one node, on a cluster too
+        if later:
+            pipe.zadd(due, later)
+        if done:
+            DROP_EACH_IF_SCORE(pipe, [due], [claim, *done])
+        pipe.execute()
 
 
 def claim_due(redis: redis_lib.Redis, settings: Settings, *, limit: int = CLAIM_BATCH) -> tuple[list[str], float]:
     """The due reads' in-flight keys, each claimed for ``CLAIM_LEASE_S``, and the claim's score
-    (``drop`` takes an entry out only while it still has it)."""
+    (``settle`` takes an entry out only while it still has it)."""
     now = time.time()
     claim = now + CLAIM_LEASE_S
     due = CLAIM_STALE(redis, [Keys(settings.key_prefix).phase2_due()], [now, claim, limit])
     return [text(k) for k in due], claim
-
-
-def drop(redis: redis_lib.Redis, settings: Settings, inflight: str, claim: float) -> None:
-    """Take a claimed entry out, unless a read was put there again since (a new score)."""
-    DROP_IF_SCORE(redis, [Keys(settings.key_prefix).phase2_due()], [inflight, claim])
 
 
 def is_due_read(redis: redis_lib.Redis, settings: Settings, inflight: str) -> bool:

@@ -14,8 +14,16 @@ import redis as redis_lib
 from core.config import Settings
 from core.events import CommitRequest, EventDecodeError, decode
 from workers import logs
-from workers.commits.context import JobContext, context_for
-from workers.commits.phase2_due import CLAIM_BATCH, POLL_FIELD, POLLING, PollState, claim_due, drop, poll_state
+from workers.commits.context import JobContext, context_for, lane
+from workers.commits.phase2_due import (
+    CLAIM_BATCH,
+    POLL_FIELD,
+    POLLING,
+    PollState,
+    claim_due,
+    poll_state,
+    settle,
+)
 from workers.commits.run import patiently, read_phase2
 from workers.store.connection import REDIS_ERRORS, optional_text
 from workers.store.ticking import TickingThread
@@ -44,10 +52,12 @@ def run_due_polls(redis: redis_lib.Redis, settings: Settings, ctx: JobContext, t
             pipe.hmget(inflight, "req", "job", POLL_FIELD)
         slots = pipe.execute()
     reads: list[tuple[str, CommitRequest, PollState]] = []
+    done: list[str] = []  # entries to drop, and the next reads, written together (settle)
+    later: dict[str, float] = {}
     for inflight, (raw_request, job, raw_state) in zip(inflights, slots):
         found = _read_of(raw_request, job, raw_state)
         if found is None:  # the commit ended, or another step holds its slot now
-            drop(redis, settings, inflight, claim)
+            done.append(inflight)
         else:
             reads.append((inflight, *found))
 
@@ -56,10 +66,11 @@ def run_due_polls(redis: redis_lib.Redis, settings: Settings, ctx: JobContext, t
         with logs.fields(session=request.ov_session_id, commit_id=request.commit_id):
             # Redis away mid-way is waited out here: a final record made before it went would
             # leave no slot for a later claim to find, and what follows it unscheduled
-            if patiently(request, lambda: read_phase2(redis, ctx, request, state)) is not None:
-                drop(redis, settings, inflight, claim)  # final: no next read was put
+            if patiently(request, lambda: read_phase2(redis, ctx, request, state, later=later)) is not None:
+                done.append(inflight)  # final: no next read was put
 
     side_by_side(one, reads, threads)
+    settle(redis, settings, claim, later, done)
     return len(inflights)
 
 
@@ -72,16 +83,18 @@ def side_by_side(work: Callable[[T], None], items: list[T], threads: int) -> Non
         return
     errors: list[BaseException] = []
 
-    def run(share: list[T]) -> None:
+    def run(n: int, share: list[T]) -> None:
         try:
-            for item in share:
-                work(item)
+            with lane(n):  # its own OV pool (workers.commits.context.OV_LANES: why)
+                for item in share:
+                    work(item)
         except BaseException as exc:  # raised in the caller's thread below
             errors.append(exc)
 
     shares = [items[i::threads] for i in range(min(threads, len(items)))]
     started = [
-        threading.Thread(target=run, args=(share,), name="ovstream-phase2-read", daemon=True) for share in shares
+        threading.Thread(target=run, args=(n, share), name="ovstream-phase2-read", daemon=True)
+        for n, share in enumerate(shares, start=1)  # lane 0: the commit jobs'
     ]
     for thread in started:
         thread.start()

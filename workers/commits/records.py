@@ -27,7 +27,9 @@ import redis.asyncio as aioredis
 from core.config import Settings
 from core.events import CommitOutcome, CommitRequest, CommitStatus, EventDecodeError, decode, encode
 from core.session import SessionAddress
+from workers.commits.looks import look_soon
 from workers.store.connection import stream_entries, text
+from workers.store.in_order import InOrder
 from workers.store.keys import Keys, SessionKeys
 from workers.store.recent import addresses_by_keys
 from workers.store.scripts import CLAIM_STALE, DROP_IF_SCORE, RECORD_OUTCOME
@@ -140,6 +142,18 @@ class CommitRecords:
         """The recorded outcome of ``request`` (pending and running included), or None."""
         return load_outcome(self.redis, self.session_keys(request.address).commits, request.commit_id)
 
+    def outcome_as_job_starts(self, request: CommitRequest) -> CommitOutcome | None:
+        """``outcome``, read as the commit's job starts; with it (one round trip), the commit's
+        entry in the sweep's index is made due ``SWEEP_INTERVAL_S`` from now: while it waited
+        on its line it was looked at seldom, and a worker dying under a running job is found
+        within seconds (workers.commits.looks)."""
+        ks = self.session_keys(request.address)
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(ks.commits, request.commit_id)
+            pipe.zadd(self.keys.commits_in_flight(), {ks.commit_inflight: look_soon()}, xx=True)
+            raw, _ = pipe.execute()
+        return _parsed(raw)
+
     async def outcome_async(self, aredis: aioredis.Redis, request: CommitRequest) -> CommitOutcome | None:
         """``outcome`` read through an asyncio client (the RPC's wait on its event loop)."""
         return _parsed(await aredis.hget(self.session_keys(request.address).commits, request.commit_id))
@@ -149,15 +163,15 @@ class CommitRecords:
         slot, unless a commit is owed after it (``FOLLOW_REASON``)."""
         ks = self.session_keys(request.address)
         final = outcome.status in FINAL_STATUSES
-        if final:
-            self._index_unannounced(ks)
-        keys = [ks.commits, ks.commit_inflight, ks.commit_generation, ks.commits_unannounced]
-        ttl = self.settings.session_state_ttl_s
-        # one script (the session's keys share a slot): WATCH and MULTI cost Redis 3 commands more
-        if not RECORD_OUTCOME(self.redis, keys, [request.commit_id, encode(outcome), ttl, int(final), FOLLOW_REASON]):
+        steps = InOrder(self.redis)  # one round trip where Redis keeps the order (workers.store.in_order)
+        indexed_at = time.time()
+        if final:  # indexed before it is filed unannounced: where a sweep will find it
+            steps.add(lambda client: self._index_unannounced(client, ks, indexed_at))
+        steps.add(lambda client: self.queue_record(client, request, outcome))
+        if not steps.run()[-1]:
             return False
         if final:
-            self._announce(ks, outcome)
+            self._announce(ks, outcome, indexed_at)
             count_outcome(request, outcome)
             log.info(
                 "commit %s of session %s: %s%s",
@@ -169,11 +183,22 @@ class CommitRecords:
             )
         return True
 
+    def queue_record(self, client: Any, request: CommitRequest, outcome: CommitOutcome) -> Any:
+        """The record's script on ``client`` (a pipeline: a not-final ``outcome`` sent with
+        another write to the session's slot, in one round trip). Its answer: stored or not."""
+        ks = self.session_keys(request.address)
+        keys = [ks.commits, ks.commit_inflight, ks.commit_generation, ks.commits_unannounced]
+        final = int(outcome.status in FINAL_STATUSES)
+        # one script (the session's keys share a slot): WATCH and MULTI cost Redis 3 commands more
+        args: list[Any] = [request.commit_id, encode(outcome), self.settings.session_state_ttl_s, final, FOLLOW_REASON]
+        return RECORD_OUTCOME(client, keys, args)
+
     def correct_timeout(self, request: CommitRequest, outcome: CommitOutcome) -> bool:
         """Replace a recorded ``timeout`` by the final state OV reported later (a recheck);
         any other stored outcome stands. True when corrected."""
         ks = self.session_keys(request.address)
-        self._index_unannounced(ks)
+        indexed_at = time.time()
+        self._index_unannounced(self.redis, ks, indexed_at)
         with self.redis.pipeline(transaction=True) as pipe:  # WATCH: the cluster client asks for it by name
             while True:
                 try:
@@ -189,29 +214,43 @@ class CommitRecords:
                     break
                 except redis_lib.WatchError:
                     continue
-        self._announce(ks, outcome)
+        self._announce(ks, outcome, indexed_at)
         count_outcome(request, outcome, corrects="timeout")
         log.info(
             "commit %s of session %s: timeout corrected to %s", request.commit_id, request.ov_session_id, outcome.status
         )
         return True
 
-    def _index_unannounced(self, ks: SessionKeys) -> None:
-        """Before a final outcome is filed as unannounced: where a sweep will find it."""
-        self.redis.zadd(self.keys.unannounced_index(), {ks.commits_unannounced: time.time()})
+    def _index_unannounced(self, client: Any, ks: SessionKeys, at: float) -> Any:
+        """Before a final outcome is filed as unannounced: where a sweep will find it (``at``)."""
+        return client.zadd(self.keys.unannounced_index(), {ks.commits_unannounced: at})
 
-    def _announce(self, ks: SessionKeys, outcome: CommitOutcome) -> None:
-        """Append ``outcome`` to the outcome stream, then take it out of the unannounced ones."""
-        self._append(encode(outcome))
-        self.redis.hdel(ks.commits_unannounced, outcome.commit_id)
+    def _announce(self, ks: SessionKeys, outcome: CommitOutcome, indexed_at: float) -> None:
+        """Append ``outcome`` to the outcome stream, then take it out of the unannounced ones;
+        the session's entry in their index too when none is left there and nobody indexed it
+        since (``indexed_at``): the sweep found it and took it out a little later, three round
+        trips more a commit (``announce_left``)."""
+        unannounced = ks.commits_unannounced
+        if self._announce_raw(unannounced, outcome.commit_id, encode(outcome)) == 0:
+            DROP_IF_SCORE(self.redis, [self.keys.unannounced_index()], [unannounced, indexed_at])
 
-    def _append(self, encoded_outcome: bytes | str) -> None:
-        self.redis.xadd(
-            self.keys.commit_outcomes(),
-            {OUTCOME_FIELD: encoded_outcome},
-            maxlen=self.settings.commit_outcome_stream_maxlen,
-            approximate=True,
+    def _announce_raw(self, unannounced: str, commit_id: str, encoded_outcome: bytes | str) -> int:
+        """Append, then take out: in one round trip on one Redis. How many are left unannounced."""
+        *_, left = (
+            InOrder(self.redis)
+            .add(
+                lambda client: client.xadd(
+                    self.keys.commit_outcomes(),
+                    {OUTCOME_FIELD: encoded_outcome},
+                    maxlen=self.settings.commit_outcome_stream_maxlen,
+                    approximate=True,
+                )
+            )
+            .add(lambda client: client.hdel(unannounced, commit_id))
+            .add(lambda client: client.hlen(unannounced))
+            .run()
         )
+        return int(left)
 
     def announce_left(self, *, older_than_s: float = ANNOUNCE_GRACE_S, now: float | None = None) -> int:
         """Append the final outcomes recorders left unannounced (filed over ``older_than_s``
@@ -238,8 +277,7 @@ class CommitRecords:
                     outcome.ov_session_id,
                     outcome.status,
                 )
-                self._append(raw)
-                self.redis.hdel(key, outcome.commit_id)
+                self._announce_raw(key, outcome.commit_id, raw)
                 announced += 1
             if not self.redis.exists(key):
                 DROP_IF_SCORE(self.redis, [index], [key, now])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import redis as redis_lib
 from rq.job import Job
@@ -20,6 +21,7 @@ from rq.job import Job
 from core.config import Settings
 from core.events import CommitOutcome, CommitReason, CommitRequest, decode, encode
 from core.session import SessionAddress
+from workers.commits.looks import WAITING_LOOK_S, look_in
 from workers.commits.phase2_due import POLLING, is_due_read
 from workers.commits.queue import (
     commit_job_id,
@@ -41,8 +43,9 @@ from workers.commits.records import (
 from workers.commits.run import finish_commit
 from workers.commits.schedule import enqueue_commit, first_read, schedule_poll
 from workers.store.connection import optional_text
-from workers.store.keys import Keys, session_keys
-from workers.store.scripts import CLAIM_LOST_JOB
+from workers.store.in_order import InOrder
+from workers.store.keys import Keys, SessionKeys, session_keys
+from workers.store.scripts import CLAIM_LOST_JOB, CREATE_COMMIT_IF_FREE
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +139,90 @@ def request_commit(
     """Enqueue a commit of the session, or return the one already in flight (marking that one
     to be followed by another when it cannot take what ``reason`` needs: ``owes_follow_up``)."""
     ks = session_keys(settings, address)
+    request = _request_if_free(redis, settings, address, ks, reason, keep_recent_count)
+    if request is None:  # a commit in flight, or one owed after the last, or a race: decided under WATCH
+        request, new = _request_watched(redis, settings, address, ks, reason, keep_recent_count)
+        if not new:
+            return request
+    enqueue_commit(redis, settings, request)
+    log.info(
+        "commit %s of session %s requested (%s, keep %d)",
+        request.commit_id,
+        address.ov_session_id,
+        reason,
+        keep_recent_count,
+    )
+    return request
+
+
+def _new_request(
+    settings: Settings, ks: SessionKeys, address: SessionAddress, reason: CommitReason, keep: int, generation: int
+) -> CommitRequest:
+    return CommitRequest(
+        commit_id=commit_job_id(settings.key_prefix, ks.scope, address.ov_session_id, generation),
+        ov_session_id=address.ov_session_id,
+        agent_id=address.agent_id,
+        user=address.tenant,
+        reason=reason,
+        keep_recent_count=keep,
+        generation=generation,
+        requested_at=now(),
+    )
+
+
+def _index(client: Any, settings: Settings, ks: SessionKeys) -> Any:
+    """A new commit's entry in the sweep's index, written before its slot (another slot, so in
+    none of its writes): a sweep finds it if its job is lost; while it waits its turn, seldom
+    (workers.commits.looks)."""
+    return client.zadd(Keys(settings.key_prefix).commits_in_flight(), {ks.commit_inflight: look_in(WAITING_LOOK_S)})
+
+
+def _request_if_free(
+    redis: redis_lib.Redis,
+    settings: Settings,
+    address: SessionAddress,
+    ks: SessionKeys,
+    reason: CommitReason,
+    keep_recent_count: int,
+) -> CommitRequest | None:
+    """The common case, no commit in flight, in two round trips (three on a cluster): the slot
+    and the counter read together, then the new commit indexed and made by a script that makes
+    it only while the slot is still free and the counter unchanged (``CREATE_COMMIT_IF_FREE``;
+    the watched way took five). None: the slot holds a commit, or did by the time the script
+    ran (then the watched way decides; the index entry written is the slot's anyway)."""
+    with redis.pipeline(transaction=False) as pipe:  # the session's slot: one round trip
+        pipe.hmget(ks.commit_inflight, "req", FOLLOW_REASON, FOLLOW_KEEP)
+        pipe.get(ks.commit_generation)
+        (held, *owed), stored = pipe.execute()
+    if held is not None:
+        return None
+    request = _new_request(settings, ks, address, reason, keep_recent_count, next_generation(stored))
+    args: list[Any] = [
+        optional_text(stored) or "",
+        request.generation,
+        encode(request),
+        encode(outcome_of(request, "pending")),
+        settings.session_state_ttl_s,
+        int(any(v is not None for v in owed)),  # any new commit is the one owed
+        FOLLOW_REASON,
+        FOLLOW_KEEP,
+    ]
+    keys = [ks.commit_inflight, ks.commit_generation, ks.commits]
+    steps = InOrder(redis).add(lambda client: _index(client, settings, ks))
+    steps.add(lambda client: CREATE_COMMIT_IF_FREE(client, keys, [request.commit_id, *args]))
+    return request if steps.run()[-1] else None
+
+
+def _request_watched(
+    redis: redis_lib.Redis,
+    settings: Settings,
+    address: SessionAddress,
+    ks: SessionKeys,
+    reason: CommitReason,
+    keep_recent_count: int,
+) -> tuple[CommitRequest, bool]:
+    """``request_commit`` under WATCH of the slot and the counter: the commit in flight joined
+    (False), or a new one made (True)."""
     with redis.pipeline(transaction=True) as pipe:  # WATCH: the cluster client asks for it by name
         while True:
             try:
@@ -160,20 +247,10 @@ def request_commit(
                             pipe.reset()
                         if state in ("lost", "waiting"):
                             resume(redis, settings, current, outcome, state=state, job=optional_text(job_id))
-                        return current  # a live one, or a stranded one (the sweep's)
+                        return current, False  # a live one, or a stranded one (the sweep's)
                 generation = next_generation(pipe.get(ks.commit_generation))
-                request = CommitRequest(
-                    commit_id=commit_job_id(settings.key_prefix, ks.scope, address.ov_session_id, generation),
-                    ov_session_id=address.ov_session_id,
-                    agent_id=address.agent_id,
-                    user=address.tenant,
-                    reason=reason,
-                    keep_recent_count=keep_recent_count,
-                    generation=generation,
-                    requested_at=now(),
-                )
-                # indexed first (another slot, so not in this MULTI): a sweep finds it if its job dies
-                redis.zadd(Keys(settings.key_prefix).commits_in_flight(), {ks.commit_inflight: now()})
+                request = _new_request(settings, ks, address, reason, keep_recent_count, generation)
+                _index(redis, settings, ks)
                 pipe.multi()
                 pipe.set(ks.commit_generation, generation, ex=settings.session_state_ttl_s)
                 if any(v is not None for v in owed):  # as read: the WATCH fails the EXEC on any change
@@ -182,18 +259,9 @@ def request_commit(
                 pipe.hset(ks.commits, request.commit_id, encode(outcome_of(request, "pending")))
                 pipe.expire(ks.commits, settings.session_state_ttl_s)
                 pipe.execute()
-                break
+                return request, True
             except redis_lib.WatchError:
                 continue
-    enqueue_commit(redis, settings, request)
-    log.info(
-        "commit %s of session %s requested (%s, keep %d)",
-        request.commit_id,
-        address.ov_session_id,
-        reason,
-        keep_recent_count,
-    )
-    return request
 
 
 def wait_commit_outcome(

@@ -24,6 +24,8 @@ from typing import Any
 from rq.suspension import WORKERS_SUSPENDED
 from rq.worker import WorkerStatus
 
+SUSPENSION_LOOK_S = 1.0
+"""How often a busy worker looks whether ``rq suspend`` was said (it takes effect within this)."""
 HEARTBEAT_EVERY_S = 5.0
 """A heartbeat RQ asks for is written when the hash's lifetime left is this much short of what
 it asks (RQ asks for ``worker_ttl + 60`` s, 480 by default, or a job's timeout + 60 s)."""
@@ -34,6 +36,8 @@ class LeanWorkerRecord:
 
     _alive_until = 0.0
     """Monotonic time until which the hash lives, as last written."""
+    _suspension_looked_at = float("-inf")
+    """Monotonic time of the last look for ``rq suspend``."""
 
     def register_birth(self) -> None:
         super().register_birth()  # type: ignore[misc]
@@ -61,10 +65,14 @@ class LeanWorkerRecord:
             super().set_state(state, pipeline)  # type: ignore[misc]
 
     def check_for_suspension(self, burst: bool) -> None:
-        """RQ's check before each dequeue (``rq suspend``), as one EXISTS: RQ's own is a MULTI
-        with a heartbeat and the EXISTS, three commands a job once the heartbeat is not due.
-        Suspended: RQ's own wait, as ever."""
+        """RQ's check before each dequeue (``rq suspend``), as one EXISTS at most every
+        ``SUSPENSION_LOOK_S``: RQ's own is a MULTI with a heartbeat and the EXISTS before
+        every job, a round trip a commit. Suspended: RQ's own wait, as ever."""
         self.heartbeat()
+        now = time.monotonic()
+        if now < self._suspension_looked_at + SUSPENSION_LOOK_S:
+            return
+        self._suspension_looked_at = now
         if self.connection.exists(WORKERS_SUSPENDED):  # type: ignore[attr-defined]
             super().check_for_suspension(burst)  # type: ignore[misc]
 

@@ -101,7 +101,7 @@ def run_commit(
     ``ov_commits_before``); otherwise it is recorded as failed.
     """
     settings = ctx.settings
-    outcome = CommitRecords(redis, settings).outcome(request)
+    outcome = CommitRecords(redis, settings).outcome_as_job_starts(request)
     if outcome is not None and outcome.status in FINAL_STATUSES:
         return outcome
     if outcome is not None and outcome.task_id:  # run again after OV took the commit: poll only
@@ -149,8 +149,12 @@ def _accepted(
     if not accepted.task_id:  # nothing runs in phase 2
         return finish_commit(redis, settings, request, "completed", **fields)
     running = outcome_of(request, "running", **fields)
-    record_outcome(redis, settings, request, running)
-    schedule_poll(redis, settings, request, first_read(settings, accepted.task_id))
+    records = CommitRecords(redis, settings)
+
+    def record(pipe: Any) -> Any:  # sent with its first read's state: one round trip
+        return records.queue_record(pipe, request, running)
+
+    schedule_poll(redis, settings, request, first_read(settings, accepted.task_id), with_slot=record)
     return running
 
 
@@ -211,10 +215,12 @@ def read_phase2(
     outcome: CommitOutcome | None = None,
     *,
     in_slot: bool = True,
+    later: dict[str, float] | None = None,
 ) -> CommitOutcome | None:
     """Read the task ``state`` names once: the final outcome it recorded (with what follows
-    it), or None when the next read was put (workers.commits.phase2_due). The commit's record
-    (``outcome``) is read only for a final one: a read from the due set needs nothing else.
+    it), or None when the next read was put (workers.commits.phase2_due; into ``later`` when
+    given, for its batch to write). The commit's record (``outcome``) is read only for a final
+    one: a read from the due set needs nothing else.
     ``in_slot``: the slot holds ``state`` (a read from the due set); not so for a read an
     earlier release's poll job carried, whose next read is written into the slot whole."""
     settings, task_id = ctx.settings, state.task_id
@@ -233,7 +239,7 @@ def read_phase2(
     )
     if read.status is None:
         after = PollState(state.deadline_at, read.failed_reads, task_id)
-        schedule_poll(redis, settings, request, after, put=state if in_slot else None)
+        schedule_poll(redis, settings, request, after, put=state if in_slot else None, later=later)
         return None
     base = outcome or CommitRecords(redis, settings).outcome(request)
     final = finish_commit(redis, settings, request, read.status, base, **read.fields)

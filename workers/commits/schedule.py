@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -86,14 +87,18 @@ def schedule_poll(
     state: PollState,
     *,
     put: PollState | None = None,
+    later: dict[str, float] | None = None,
+    with_slot: Callable[[Any], Any] | None = None,
 ) -> None:
     """Read the phase-2 task again: after ``phase2_poll_interval_s``, doubled per failed read.
     An entry of the due set, not an RQ job (workers.commits.phase2_due: why); ``put``: the
-    state the slot holds already (the read made from it)."""
+    state the slot holds already (the read made from it); ``later``: the batch's entries;
+    ``with_slot``: a write sent with the slot's (``put_poll``)."""
     delay = next_read_delay(
         settings.phase2_poll_interval_s, state.failed_reads, settings.phase2_read_retries, PHASE2_READ_BACKOFF_MAX_S
     )
-    put_poll(redis, settings, request, due_at=time.time() + delay, state=state, written=put)
+    due_at = time.time() + delay
+    put_poll(redis, settings, request, due_at=due_at, state=state, written=put, later=later, with_slot=with_slot)
 
 
 def schedule_recheck(redis: redis_lib.Redis, settings: Settings, request: CommitRequest, *, round_: int) -> bool:

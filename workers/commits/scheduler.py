@@ -21,6 +21,7 @@ from rq.job import Job
 from core.config import Settings
 from workers.commits import sweep as commit_sweep
 from workers.commits.lines import line_of_job
+from workers.commits.looks import SWEEP_INTERVAL_S
 from workers.commits.queue import commit_lines, commit_queue
 from workers.commits.records import CommitRecords
 from workers.store.connection import REDIS_ERRORS, text
@@ -102,7 +103,7 @@ class DueJobMover(TickingThread):
             for index in self._queues:
                 commit_lines(self._redis, self._settings, index).forget_idle()
             # twice per interval: an entry falls due at most half an interval before it is seen
-            self._next_sweep = time.monotonic() + commit_sweep.SWEEP_INTERVAL_S / 2
+            self._next_sweep = time.monotonic() + SWEEP_INTERVAL_S / 2
         if time.monotonic() >= self._next_usage:  # the usage this process's jobs counted
             flush(self._redis, self._settings)
             self._next_usage = time.monotonic() + USAGE_FLUSH_S

@@ -8,7 +8,8 @@ record a commit as failed that OV may well have completed. Nobody asks for that 
 commit again unless the session crosses the threshold again.
 
 So every commit in flight is indexed (``Keys.commits_in_flight``) and every worker's
-due-job thread sweeps the index every ``SWEEP_INTERVAL_S``: a commit whose job is gone, or
+due-job thread sweeps the index (each commit as often as workers.commits.looks says: every
+``SWEEP_INTERVAL_S`` while its job runs, seldom while it waits): a commit whose job is gone, or
 started by a worker whose heartbeat (``Keys.commit_worker``) lapsed, is resumed at the step
 it had reached (``workers.commits.request.resume``); one whose job is stranded on its way (queued on
 no queue, scheduled in no schedule) is resumed when it is still stranded at the next look;
@@ -23,9 +24,11 @@ import time
 from typing import cast
 
 import redis as redis_lib
+from rq.job import JobStatus
 
 from core.config import Settings
 from core.events import CommitReason, CommitRequest, decode
+from workers.commits.looks import POLLING_LOOK_S, SWEEP_INTERVAL_S, WAITING_LOOK_S, look_in
 from workers.commits.phase2_due import POLLING
 from workers.commits.records import FINAL_STATUSES, FOLLOW_KEEP, FOLLOW_REASON, load_outcome
 from workers.commits.request import commit_state, fail_crashed, request_commit, resume
@@ -35,16 +38,12 @@ from workers.store.scripts import CLAIM_STALE
 
 log = logging.getLogger(__name__)
 
-SWEEP_INTERVAL_S = 3.0
-"""How long an in-flight commit goes unlooked-at (each look hands it on for this long)."""
 SWEEP_BATCH = 200
 """Most in-flight commits one sweep looks at (the rest on the next)."""
 WORKER_BEAT_TTL_S = 5
 """A commit worker not heard of for this long is dead: the job it ran is resumed."""
-POLLING_LOOK_S = 30.0
-"""How much later a commit whose phase 2 is read from the due set is looked at again: only
-its entry lost (a failover's unreplicated write) needs the sweep, and a look costs Redis four
-commands every ``SWEEP_INTERVAL_S`` a commit is in flight otherwise."""
+_WAITING = frozenset({JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED})
+"""A job's RQ statuses while it waits to start."""
 STRANDED = "stranded"
 """In-flight hash field: the job id a sweep found stranded (resumed if it still is next time)."""
 
@@ -96,7 +95,11 @@ def _look(redis: redis_lib.Redis, settings: Settings, index: str, inflight_key: 
         return False
     if state == "live":
         if job == POLLING:  # its reads mend themselves (a lapsed claim is due again): look seldom
-            redis.zadd(index, {inflight_key: time.time() + POLLING_LOOK_S}, xx=True)
+            redis.zadd(index, {inflight_key: look_in(POLLING_LOOK_S)}, xx=True)
+        elif found is not None and found.get_status(refresh=False) in _WAITING:
+            # waiting its turn: looked at seldom (workers.commits.looks); its start makes it due
+            # sooner. A start between this look's read and this write is looked at late, not lost.
+            redis.zadd(index, {inflight_key: look_in(WAITING_LOOK_S)}, xx=True)
         return False
     resume(redis, settings, request, outcome, state=state, job=job)  # one line says why
     return True

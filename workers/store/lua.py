@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import redis
 import redis.asyncio as aioredis
+import redis.cluster
 from redis.asyncio.cluster import ClusterPipeline
 from redis.commands.core import AsyncScript, Script
 from redis.exceptions import NoScriptError
@@ -33,10 +34,14 @@ class Lua:
         self._async = AsyncScript(cast(Any, None), body)
 
     def __call__(
-        self, client: redis.Redis | redis.client.Pipeline, keys: Sequence[KeyT], args: Sequence[EncodableT]
+        self,
+        client: redis.Redis | redis.client.Pipeline | redis.cluster.ClusterPipeline,
+        keys: Sequence[KeyT],
+        args: Sequence[EncodableT],
     ) -> Any:
-        if isinstance(client, redis.client.Pipeline):
-            return client.eval(self.source, len(keys), *keys, *args)
+        if isinstance(client, redis.client.Pipeline | redis.cluster.ClusterPipeline):
+            # queued: a cluster pipeline's EVALSHA of a script its node never loaded would fail
+            return cast(Any, client).eval(self.source, len(keys), *keys, *args)
         return self._sync(keys=keys, args=args, client=client)
 
     async def run(

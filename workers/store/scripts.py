@@ -88,6 +88,23 @@ return 1
 replaces it. 1 when the slot still named the lost job (this caller resumes the commit); 0 when
 another process resumed it first (the sweep and a capture process may find it lost together)."""
 
+CREATE_COMMIT_IF_FREE = Lua("""
+if redis.call('HEXISTS', KEYS[1], 'req') == 1 then return 0 end
+if (redis.call('GET', KEYS[2]) or '') ~= ARGV[2] then return 0 end
+redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[6])
+if ARGV[7] == '1' then redis.call('HDEL', KEYS[1], ARGV[8], ARGV[9]) end
+redis.call('HSET', KEYS[1], 'req', ARGV[4], 'job', ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[5])
+redis.call('EXPIRE', KEYS[3], ARGV[6])
+return 1
+""")
+"""KEYS: a session's in-flight commit slot, its commit counter, its commit records (one hash
+tag). ARGV: the new commit's id, the counter as read ('' none), the new commit's number, its
+request, its pending outcome (JSON), the counter's and records' lifetime (s), '1' to drop the
+owed-commit fields, their two names. Makes the commit (the counter, the slot naming its
+request and job, its pending record) only while the slot holds no commit and the counter is as
+read (1); else 0, nothing written (workers.commits.request: the watched way decides)."""
+
 SET_POLL_IF_IN_FLIGHT = Lua("""
 if redis.call('HEXISTS', KEYS[1], 'req') == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'job', ARGV[1], ARGV[2], ARGV[3])
@@ -187,6 +204,17 @@ return 0
 """KEYS[1] a sorted set. ARGV: member, score. Removes the member only while it has that score
 (the score a claim gave it): one re-added since then stays."""
 
+DROP_EACH_IF_SCORE = Lua("""
+local dropped = 0
+for i = 2, #ARGV do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score and tonumber(score) == tonumber(ARGV[1]) then dropped = dropped + redis.call('ZREM', KEYS[1], ARGV[i]) end
+end
+return dropped
+""")
+"""KEYS[1] a sorted set. ARGV: a score, then members. ``DROP_IF_SCORE`` for each member (those
+one claim gave that score): one command for a batch's."""
+
 CLAIM_STALE = Lua("""
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[3])
 if #ids == 0 then return ids end
@@ -223,8 +251,10 @@ __all__ = [
     "CLAIM_LOST_JOB",
     "CLAIM_STALE",
     "CLOSE_TAG",
+    "CREATE_COMMIT_IF_FREE",
     "DELETE_DRAINED",
     "DEPLOYMENT_RECORD",
+    "DROP_EACH_IF_SCORE",
     "DROP_IF_SCORE",
     "FENCED_APPLY",
     "FENCED_CLAIM",
