@@ -67,13 +67,15 @@ def put_poll(
     ``with_slot(pipe)``: a write to the session's slot sent ahead of the slot's, in its round
     trip (the commit's running record: one slot is one node, in order, on a cluster too)."""
     inflight = session_keys(settings, request.address).commit_inflight
-    if state != written:
+    if state != written or with_slot is not None:
         with redis.pipeline(transaction=False) as pipe:
             if with_slot is not None:
                 with_slot(pipe)
-            SET_POLL_IF_IN_FLIGHT(pipe, [inflight], [POLLING, POLL_FIELD, msgspec.json.encode(state)])
-            if not pipe.execute()[-1]:
-                return  # the commit ended meanwhile (a read made twice): nothing to read next
+            if state != written:
+                SET_POLL_IF_IN_FLIGHT(pipe, [inflight], [POLLING, POLL_FIELD, msgspec.json.encode(state)])
+            answers = pipe.execute()
+        if state != written and not answers[-1]:
+            return  # the commit ended meanwhile (a read made twice): nothing to read next
     if later is not None:
         later[inflight] = due_at
         return

@@ -39,9 +39,12 @@ class Lua:
         keys: Sequence[KeyT],
         args: Sequence[EncodableT],
     ) -> Any:
-        if isinstance(client, redis.client.Pipeline | redis.cluster.ClusterPipeline):
-            # queued: a cluster pipeline's EVALSHA of a script its node never loaded would fail
-            return cast(Any, client).eval(self.source, len(keys), *keys, *args)
+        if isinstance(client, redis.cluster.ClusterPipeline):
+            # queued, its slot from its keys (the cluster pipeline's eval() is not implemented;
+            # an EVALSHA of a script its node never loaded would fail)
+            return client.execute_command("EVAL", self.source, len(keys), *keys, *args)
+        if isinstance(client, redis.client.Pipeline):
+            return client.eval(self.source, len(keys), *keys, *args)
         return self._sync(keys=keys, args=args, client=client)
 
     async def run(
