@@ -108,13 +108,19 @@ def test_an_announced_outcome_leaves_the_sweep_nothing_to_look_at(redis_client, 
     assert redis_client.zcard(Keys(settings.key_prefix).unannounced_index()) == 0  # no sweep needed
 
 
+def c1_left_unannounced(redis_client, settings, monkeypatch: pytest.MonkeyPatch) -> CommitRecords:
+    """The recorder of commit c1, stopped between its record and its append."""
+    records = CommitRecords(redis_client, settings)
+    stopping_before_the_append(records, monkeypatch)
+    with pytest.raises(RecorderStopped):
+        record_completed(records, request("c1"))
+    return records
+
+
 def test_a_sessions_entry_stays_while_another_of_its_outcomes_is_unannounced(
     redis_client, settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    stopped = CommitRecords(redis_client, settings)
-    stopping_before_the_append(stopped, monkeypatch)
-    with pytest.raises(RecorderStopped):
-        record_completed(stopped, request("c1"))
+    c1_left_unannounced(redis_client, settings, monkeypatch)
     record_completed(CommitRecords(redis_client, settings), request("c2"))  # announced at once
     assert announced(redis_client, settings) == ["c2"]
     assert redis_client.zcard(Keys(settings.key_prefix).unannounced_index()) == 1  # c1 is still found
@@ -125,10 +131,7 @@ def test_a_sessions_entry_stays_while_another_of_its_outcomes_is_unannounced(
 def test_a_session_recorded_again_while_the_sweep_looks_stays_indexed(
     redis_client, settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    records = CommitRecords(redis_client, settings)
-    stopping_before_the_append(records, monkeypatch)
-    with pytest.raises(RecorderStopped):
-        record_completed(records, request("c1"))
+    records = c1_left_unannounced(redis_client, settings, monkeypatch)
     sweeper = CommitRecords(redis_client, settings)
     original_hgetall: Callable[..., dict[bytes, bytes]] = redis_client.hgetall
 

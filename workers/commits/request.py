@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis as redis_lib
 from rq.job import Job
@@ -138,10 +138,10 @@ def request_commit(
 ) -> CommitRequest:
     """Enqueue a commit of the session, or return the one already in flight (marking that one
     to be followed by another when it cannot take what ``reason`` needs: ``owes_follow_up``)."""
-    ks = session_keys(settings, address)
-    request = _request_if_free(redis, settings, address, ks, reason, keep_recent_count)
+    ask = _Ask(address, session_keys(settings, address), reason, keep_recent_count)
+    request = _request_if_free(redis, settings, ask)
     if request is None:  # a commit in flight, or one owed after the last, or a race: decided under WATCH
-        request, new = _request_watched(redis, settings, address, ks, reason, keep_recent_count)
+        request, new = _request_watched(redis, settings, ask)
         if not new:
             return request
     enqueue_commit(redis, settings, request)
@@ -155,16 +155,25 @@ def request_commit(
     return request
 
 
-def _new_request(
-    settings: Settings, ks: SessionKeys, address: SessionAddress, reason: CommitReason, keep: int, generation: int
-) -> CommitRequest:
+class _Ask(NamedTuple):
+    """What ``request_commit`` was asked for: the session, its keys, the reason, the newest
+    messages to keep."""
+
+    address: SessionAddress
+    keys: SessionKeys
+    reason: CommitReason
+    keep: int
+
+
+def _new_request(settings: Settings, ask: _Ask, generation: int) -> CommitRequest:
+    address = ask.address
     return CommitRequest(
-        commit_id=commit_job_id(settings.key_prefix, ks.scope, address.ov_session_id, generation),
+        commit_id=commit_job_id(settings.key_prefix, ask.keys.scope, address.ov_session_id, generation),
         ov_session_id=address.ov_session_id,
         agent_id=address.agent_id,
         user=address.tenant,
-        reason=reason,
-        keep_recent_count=keep,
+        reason=ask.reason,
+        keep_recent_count=ask.keep,
         generation=generation,
         requested_at=now(),
     )
@@ -177,26 +186,20 @@ def _index(client: Any, settings: Settings, ks: SessionKeys) -> Any:
     return client.zadd(Keys(settings.key_prefix).commits_in_flight(), {ks.commit_inflight: look_in(WAITING_LOOK_S)})
 
 
-def _request_if_free(
-    redis: redis_lib.Redis,
-    settings: Settings,
-    address: SessionAddress,
-    ks: SessionKeys,
-    reason: CommitReason,
-    keep_recent_count: int,
-) -> CommitRequest | None:
+def _request_if_free(redis: redis_lib.Redis, settings: Settings, ask: _Ask) -> CommitRequest | None:
     """The common case, no commit in flight, in two round trips (three on a cluster): the slot
     and the counter read together, then the new commit indexed and made by a script that makes
     it only while the slot is still free and the counter unchanged (``CREATE_COMMIT_IF_FREE``;
     the watched way took five). None: the slot holds a commit, or did by the time the script
     ran (then the watched way decides; the index entry written is the slot's anyway)."""
+    ks = ask.keys
     with redis.pipeline(transaction=False) as pipe:  # the session's slot: one round trip
         pipe.hmget(ks.commit_inflight, "req", FOLLOW_REASON, FOLLOW_KEEP)
         pipe.get(ks.commit_generation)
         (held, *owed), stored = pipe.execute()
     if held is not None:
         return None
-    request = _new_request(settings, ks, address, reason, keep_recent_count, next_generation(stored))
+    request = _new_request(settings, ask, next_generation(stored))
     args: list[Any] = [
         optional_text(stored) or "",
         request.generation,
@@ -213,16 +216,10 @@ def _request_if_free(
     return request if steps.run()[-1] else None
 
 
-def _request_watched(
-    redis: redis_lib.Redis,
-    settings: Settings,
-    address: SessionAddress,
-    ks: SessionKeys,
-    reason: CommitReason,
-    keep_recent_count: int,
-) -> tuple[CommitRequest, bool]:
+def _request_watched(redis: redis_lib.Redis, settings: Settings, ask: _Ask) -> tuple[CommitRequest, bool]:
     """``request_commit`` under WATCH of the slot and the counter: the commit in flight joined
     (False), or a new one made (True)."""
+    ks, reason, keep_recent_count = ask.keys, ask.reason, ask.keep
     with redis.pipeline(transaction=True) as pipe:  # WATCH: the cluster client asks for it by name
         while True:
             try:
@@ -249,7 +246,7 @@ def _request_watched(
                             resume(redis, settings, current, outcome, state=state, job=optional_text(job_id))
                         return current, False  # a live one, or a stranded one (the sweep's)
                 generation = next_generation(pipe.get(ks.commit_generation))
-                request = _new_request(settings, ks, address, reason, keep_recent_count, generation)
+                request = _new_request(settings, ask, generation)
                 _index(redis, settings, ks)
                 pipe.multi()
                 pipe.set(ks.commit_generation, generation, ex=settings.session_state_ttl_s)
