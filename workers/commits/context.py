@@ -60,6 +60,7 @@ class JobContext:
         self._thread.start()
         self._ov: dict[int, OVClient] = {}
         """The pool of each lane (``OV_LANES``), made on its first call."""
+        self._ov_lock = threading.Lock()
         self.redis = connect_async(settings)
         """Used on the context's loop only (``run``)."""
         self.store = connect(settings)
@@ -69,11 +70,12 @@ class JobContext:
         """The pool of the caller's lane (``lane``), acting as ``address``'s agent with its
         tenant's API key (use it on the loop: ``run``)."""
         n = _lane_now()
-        pool = self._ov.get(n)
-        if pool is None:
-            pool = self._ov[n] = OVClient.from_settings(
-                self.settings, transport=self._transport, on_request=count_ov_request(self.settings)
-            )
+        with self._ov_lock:  # a commit job's thread and the loop may make lane 0's at once
+            pool = self._ov.get(n)
+            if pool is None:
+                pool = self._ov[n] = OVClient.from_settings(
+                    self.settings, transport=self._transport, on_request=count_ov_request(self.settings)
+                )
         key = self.settings.user_api_keys.get(address.tenant) if address.tenant else None
         return pool.scoped(peer=address.agent_id, api_key=key)
 
@@ -88,7 +90,7 @@ class JobContext:
         return asyncio.run_coroutine_threadsafe(call(), self._loop).result()
 
     def close(self) -> None:
-        """Close the OV pool and the Redis client, then stop the loop (bounded: a stuck
+        """Close the OV pools and the Redis client, then stop the loop (bounded: a stuck
         job must not hold a shutdown up)."""
         self.store.close()
         closing = [self.redis.aclose(), *(pool.aclose() for pool in self._ov.values())]

@@ -184,8 +184,8 @@ class CommitRecords:
         return True
 
     def queue_record(self, client: Any, request: CommitRequest, outcome: CommitOutcome) -> Any:
-        """The record's script on ``client`` (a pipeline: a not-final ``outcome`` sent with
-        another write to the session's slot, in one round trip). Its answer: stored or not."""
+        """The record's script (``record``'s store) on ``client``: a client, or a pipeline that
+        sends it with other writes in one round trip. Its answer: stored or not."""
         ks = self.session_keys(request.address)
         keys = [ks.commits, ks.commit_inflight, ks.commit_generation, ks.commits_unannounced]
         final = int(outcome.status in FINAL_STATUSES)
