@@ -9,8 +9,9 @@ looked at again:
   every ``SWEEP_INTERVAL_S``, from the moment the job starts (``job_started``);
 - its job *waiting* on its line (or in a schedule): only a worker dying between popping it
   and starting it (milliseconds), or a failover losing it, strands it: every
-  ``WAITING_LOOK_S``. A look costs Redis about six round trips (the slot, the record, the
-  job, its line) and the worker a job's decode; a burst of commits waiting their turn was
+  ``WAITING_LOOK_S``, so that one found stranded (at two looks, 3 s apart) is resumed within
+  about 15 s of its request. A look costs Redis about six round trips (the slot, the record,
+  the job, its line) and the worker a job's decode; a burst of commits waiting their turn was
   looked at every 3 s each, a sixth of what a commit cost Redis (bench/RESULTS.md);
 - its phase 2 read from the due set: only its entry lost needs the sweep: ``POLLING_LOOK_S``.
 """
@@ -21,9 +22,10 @@ import time
 
 SWEEP_INTERVAL_S = 3.0
 """How long an in-flight commit whose job runs goes unlooked-at (each look hands it on for this long)."""
-WAITING_LOOK_S = 30.0
+WAITING_LOOK_S = 10.0
 """How much later a commit whose job waits on its line (or in a schedule) is looked at: at its
-request, and again after each look that finds it waiting."""
+request, and again after each look that finds it waiting (30 s left a job a killed worker had
+popped for 33 s: the chaos tier's commit after a SIGKILL is final within 30 s)."""
 POLLING_LOOK_S = 30.0
 """How much later a commit whose phase 2 is read from the due set is looked at again: only
 its entry lost (a failover's unreplicated write) needs the sweep."""
