@@ -73,17 +73,16 @@ class LineQueue(Queue):
         job depends on another (RQ's own path for one that does). A unique push (a commit's)
         is sent with the line's registration, ahead of it on the same connection (the queue's
         Redis is never a cluster: RQ does not speak it): one round trip, not two."""
-        if job._dependency_ids:
-            self.entered_new = self._register()
-            return super().enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
         job.origin = self.name
-        if not unique or pipeline is not None or self.registry is None:
-            self.entered_new = self._register()
+        if job._dependency_ids or not unique or pipeline is not None or self.registry is None:
+            self.entered_new = self.registry is not None and bool(self._register(self.connection))
+            if job._dependency_ids:
+                return super().enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
             return self._enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
         self._prepare_for_queue(job)  # what RQ's unique enqueue does, then its script
         ttl = job.ttl if job.ttl is not None else -1
         with self.connection.pipeline(transaction=False) as pipe:
-            pipe.zadd(self.registry, {self.line: time.time()})
+            self._register(pipe)
             # rq.scripts' own arguments (rq pinned to 2.12: workers.commits.rq_steps reads its steps too)
             args = [job.id, "L" if at_front else "R", ttl, *_build_hset_args(job)]  # type: ignore[no-untyped-call]
             RQ_UNIQUE_ENQUEUE(pipe, [job.key, self.key], args)
@@ -93,11 +92,10 @@ class LineQueue(Queue):
         self.entered_new = bool(added)
         return job
 
-    def _register(self) -> bool:
-        """The line in the registry from now (before its push); True when it was not there."""
-        if self.registry is None:
-            return False
-        return bool(self.connection.zadd(self.registry, {self.line: time.time()}))
+    def _register(self, client: Any) -> Any:
+        """The line in ``registry`` from now (before its push), on ``client`` (the queue's
+        connection or a pipeline on it); its answer is 1 when the line was not there."""
+        return client.zadd(self.registry, {self.line: time.time()})
 
 
 class Doorbell(LineQueue):

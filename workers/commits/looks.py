@@ -6,7 +6,8 @@ next look is ``SWEEP_INTERVAL_S`` later). What can go wrong decides how soon a c
 looked at again:
 
 - its job *running*: the worker may die under it, and a commit should not wait long for it:
-  every ``SWEEP_INTERVAL_S``, from the moment the job starts (``job_started``);
+  every ``SWEEP_INTERVAL_S``, from the moment the job starts
+  (``CommitRecords.outcome_as_job_starts``);
 - its job *waiting* on its line (or in a schedule): only a worker dying between popping it
   and starting it (milliseconds), or a failover losing it, strands it: every
   ``WAITING_LOOK_S``, so that one found stranded (at two looks, 3 s apart) is resumed within
@@ -19,6 +20,10 @@ looked at again:
 from __future__ import annotations
 
 import time
+from typing import Any
+
+from core.config import Settings
+from workers.store.keys import Keys
 
 SWEEP_INTERVAL_S = 3.0
 """How long an in-flight commit whose job runs goes unlooked-at (each look hands it on for this long)."""
@@ -31,11 +36,9 @@ POLLING_LOOK_S = 30.0
 its entry lost (a failover's unreplicated write) needs the sweep."""
 
 
-def look_in(seconds: float) -> float:
-    """The index score that makes an entry due for a look ``seconds`` from now."""
-    return time.time() + seconds - SWEEP_INTERVAL_S
-
-
-def look_soon() -> float:
-    """The score of a commit whose job just started: looked at ``SWEEP_INTERVAL_S`` from now."""
-    return look_in(SWEEP_INTERVAL_S)
+def look_in(client: Any, settings: Settings, inflight: str, seconds: float, *, new: bool = False) -> Any:
+    """Have the sweep look at the commit in flight at ``inflight`` (its slot) ``seconds`` from
+    now: its index entry's score, on ``client`` (a client or a pipeline). Only an entry there
+    already is moved, unless the commit is ``new`` (indexed before its slot is written)."""
+    score = time.time() + seconds - SWEEP_INTERVAL_S  # due when SWEEP_INTERVAL_S old (CLAIM_STALE)
+    return client.zadd(Keys(settings.key_prefix).commits_in_flight(), {inflight: score}, xx=not new)

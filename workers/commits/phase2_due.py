@@ -83,7 +83,7 @@ def put_poll(
     with redis.pipeline(transaction=False) as pipe:  # in either order: one round trip, on a cluster too
         pipe.zadd(keys.phase2_due(), {inflight: due_at})
         if state != written:  # its reads begin (or go on after a failed one): the sweep looks seldom
-            pipe.zadd(keys.commits_in_flight(), {inflight: look_in(POLLING_LOOK_S)}, xx=True)
+            look_in(pipe, settings, inflight, POLLING_LOOK_S)
         pipe.execute()
 
 

@@ -27,7 +27,7 @@ import redis.asyncio as aioredis
 from core.config import Settings
 from core.events import CommitOutcome, CommitRequest, CommitStatus, EventDecodeError, decode, encode
 from core.session import SessionAddress
-from workers.commits.looks import look_soon
+from workers.commits.looks import SWEEP_INTERVAL_S, look_in
 from workers.store.connection import stream_entries, text
 from workers.store.in_order import InOrder
 from workers.store.keys import Keys, SessionKeys
@@ -150,7 +150,7 @@ class CommitRecords:
         ks = self.session_keys(request.address)
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.hget(ks.commits, request.commit_id)
-            pipe.zadd(self.keys.commits_in_flight(), {ks.commit_inflight: look_soon()}, xx=True)
+            look_in(pipe, self.settings, ks.commit_inflight, SWEEP_INTERVAL_S)
             raw, _ = pipe.execute()
         return _parsed(raw)
 

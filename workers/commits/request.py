@@ -44,7 +44,7 @@ from workers.commits.run import finish_commit
 from workers.commits.schedule import enqueue_commit, first_read, schedule_poll
 from workers.store.connection import optional_text
 from workers.store.in_order import InOrder
-from workers.store.keys import Keys, SessionKeys, session_keys
+from workers.store.keys import SessionKeys, session_keys
 from workers.store.scripts import CLAIM_LOST_JOB, CREATE_COMMIT_IF_FREE
 
 log = logging.getLogger(__name__)
@@ -183,7 +183,7 @@ def _index(client: Any, settings: Settings, ks: SessionKeys) -> Any:
     """A new commit's entry in the sweep's index, written before its slot (another slot, so in
     none of its writes): a sweep finds it if its job is lost; while it waits its turn, seldom
     (workers.commits.looks)."""
-    return client.zadd(Keys(settings.key_prefix).commits_in_flight(), {ks.commit_inflight: look_in(WAITING_LOOK_S)})
+    return look_in(client, settings, ks.commit_inflight, WAITING_LOOK_S, new=True)
 
 
 def _request_if_free(redis: redis_lib.Redis, settings: Settings, ask: _Ask) -> CommitRequest | None:

@@ -95,11 +95,11 @@ def _look(redis: redis_lib.Redis, settings: Settings, index: str, inflight_key: 
         return False
     if state == "live":
         if job == POLLING:  # its reads mend themselves (a lapsed claim is due again): look seldom
-            redis.zadd(index, {inflight_key: look_in(POLLING_LOOK_S)}, xx=True)
+            look_in(redis, settings, inflight_key, POLLING_LOOK_S)
         elif found is not None and found.get_status(refresh=False) in _WAITING:
             # waiting its turn: looked at seldom (workers.commits.looks); its start makes it due
             # sooner. A start between this look's read and this write is looked at late, not lost.
-            redis.zadd(index, {inflight_key: look_in(WAITING_LOOK_S)}, xx=True)
+            look_in(redis, settings, inflight_key, WAITING_LOOK_S)
         return False
     resume(redis, settings, request, outcome, state=state, job=job)  # one line says why
     return True
