@@ -8,17 +8,12 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import quote
 
+from core.ov.calls import segment
 from core.ov.envelope import OVError, decode_result, object_result
 from core.ov.models import FindResult, GrepResult
 
 _UPLOAD_ID = re.compile(r"^(upload_[0-9a-f]{32}(\.[A-Za-z0-9]+)?|shared_[\w.-]+)$")
-
-
-def segment(value: str) -> str:
-    """One URL path segment, fully percent-encoded (``/`` included)."""
-    return quote(str(value), safe="")
 
 
 def _drop_none(body: dict[str, Any]) -> dict[str, Any]:

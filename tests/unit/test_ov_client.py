@@ -10,6 +10,7 @@ import pytest
 
 from core.config import Settings
 from core.ov.client import OVClient, OVError, OVUnavailable
+from core.ov.sync_client import OVSyncClient
 from tests.helpers.ov import Recorder, client, err, ok
 from workers.dev.fake_ov.app import FakeOV
 
@@ -31,12 +32,25 @@ async def test_api_key_mode_sends_key_not_dev_headers():
     assert "X-OpenViking-Account" not in rec.last.headers
 
 
+class _Pool(httpx.MockTransport):
+    """A MockTransport that knows whether it was closed (a real pool refuses calls then)."""
+
+    closed = False
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+    def close(self) -> None:
+        self.closed = True
+
+
 async def test_scoped_shares_pool_and_adds_peer_and_key():
     rec = Recorder(ok({}))
-    base = client(rec, api_key="k-1")
+    pool = _Pool(rec)
+    base = OVClient("http://ov.test:1933", transport=pool, api_key="k-1", backoff=0)
     agent = base.scoped(peer="agent_a")
     other = agent.scoped(api_key="k-2")
-    assert agent._http is base._http and other._http is base._http
+    assert agent._transport is pool and other._transport is pool
     await agent.get_task("t")
     assert rec.last.headers["X-OpenViking-Actor-Peer"] == "agent_a"
     assert rec.last.headers["X-API-Key"] == "k-1"
@@ -44,14 +58,14 @@ async def test_scoped_shares_pool_and_adds_peer_and_key():
     assert rec.last.headers["X-API-Key"] == "k-2"
     assert rec.last.headers["X-OpenViking-Actor-Peer"] == "agent_a"
     await agent.aclose()  # a view does not close the shared pool
+    assert not pool.closed
     await base.get_task("t")
     assert "X-OpenViking-Actor-Peer" not in rec.last.headers
     await base.aclose()
-    with pytest.raises(RuntimeError):
-        await base._http.get("/health")
+    assert pool.closed
 
 
-def test_from_settings_takes_every_knob():
+async def test_from_settings_takes_every_knob():
     s = Settings(
         base_url="http://ov.example:9/",
         api_key="sk",
@@ -62,7 +76,8 @@ def test_from_settings_takes_every_knob():
         account="a",
         user="u",
     )
-    c = OVClient.from_settings(s, transport=httpx.MockTransport(Recorder()))
+    rec = Recorder(ok({}))
+    c = OVClient.from_settings(s, transport=httpx.MockTransport(rec))
     assert (c.base_url, c.api_key, c.timeout, c.retries, c.backoff, c.batch_max) == (
         "http://ov.example:9",
         "sk",
@@ -71,13 +86,22 @@ def test_from_settings_takes_every_knob():
         0.0,
         7,
     )
-    assert c._http.timeout.read == 7.5
+    await c.get_task("t")
+    assert rec.last.extensions["timeout"]["read"] == 7.5
+    assert str(rec.last.url) == "http://ov.example:9/api/v1/tasks/t"
 
 
 async def test_async_context_manager_closes_pool():
-    async with client(Recorder()) as c:
+    pool = _Pool(Recorder())
+    async with OVClient("http://ov.test:1933", transport=pool):
         pass
-    assert c._http.is_closed
+    assert pool.closed
+
+
+def test_a_pool_of_its_own_speaks_real_http_and_closes():
+    """Without a test's transport each client has a pool of its own (httpx's HTTP transports)."""
+    assert isinstance(OVClient("http://ov.test:1933")._transport, httpx.AsyncHTTPTransport)
+    assert isinstance(OVSyncClient("http://ov.test:1933")._transport, httpx.HTTPTransport)
 
 
 # --- batching --------------------------------------------------------------------------

@@ -22,31 +22,31 @@ class _Redis:
     def __init__(self) -> None:
         self.deleted: list[str] = []
 
-    async def delete(self, key: str) -> int:
+    def delete(self, key: str) -> int:
         self.deleted.append(key)
         return 1
 
 
 @pytest.mark.parametrize(("failures", "dropped"), [(0, False), (1, False), (2, True)])
-async def test_one_failed_read_is_read_again_two_drop_the_snapshot(
+def test_one_failed_read_is_read_again_two_drop_the_snapshot(
     failures: int, dropped: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     reads: list[int] = []
 
-    async def refresh(_redis: Any, _settings: Any, _address: Any, _read: Any) -> None:
+    def refresh(_redis: Any, _settings: Any, _address: Any, _read: Any) -> None:
         reads.append(1)
         if len(reads) <= failures:
             raise HICCUP
 
-    monkeypatch.setattr(ov_steps, "refresh_snapshot", refresh)
+    monkeypatch.setattr(ov_steps, "refresh_snapshot_on_thread", refresh)
     monkeypatch.setattr(ov_steps, "SNAPSHOT_READ_AGAIN_S", 0.0)
     redis = _Redis()
-    ctx = SimpleNamespace(settings=Settings(), redis=redis)
+    ctx = SimpleNamespace(settings=Settings(), store=redis)
     request = CommitRequest(
         commit_id="c1", ov_session_id="s1", agent_id="main", keep_recent_count=0, generation=0, requested_at=0.0
     )
     with caplog.at_level(logging.INFO, logger=ov_steps.__name__):
-        await ov_steps.refresh_quietly(cast(Any, ctx), cast(Any, SimpleNamespace(get_context=print)), request)
+        ov_steps.refresh_quietly(cast(Any, ctx), cast(Any, SimpleNamespace(get_context=print)), request)
     assert len(reads) == min(failures + 1, 2)
     assert bool(redis.deleted) == dropped
     warned = [r for r in caplog.records if r.levelno >= logging.WARNING]

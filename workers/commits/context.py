@@ -5,7 +5,8 @@ A process that runs commit jobs (``ovstream worker``, the embedded worker of
 carry only their request and the deployment's ``key_prefix``; the context
 gives them the settings (API keys included, which never enter Redis), one
 event loop (a daemon thread, so a job may run from sync code or from a thread
-already running a loop), OV connection pools (one per lane of work: ``OV_LANES``)
+already running a loop), OV connection pools (one per lane of work: ``OV_LANES``; sync ones
+for the commit jobs and the poller's reads on their own threads, async ones for the loop)
 and one asyncio Redis client (for the snapshots, which live on event loops
 everywhere) shared by every job.
 
@@ -29,12 +30,14 @@ import uvloop
 from core.config import Settings
 from core.config_load import load_settings
 from core.ov.client import OVClient
+from core.ov.sync_client import OVSyncClient
 from core.session import SessionAddress
 from workers.store.connection import connect, connect_async
 from workers.store.event_loop import quiet_dropped_connections
 from workers.store.usage import count_ov_request
 
 T = TypeVar("T")
+C = TypeVar("C", OVClient, OVSyncClient)
 log = logging.getLogger(__name__)
 
 OV_LANES = 9
@@ -59,7 +62,10 @@ class JobContext:
         self._thread = threading.Thread(target=self._loop.run_forever, name="ovstream-jobs-loop", daemon=True)
         self._thread.start()
         self._ov: dict[int, OVClient] = {}
-        """The pool of each lane (``OV_LANES``), made on its first call."""
+        """The async pool of each lane (``OV_LANES``), made on its first call."""
+        self._ov_sync: dict[int, OVSyncClient] = {}
+        """The sync pool of each lane, made on its first call."""
+        self._sync_transport = _sync_twin(transport)
         self._ov_lock = threading.Lock()
         self.redis = connect_async(settings)
         """Used on the context's loop only (``run``)."""
@@ -67,14 +73,22 @@ class JobContext:
         """The jobs' sync store client (streams and records; the queue's is RQ's own)."""
 
     def ov(self, address: SessionAddress) -> OVClient:
-        """The pool of the caller's lane (``lane``), acting as ``address``'s agent with its
+        """The async pool of the caller's lane (``lane``), acting as ``address``'s agent with its
         tenant's API key (use it on the loop: ``run``)."""
+        return self._scoped(self._ov, OVClient, self._transport, address)
+
+    def ov_sync(self, address: SessionAddress) -> OVSyncClient:
+        """The sync pool of the caller's lane (``lane``), acting as ``address``'s agent with its
+        tenant's API key: the commit jobs' and the poller's calls, on their own threads."""
+        return self._scoped(self._ov_sync, OVSyncClient, self._sync_transport, address)
+
+    def _scoped(self, pools: dict[int, C], kind: type[C], transport: object, address: SessionAddress) -> C:
         n = _lane_now()
-        with self._ov_lock:  # a commit job's thread and the loop may make lane 0's at once
-            pool = self._ov.get(n)
+        with self._ov_lock:  # two threads may make a lane's pool at once (a job's and the loop)
+            pool = pools.get(n)
             if pool is None:
-                pool = self._ov[n] = OVClient.from_settings(
-                    self.settings, transport=self._transport, on_request=count_ov_request(self.settings)
+                pool = pools[n] = kind.from_settings(
+                    self.settings, transport=transport, on_request=count_ov_request(self.settings)
                 )
         key = self.settings.user_api_keys.get(address.tenant) if address.tenant else None
         return pool.scoped(peer=address.agent_id, api_key=key)
@@ -93,8 +107,10 @@ class JobContext:
         """Close the OV pools and the Redis client, then stop the loop (bounded: a stuck
         job must not hold a shutdown up)."""
         self.store.close()
+        for sync_pool in self._ov_sync.values():
+            sync_pool.close()
         closing = [self.redis.aclose(), *(pool.aclose() for pool in self._ov.values())]
-        self._ov = {}
+        self._ov, self._ov_sync = {}, {}
         for coro in closing:
             try:
                 asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=CLOSE_TIMEOUT_S)
@@ -102,6 +118,13 @@ class JobContext:
                 log.warning("job context of %s: close did not finish: %r", self.settings.key_prefix, exc)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=CLOSE_TIMEOUT_S)
+
+
+def _sync_twin(transport: httpx.AsyncBaseTransport | None) -> httpx.BaseTransport | None:
+    """The sync side of a test's transport (``httpx.MockTransport`` is both; None: real HTTP)."""
+    if transport is None or isinstance(transport, httpx.BaseTransport):
+        return transport
+    raise TypeError(f"the jobs' OV transport must serve sync clients too (httpx.MockTransport): {transport!r}")
 
 
 _thread_lane = threading.local()

@@ -1,38 +1,41 @@
 """The OV calls of the commit jobs: phase 1, adopting a commit OV took before a crash, the
-phase-2 task read, and the snapshot refresh after an archive."""
+phase-2 task read, and the snapshot refresh after an archive. Sync: each runs on the thread
+of its job or of the poller's read (``JobContext.ov_sync``), its snapshot written through
+the jobs' sync store client."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
+import time
 from functools import partial
 
 from core.events import CommitRequest
-from core.ov.client import OVClient, OVError
+from core.ov.client import OVError
 from core.ov.layout import archive_id
 from core.ov.models import CommitAccepted, TaskState
+from core.ov.sync_client import OVSyncClient
 from workers.commits.context import JobContext
 from workers.store.connection import REDIS_ERRORS
-from workers.store.snapshots import refresh_snapshot, snapshot_key
+from workers.store.snapshots import refresh_snapshot_on_thread, snapshot_key
 
 log = logging.getLogger(__name__)
 
 
-async def commit_count(ov: OVClient, request: CommitRequest) -> int:
+def commit_count(ov: OVSyncClient, request: CommitRequest) -> int:
     try:
-        return (await ov.get_session(request.ov_session_id)).commit_count
+        return ov.get_session(request.ov_session_id).commit_count
     except OVError as exc:
         if exc.status == 404:  # not in OV yet: its commit will say so
             return 0
         raise
 
 
-async def adopt(ov: OVClient, request: CommitRequest, before: int) -> CommitAccepted:
+def adopt(ov: OVSyncClient, request: CommitRequest, before: int) -> CommitAccepted:
     """What OV's answer to this commit was: its archive is the one after ``before``, its
     phase 2 the session's newest commit task (one commit per session is in flight)."""
-    state = await ov.get_session(request.ov_session_id)
-    tasks = await ov.session_commit_tasks(request.ov_session_id, limit=5)
+    state = ov.get_session(request.ov_session_id)
+    tasks = ov.session_commit_tasks(request.ov_session_id, limit=5)
     log.info(  # the crash was said (WARNING) where the commit was resumed; this is its mend
         "commit %s: OV took it before the crash (%d -> %d commits); adopting task %s",
         request.commit_id,
@@ -44,9 +47,9 @@ async def adopt(ov: OVClient, request: CommitRequest, before: int) -> CommitAcce
     return CommitAccepted(task_id=tasks[0].task_id if tasks else None, archive_uri=archive, archived=True)
 
 
-async def commit(ov: OVClient, request: CommitRequest) -> CommitAccepted:
+def commit(ov: OVSyncClient, request: CommitRequest) -> CommitAccepted:
     keep = request.keep_recent_count
-    return await ov.commit(request.ov_session_id, keep_recent_count=keep, enable_working_memory=True)
+    return ov.commit(request.ov_session_id, keep_recent_count=keep, enable_working_memory=True)
 
 
 SNAPSHOT_READ_AGAIN_S = 0.5
@@ -55,28 +58,28 @@ under load answered such a read ``400 Expecting value`` (its own file read mid-w
 phase 2 ran; read again, it answers."""
 
 
-async def refresh_quietly(ctx: JobContext, ov: OVClient, request: CommitRequest) -> None:
+def refresh_quietly(ctx: JobContext, ov: OVSyncClient, request: CommitRequest) -> None:
     read = partial(ov.get_context, request.ov_session_id, token_budget=ctx.settings.snapshot_token_budget)
     try:
         try:
-            await refresh_snapshot(ctx.redis, ctx.settings, request.address, read)
+            refresh_snapshot_on_thread(ctx.store, ctx.settings, request.address, read)
         except OVError as first:
             log.info("snapshot of %s after commit: OV answered %s; reading it again", request.ov_session_id, first)
-            await asyncio.sleep(SNAPSHOT_READ_AGAIN_S)
-            await refresh_snapshot(ctx.redis, ctx.settings, request.address, read)
+            time.sleep(SNAPSHOT_READ_AGAIN_S)
+            refresh_snapshot_on_thread(ctx.store, ctx.settings, request.address, read)
     except OVError as exc:
         # The commit stands. The stored snapshot predates it, and capture must not grow it
         # (core.snapshot_growth trusts it): drop it, so the next read goes to OV.
         log.warning("snapshot of %s not refreshed after commit (%s); dropped", request.ov_session_id, exc)
         with contextlib.suppress(*REDIS_ERRORS):  # Redis away too: the count check is left
-            await ctx.redis.delete(snapshot_key(ctx.settings, request.address))
+            ctx.store.delete(snapshot_key(ctx.settings, request.address))
     except REDIS_ERRORS as exc:  # nothing stored, nothing stale: the next batch reads OV
         log.warning("snapshot of %s not refreshed after commit: %s", request.ov_session_id, exc)
 
 
-async def read_task(ctx: JobContext, request: CommitRequest, task_id: str) -> TaskState:
-    ov = ctx.ov(request.address)
-    task = await ov.get_task(task_id)
+def read_task(ctx: JobContext, request: CommitRequest, task_id: str) -> TaskState:
+    ov = ctx.ov_sync(request.address)
+    task = ov.get_task(task_id)
     if task.status == "completed":  # the archive overview exists now
-        await refresh_quietly(ctx, ov, request)
+        refresh_quietly(ctx, ov, request)
     return task

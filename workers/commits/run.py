@@ -107,16 +107,16 @@ def run_commit(
     if outcome is not None and outcome.task_id:  # run again after OV took the commit: poll only
         schedule_poll(redis, settings, request, first_read(settings, outcome.task_id))
         return outcome
-    ov = ctx.ov(request.address)
+    ov = ctx.ov_sync(request.address)
     try:
-        before = ctx.run(lambda: ov_steps.commit_count(ov, request))
+        before = ov_steps.commit_count(ov, request)
         sent_at = outcome.ov_commits_before if outcome is not None else None
         if sent_at is not None and before > sent_at:
             # run again after a crash between OV's answer and its record: OV took it, adopt it
-            accepted = ctx.run(lambda: ov_steps.adopt(ov, request, sent_at))
+            accepted = ov_steps.adopt(ov, request, sent_at)
         else:
             record_outcome(redis, settings, request, outcome_of(request, "running", ov_commits_before=before))
-            accepted = ctx.run(lambda: ov_steps.commit(ov, request))
+            accepted = ov_steps.commit(ov, request)
     except OVError as exc:
         if may_retry and is_passing(exc):  # away, a server error, OV's own file read mid-write
             log.warning(
@@ -129,7 +129,7 @@ def run_commit(
     # archive the next messages too. So Redis trouble is waited out here, not raised.
     outcome = patiently(request, lambda: _accepted(redis, settings, request, accepted))
     if accepted.status != "skipped":  # phase 1 moved messages into an archive
-        ctx.run(lambda: ov_steps.refresh_quietly(ctx, ov, request))
+        ov_steps.refresh_quietly(ctx, ov, request)
     return outcome
 
 
@@ -226,7 +226,7 @@ def read_phase2(
     settings, task_id = ctx.settings, state.task_id
     task, error = None, None
     try:
-        task = ctx.run(lambda: ov_steps.read_task(ctx, request, task_id))
+        task = ov_steps.read_task(ctx, request, task_id)
     except OVError as exc:
         error = exc
         log.info("commit %s: task read %d failed (%s)", request.commit_id, state.failed_reads + 1, exc)
@@ -256,7 +256,7 @@ def run_recheck(redis: redis_lib.Redis, ctx: JobContext, request: CommitRequest,
         return outcome or outcome_of(request, "pending")
     task_id = outcome.task_id
     try:
-        verdict = task_verdict(ctx.run(lambda: ov_steps.read_task(ctx, request, task_id)))
+        verdict = task_verdict(ov_steps.read_task(ctx, request, task_id))
     except OVError as exc:
         log.info("commit %s: recheck %d could not read the task: %s", request.commit_id, round_, exc)
         verdict = None

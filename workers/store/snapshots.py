@@ -10,8 +10,9 @@ entry). Snapshots of idle sessions expire after ``snapshot_ttl_s``.
 
 The store never calls OV: a snapshot is made from OV's answer (``snapshot_from``), or
 from a ``ContextRead`` the caller's OV client answers. Everything here takes an asyncio
-client (or pipeline): every reader and writer of snapshots runs on an event loop
-(capture, the RPC, and the commit jobs on their process's job loop).
+client (or pipeline): the readers and writers of snapshots run on event loops (capture, the
+RPC), but for the commit jobs' refresh after a commit, on their own threads
+(``refresh_snapshot_on_thread``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
+import redis
 import redis.asyncio as aioredis
 from redis.typing import EncodableT
 
@@ -95,9 +97,27 @@ async def store_snapshot(
     redis: aioredis.Redis | aioredis.client.Pipeline, settings: Settings, snapshot: ContextSnapshot, fetched_ms: int
 ) -> Any:
     """Run the write-if-newer script (on a pipeline: queue it; the reply comes from ``execute``)."""
+    return await SNAPSHOT_WRITE_IF_NEWER.run(redis, *_write(settings, snapshot, fetched_ms))
+
+
+def _write(settings: Settings, snapshot: ContextSnapshot, fetched_ms: int) -> tuple[list[str], list[EncodableT]]:
+    """The write-if-newer script's keys and arguments."""
     key = snapshot_key(settings, SessionAddress(snapshot.ov_session_id, snapshot.agent_id, snapshot.user))
-    args: list[EncodableT] = [snapshot.applied_stream_id, fetched_ms, encode(snapshot), settings.snapshot_ttl_s * 1000]
-    return await SNAPSHOT_WRITE_IF_NEWER.run(redis, [key], args)
+    return [key], [snapshot.applied_stream_id, fetched_ms, encode(snapshot), settings.snapshot_ttl_s * 1000]
+
+
+def refresh_snapshot_on_thread(
+    client: redis.Redis,
+    settings: Settings,
+    address: SessionAddress,
+    read_context: Callable[[], SessionContext],
+) -> ContextSnapshot:
+    """``refresh_snapshot`` on a sync client, for the commit jobs' threads (their OV client is
+    sync too: core.ov.sync_client)."""
+    applied = AppliedState.from_hash(client.hgetall(session_keys(settings, address).applied))
+    fetched_ms = int(time.time() * 1000)
+    snapshot = snapshot_from(read_context(), address, applied)
+    return stored_snapshot(snapshot, SNAPSHOT_WRITE_IF_NEWER(client, *_write(settings, snapshot, fetched_ms)))
 
 
 def stored_snapshot(snapshot: ContextSnapshot, reply: Any) -> ContextSnapshot:

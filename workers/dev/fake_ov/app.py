@@ -1,7 +1,7 @@
 """In-memory, stateful fake of the OpenViking 0.5.2 HTTP API.
 
-``FakeOV().transport()`` is an ``httpx.MockTransport`` (works for AsyncClient and,
-without ``latency_s``, for Client); ``FakeOV().asgi_app()`` serves the same over
+``FakeOV().transport()`` is an ``httpx.MockTransport`` (for the async OV client, and for
+the sync one from a thread with no running event loop); ``FakeOV().asgi_app()`` serves the same over
 real HTTP. Envelope, status codes and error codes are 0.5.2's
 (``{"status": "ok"|"error", "result", "error": {code, message, details}}``);
 ``GET /health`` is unwrapped, as in 0.5.2.
@@ -22,7 +22,7 @@ Knobs:
 - ``down = True``: every call raises ``httpx.ConnectError``.
 - ``latency_s``: a float for every route or ``{route_name: seconds}`` (seconds may be a
   ``(low, high)`` range, drawn per call); the answer waits that long, then the call takes
-  effect (``asyncio.sleep``; AsyncClient only).
+  effect (``asyncio.sleep`` on an event loop, ``time.sleep`` on a sync client's thread).
 - ``calls``: ``[(method, path)]`` of every request; ``requests``: the httpx requests.
 - ``api_keys={key: (account, user)}`` and/or ``root_key``: API-key mode (401 on a
   missing/unknown key, 403 for the root key on data routes); otherwise dev mode
@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import random
 import re
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import unquote
@@ -87,7 +88,8 @@ ROUTES = [
 
 
 class FakeOV(SessionRoutes):
-    """The fake server. Not thread-safe; one event loop at a time."""
+    """The fake server. One request is answered at a time (its state is not otherwise
+    thread-safe): async clients on event loops and sync ones on threads may share it."""
 
     # --- knobs ------------------------------------------------------------------------
 
@@ -135,14 +137,21 @@ class FakeOV(SessionRoutes):
             raise httpx.ConnectError("fake OV is down", request=request)
         match = self._match(request.method, path)
         delay = self._latency(match[0][2] if match else "")
-        if delay > 0:
+        if delay > 0 and _on_a_loop():
 
             async def slow() -> httpx.Response:
                 await asyncio.sleep(delay)
-                return self._respond(request, path, match)
+                return self._respond_alone(request, path, match)
 
             return slow()
-        return self._respond(request, path, match)
+        if delay > 0:  # a sync client's thread (core.ov.sync_client)
+            time.sleep(delay)
+        return self._respond_alone(request, path, match)
+
+    def _respond_alone(self, request: httpx.Request, path: str, match: Any) -> httpx.Response:
+        """One answer at a time: sync clients ask from threads of their own, beside the loops."""
+        with self._answering:
+            return self._respond(request, path, match)
 
     def asgi_app(self) -> Callable[..., Awaitable[None]]:
         """A minimal ASGI app serving this fake (for uvicorn / real HTTP clients)."""
@@ -252,3 +261,12 @@ class FakeOV(SessionRoutes):
     def _r_health(self, r: Req) -> dict[str, Any]:
         auth_mode = "api_key" if self.auth_enabled else "dev"
         return {"status": "ok", "healthy": True, "version": VERSION, "auth_mode": auth_mode}
+
+
+def _on_a_loop() -> bool:
+    """Whether this thread runs an event loop (the caller awaits the answer: an async client)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

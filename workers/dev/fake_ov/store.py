@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import httpx
@@ -38,6 +39,8 @@ class FakeStore:
         self.uploads: dict[str, tuple[str, bytes]] = {}
         self._failures: list[tuple[int, str, str | None, bool, str]] = []
         self._seq = 0
+        self._answering = threading.RLock()
+        """Held while a request is answered (the sync OV client asks from threads of its own)."""
 
     def tenant(self, account: str = "default", user: str = "default") -> Tenant:
         return self.tenants.setdefault((account, user), Tenant(account, user))
