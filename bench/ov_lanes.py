@@ -1,7 +1,8 @@
-"""The commit jobs' OV calls with one connection pool, and with one pool per lane of work
-(workers.commits.context.OV_LANES): CPU per call of eight threads reading side by side, as a
-worker's poller does, against the fake OV over HTTP. Prints both and their ratio, measured in
-one run; not a test.
+"""The worker's async OV calls (a repair's, on its event loop; the commit jobs' and the
+poller's are sync now: bench/ov_call_cost.py) with one connection pool, and with one pool per
+lane of work (workers.commits.context.OV_LANES): CPU per call of eight threads reading side by
+side, as a worker's poller did, against the fake OV over HTTP. Prints both and their ratio,
+measured in one run; not a test.
 
     .venv/bin/python bench/ov_lanes.py [--batches 150] [--rounds 2]
 """

@@ -69,6 +69,25 @@ def _master_port(sentinels: list[RedisServer]) -> int:
     return 0
 
 
+def _sentinels_story(old_master: RedisServer, sentinels: list[RedisServer]) -> str:
+    """The old master's replication state and what each Sentinel says of the master (its
+    flags, its replicas) and of itself (TILT: a Sentinel whose timer was held up, on a starved
+    machine, does nothing for 30 s)."""
+    lines = [f"old master (port {old_master.port}): {replication_info(old_master.url)}"]
+    for sentinel in sentinels:
+        client = redis.Redis.from_url(sentinel.url, socket_timeout=1.0, decode_responses=True)
+        try:
+            master = client.execute_command("SENTINEL", "MASTER", MASTER_NAME)
+            replicas = client.execute_command("SENTINEL", "REPLICAS", MASTER_NAME)
+            tilt = client.info("sentinel").get("sentinel_tilt")
+            lines.append(f"sentinel {sentinel.port}: tilt={tilt} master={master} replicas={replicas}")
+        except redis.RedisError as exc:
+            lines.append(f"sentinel {sentinel.port}: {exc!r}")
+        finally:
+            client.close()
+    return "\n".join(lines)
+
+
 def _follows(node: RedisServer, master: RedisServer) -> bool:
     info = replication_info(node.url) or {}
     return int(info.get("master_port", 0)) == master.port and info.get("master_link_status") == "up"
@@ -111,7 +130,10 @@ def test_a_sentinel_failover_under_load_loses_repeats_and_reorders_nothing(
             lambda: _master_port(sentinels) == replica.port, timeout_s=DEADLINE_S, what="the Sentinels' promotion"
         )
         master.restart()  # back with its old data: the Sentinels make it the new master's replica
-        wait_until(lambda: _follows(master, replica), "the old master following the new one", timeout_s=DEADLINE_S)
+        try:
+            wait_until(lambda: _follows(master, replica), "the old master following the new one", timeout_s=DEADLINE_S)
+        except AssertionError as exc:  # Redis's and the Sentinels' own view, to tell why (loaded run 34)
+            raise AssertionError(f"{exc}\n{_sentinels_story(master, sentinels)}") from None
         time.sleep(2.0)
 
         turns = load.finish(timeout_s=DEADLINE_S)
