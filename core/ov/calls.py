@@ -31,9 +31,9 @@ class Call(Generic[T]):
 
     Only an ``idempotent`` call is tried again (GETs, DELETEs, the read-only POST searches):
     a retried add or commit could apply twice. ``raw``: the answer is not enveloped
-    (``/health``). ``write``: the answer may take ``write_timeout`` (a batch of messages).
-    ``options``: httpx.Request's (``params``, ``json``, ``files``); ``timeout`` among them
-    overrides the client's for this call.
+    (``/health``). ``options``: httpx.Request's (``params``, ``json``, ``files``), and
+    ``timeout`` (an ``httpx.Timeout``) in place of the client's for this call (a batch of
+    messages waits ``write_timeout``).
     """
 
     method: str

@@ -12,7 +12,8 @@ then takes its place back with ``CLUSTER FAILOVER TAKEOVER``. What the test hold
   failover, not a consumer's bug);
 - the RPC answers every assemble meanwhile, never with a 5xx and never with a turn twice;
 - with ``publish_replicas = 1`` every acknowledged turn in OV once and in order; with 0 the
-  turns a failover lost are counted (and printed), the rest once and in order;
+  turns a failover lost and those capture wrote twice (its newest records lost with them) are
+  counted and printed, what is kept in order (the README's table of what each promises);
 - commits side by side meanwhile (a commit worker, sessions crossing the threshold, and a
   manual commit of every session asked for just before the kill): every commit asked for
   before the kill is final within ``COMMITS_AFTER_PROMOTION_S`` of the promotion, and while
@@ -251,17 +252,25 @@ def test_a_failover_stalls_only_its_shards_and_leaves_no_false_lag_or_traceback(
             return all(s.unread == 0 and s.pending == 0 for s in backlog)
 
         wait_until(nothing_unread, "status showing nothing unread once drained", timeout_s=30)
-        lost = 0
+        lost = twice = 0
+        doubled: set[str] = set()  # sessions OV holds a turn of twice (publish_replicas 0 only)
         for session in SESSIONS:
             in_ov, acknowledged = ledger.ov_ids(session), expected_ids(session, turns)
             if publish_replicas:
                 assert in_ov == acknowledged, _story(session, tmp_path, ledger)
-            else:  # what the failover lost is counted; nothing twice, nothing out of order
-                kept = set(in_ov)
-                assert in_ov == [i for i in acknowledged if i in kept] and len(kept) == len(in_ov), session
-                lost += len(acknowledged) - len(in_ov)
+            else:
+                # What the README promises without publishReplicas: a takeover may lose the
+                # newest turns, and capture's newest records with them, whose turns it then writes
+                # to OV again (loaded run 31: fo6's q39). Both are counted; what is kept stays in
+                # order, each turn first where it belongs.
+                firsts = list(dict.fromkeys(in_ov))
+                assert firsts == [i for i in acknowledged if i in set(in_ov)], _story(session, tmp_path, ledger)
+                lost += len(acknowledged) - len(firsts)
+                twice += len(in_ov) - len(firsts)
+                doubled |= {session} if len(in_ov) > len(firsts) else set()
         assert set(assembles.statuses) == {200}, assembles.statuses
-        assert assembles.twice == [], assembles.twice[:3]
+        # a turn OV holds twice is assembled twice; no other turn ever is
+        assert [t for t in assembles.twice if t.split(":")[0] not in doubled] == [], assembles.twice[:3]
         assert ledger.ov_ids(probe)[:2] == [f"{probe}:q0", f"{probe}:a0"]
         assert list_dead_letters(ledger.redis, settings) == []
         assert job_counts(client, settings)["failed"] == 0, job_counts(client, settings)
@@ -270,7 +279,8 @@ def test_a_failover_stalls_only_its_shards_and_leaves_no_false_lag_or_traceback(
             assert "Traceback" not in log and "crashed" not in log and "quitting" not in log, (name, log[-5000:])
         print(
             f"\nfailover, publish_replicas={publish_replicas}: {len(SESSIONS)} sessions x {turns} turns, "
-            f"{load.resends} publishes resent, {lost} acknowledged turns lost; longest publish "
+            f"{load.resends} publishes resent, {lost} acknowledged messages lost, {twice} written twice; "
+            f"longest publish "
             f"{load.longest_publish_s:.1f} s, longest assemble {assembles.longest_s:.2f} s "
             f"({sum(assembles.statuses.values())} answered); the {len(asked_before)} commits asked for before "
             f"the kill final {commits_final_s:.1f} s after the promotion"

@@ -4,11 +4,11 @@ A process that runs commit jobs (``ovstream worker``, the embedded worker of
 ``ovstream up``, tests) registers its Settings once (``register``). The jobs
 carry only their request and the deployment's ``key_prefix``; the context
 gives them the settings (API keys included, which never enter Redis), one
-event loop (a daemon thread, so a job may run from sync code or from a thread
-already running a loop), OV connection pools (one per lane of work: ``OV_LANES``; sync ones
-for the commit jobs and the poller's reads on their own threads, async ones for the loop)
-and one asyncio Redis client (for the snapshots, which live on event loops
-everywhere) shared by every job.
+event loop (a daemon thread, so a job may run async work, a repair's OV calls, from sync code
+or from a thread already running a loop), OV connection pools (one per lane of work:
+``OV_LANES``; sync ones for the commit jobs and the poller's reads on their own threads,
+async ones for the loop) and one sync store client (records, streams, the snapshot after a
+commit), shared by every job.
 
 ``set_ov_transport_factory`` points the pool at another transport (tests and
 ``ovstream up --fake-ov`` use a FakeOV's); it drops the pools built before.
@@ -32,7 +32,7 @@ from core.config_load import load_settings
 from core.ov.client import OVClient
 from core.ov.sync_client import OVSyncClient
 from core.session import SessionAddress
-from workers.store.connection import connect, connect_async
+from workers.store.connection import connect
 from workers.store.event_loop import quiet_dropped_connections
 from workers.store.usage import count_ov_request
 
@@ -67,8 +67,6 @@ class JobContext:
         """The sync pool of each lane, made on its first call."""
         self._sync_transport = _sync_twin(transport)
         self._ov_lock = threading.Lock()
-        self.redis = connect_async(settings)
-        """Used on the context's loop only (``run``)."""
         self.store = connect(settings)
         """The jobs' sync store client (streams and records; the queue's is RQ's own)."""
 
@@ -104,12 +102,12 @@ class JobContext:
         return asyncio.run_coroutine_threadsafe(call(), self._loop).result()
 
     def close(self) -> None:
-        """Close the OV pools and the Redis client, then stop the loop (bounded: a stuck
+        """Close the OV pools and the store client, then stop the loop (bounded: a stuck
         job must not hold a shutdown up)."""
         self.store.close()
         for sync_pool in self._ov_sync.values():
             sync_pool.close()
-        closing = [self.redis.aclose(), *(pool.aclose() for pool in self._ov.values())]
+        closing = [pool.aclose() for pool in self._ov.values()]
         self._ov, self._ov_sync = {}, {}
         for coro in closing:
             try:
