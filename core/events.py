@@ -111,6 +111,11 @@ class CommitOutcome(msgspec.Struct, kw_only=True):
     ov_commits_before: int | None = None
     """OV's commit count of the session just before this commit was sent to OV: a job run
     again after a crash tells from it whether OV took the commit (never commits twice)."""
+    phase1_sent_at: float | None = None
+    """When this commit was last sent to OV with no answer recorded since (None once an answer,
+    an error answer included, says the send is over): a job run again while OV's count has not
+    moved waits until that send's deadline before sending again, for it may still land (its
+    worker taken for dead while alive and waiting on OV, say)."""
 
 
 class ContextSnapshot(msgspec.Struct, kw_only=True):

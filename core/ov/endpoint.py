@@ -169,8 +169,11 @@ class OVEndpoint:
         """What a transport's failure to get an answer stands for: OV away."""
         log.debug("OV %s %s -> %s after %.1f ms", call.method, call.path, type(exc).__name__, _ms(started))
         if isinstance(exc, httpx.TimeoutException):
-            return OVUnavailable("UNAVAILABLE", f"timeout: {exc!r}")
-        return OVUnavailable("UNAVAILABLE", f"{type(exc).__name__}: {exc}")
+            err = OVUnavailable("UNAVAILABLE", f"timeout: {exc!r}")
+        else:
+            err = OVUnavailable("UNAVAILABLE", f"{type(exc).__name__}: {exc}")
+        err.in_flight = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)  # sent
+        return err
 
     @staticmethod
     def _answer(call: Call[Any], resp: httpx.Response, started: float) -> Any:

@@ -43,6 +43,9 @@ class OVError(Exception):
         self.message = message
         self.details = details
         self.added = 0
+        self.in_flight = False
+        """The request may still be in OV's hands (no answer came: a read timeout, a dropped
+        connection); an answer, or a connection never made, says it is not."""
 
 
 class OVUnavailable(OVError):

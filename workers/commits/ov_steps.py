@@ -31,13 +31,46 @@ def commit_count(ov: OVSyncClient, request: CommitRequest) -> int:
         raise
 
 
+EARLIER_SEND_GRACE_S = 2.0
+"""Past an earlier send's own timeout (``ov_timeout_s``), how long it may still take to land."""
+EARLIER_SEND_LOOK_S = 1.0
+"""How often OV's count is read while an earlier send may still land."""
+
+
+def count_after_earlier_send(
+    ov: OVSyncClient, request: CommitRequest, count: int, sent_at: float, timeout_s: float
+) -> int:
+    """OV's commit count once the send this commit's record says is unanswered (made at
+    ``sent_at``, wall clock) has landed or can no longer: a worker taken for dead (its beat
+    lapsed on a starved machine) may be alive and waiting on OV, and OV's commit has no
+    idempotency key, so sending again before then could commit twice (the second archive would
+    be no record's). Reads the count every ``EARLIER_SEND_LOOK_S`` until it moves past ``count``
+    or the send's deadline passes."""
+    deadline = sent_at + timeout_s + EARLIER_SEND_GRACE_S
+    if time.time() >= deadline:
+        return count
+    log.info(
+        "commit %s: sent to OV %.1f s ago with no answer recorded and OV's count not moved;"
+        " waiting up to %.1f s for that send to land before sending again",
+        request.commit_id,
+        time.time() - sent_at,
+        deadline - time.time(),
+    )
+    while (left := deadline - time.time()) > 0:
+        time.sleep(min(EARLIER_SEND_LOOK_S, left))
+        now = commit_count(ov, request)
+        if now > count:
+            return now
+    return count
+
+
 def adopt(ov: OVSyncClient, request: CommitRequest, before: int) -> CommitAccepted:
     """What OV's answer to this commit was: its archive is the one after ``before``, its
     phase 2 the session's newest commit task (one commit per session is in flight)."""
     state = ov.get_session(request.ov_session_id)
     tasks = ov.session_commit_tasks(request.ov_session_id, limit=5)
     log.info(  # the crash was said (WARNING) where the commit was resumed; this is its mend
-        "commit %s: OV took it before the crash (%d -> %d commits); adopting task %s",
+        "commit %s: OV took an earlier send of it (%d -> %d commits); adopting task %s",
         request.commit_id,
         before,
         state.commit_count,

@@ -12,6 +12,7 @@ the ``key_prefix`` it carries.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from workers.commits.phase2_due import PollState
 from workers.commits.queue import now
 from workers.commits.records import FINAL_STATUSES, CommitRecords, outcome_of, reached
 from workers.commits.schedule import first_read, follow_up, schedule_poll, schedule_recheck
-from workers.store.connection import redis_went_away
+from workers.store.connection import REDIS_ERRORS, redis_went_away
 
 log = logging.getLogger(__name__)
 
@@ -108,16 +109,27 @@ def run_commit(
         schedule_poll(redis, settings, request, first_read(settings, outcome.task_id))
         return outcome
     ov = ctx.ov_sync(request.address)
+    sending = False
     try:
         before = ov_steps.commit_count(ov, request)
         sent_at = outcome.ov_commits_before if outcome is not None else None
+        if sent_at is not None and before == sent_at and outcome is not None and outcome.phase1_sent_at:
+            # sent, unanswered as far as the record says: that send may still land
+            before = ov_steps.count_after_earlier_send(
+                ov, request, before, outcome.phase1_sent_at, settings.ov_timeout_s
+            )
         if sent_at is not None and before > sent_at:
             # run again after a crash between OV's answer and its record: OV took it, adopt it
             accepted = ov_steps.adopt(ov, request, sent_at)
         else:
-            record_outcome(redis, settings, request, outcome_of(request, "running", ov_commits_before=before))
+            running = outcome_of(request, "running", ov_commits_before=before, phase1_sent_at=now())
+            record_outcome(redis, settings, request, running)
+            sending = True
             accepted = ov_steps.commit(ov, request)
     except OVError as exc:
+        if sending and not exc.in_flight:  # OV answered, or was never reached: the send is over
+            with contextlib.suppress(*REDIS_ERRORS):  # left said: a next try waits out its deadline
+                record_outcome(redis, settings, request, outcome_of(request, "running", ov_commits_before=before))
         if may_retry and is_passing(exc):  # away, a server error, OV's own file read mid-write
             log.warning(
                 "commit %s: OV %s; RQ tries it again (OV's commit count says if it took it)", request.commit_id, exc
