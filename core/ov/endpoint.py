@@ -12,6 +12,7 @@ seam tests and the fake OV plug into (``httpx.MockTransport``).
 
 from __future__ import annotations
 
+import copy
 import logging
 import ssl
 import time
@@ -58,7 +59,6 @@ class OVEndpoint:
         batch_max: int = BATCH_LIMIT,
         ca_file: str | None = None,
         on_request: Callable[[str | None], None] | None = None,
-        _shared: Any = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
@@ -70,14 +70,13 @@ class OVEndpoint:
         self.retries = retries
         self.backoff = backoff
         self.batch_max = batch_max
-        self.ca_file = ca_file
         self.on_request = on_request
         """Told the API key of every request sent (each try): the tenants' usage (shared by
         ``scoped`` views)."""
         self.probe_key: str | None = api_key
         """The key ``key_check`` asks with when this client has none (``from_settings``)."""
-        self._owns_transport = _shared is None
-        self._transport = _shared or transport or self._new_transport(ca_file)
+        self._owns_transport = True
+        self._transport = transport or self._new_transport(ca_file)
         self.headers = self._identity_headers()
 
     def _new_transport(self, ca_file: str | None) -> Any:
@@ -107,21 +106,11 @@ class OVEndpoint:
 
     def scoped(self, *, peer: str | None = None, api_key: str | None = None) -> Self:
         """The same pool with another actor peer and/or API key (None keeps this client's)."""
-        return type(self)(
-            self.base_url,
-            api_key=api_key or self.api_key,
-            account=self.account,
-            user=self.user,
-            timeout=self.timeout,
-            write_timeout=self.write_timeout,
-            retries=self.retries,
-            backoff=self.backoff,
-            peer=peer or self.peer,
-            batch_max=self.batch_max,
-            ca_file=self.ca_file,
-            on_request=self.on_request,
-            _shared=self._transport,
-        )
+        view = copy.copy(self)
+        view.api_key, view.peer = api_key or self.api_key, peer or self.peer
+        view._owns_transport = False  # closing a view leaves the pool to the client it came from
+        view.headers = view._identity_headers()
+        return view
 
     def _identity_headers(self) -> dict[str, str]:
         if self.api_key:
