@@ -124,8 +124,9 @@ class OVEndpoint:
     # --- the wire, without the IO -----------------------------------------------------------
 
     def _request(self, call: Call[Any]) -> httpx.Request:
-        """The request ``call`` is, as this identity; its timeout in the request's extensions
-        (where httpx's client puts it for the transport)."""
+        """The request ``call`` is, as this identity, for one try (told to ``on_request``: each
+        try counts); its timeout in the request's extensions, where httpx's client puts it for
+        the transport."""
         options = dict(call.options)
         timeout = options.pop("timeout", None) or httpx.Timeout(self.timeout)
         if self.on_request is not None:
