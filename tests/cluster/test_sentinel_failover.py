@@ -131,7 +131,15 @@ def test_a_sentinel_failover_under_load_loses_repeats_and_reorders_nothing(
         )
         master.restart()  # back with its old data: the Sentinels make it the new master's replica
         try:
-            wait_until(lambda: _follows(master, replica), "the old master following the new one", timeout_s=DEADLINE_S)
+            # Back with its old data, the Sentinels make it the new master's replica. On a busy
+            # machine they may then fail over once more (a ping unanswered for a second: loaded
+            # run 36 saw epoch 2, the old master promoted back after it had synced): the pair is
+            # whole again either way, and the load rides out the second failover as the first.
+            wait_until(
+                lambda: _follows(master, replica) or _follows(replica, master),
+                "the old master back: following the new one, or promoted again with it following",
+                timeout_s=DEADLINE_S,
+            )
         except AssertionError as exc:  # Redis's and the Sentinels' own view, to tell why (loaded run 34)
             raise AssertionError(f"{exc}\n{_sentinels_story(master, sentinels)}") from None
         time.sleep(2.0)
