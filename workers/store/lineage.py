@@ -61,8 +61,8 @@ def lineage_address(session_key: str | None, session: SessionAddress) -> Session
     """Where the lineage of ``session`` is kept: under its session key (the OV session id the
     key alone names, core.ids), else its own address. The host may name a child's sessionId
     only once it runs (an isolated spawn is prepared without one); the key is what every hook
-    and the child's own calls share."""
-    if not session_key:
+    and the child's own calls share. A key of blanks names nothing (core.ids): its own address."""
+    if not session_key or not session_key.strip():
         return session
     return SessionAddress(ov_session_id("", session_key), session.agent_id, session.tenant)
 
