@@ -53,6 +53,12 @@ RQ_UNIQUE_ENQUEUE = Lua(UNIQUE_ENQUEUE_SCRIPT)
 sent in a pipeline with the line's registration (``LineQueue.enqueue_job``)."""
 
 
+def register_lines(client: Any, registry: str, lines: set[str]) -> Any:
+    """``lines`` in use from now, in ``registry`` (``Keys.commit_lines``: what workers read),
+    on ``client`` (a client or a pipeline); its answer counts those that were not there."""
+    return client.zadd(registry, dict.fromkeys(lines, time.time()))
+
+
 class LineQueue(Queue):
     """The commit queue, its jobs pushed onto the list of ``line``: the job's origin is the
     queue's name (its registries are the queue's), its id goes to ``key``; a push registers the
@@ -74,15 +80,16 @@ class LineQueue(Queue):
         is sent with the line's registration, ahead of it on the same connection (the queue's
         Redis is never a cluster: RQ does not speak it): one round trip, not two."""
         job.origin = self.name
-        if job._dependency_ids or not unique or pipeline is not None or self.registry is None:
-            self.entered_new = self.registry is not None and bool(self._register(self.connection))
+        registry, lines = self.registry, {self.line}
+        if job._dependency_ids or not unique or pipeline is not None or registry is None:
+            self.entered_new = registry is not None and bool(register_lines(self.connection, registry, lines))
             if job._dependency_ids:
                 return super().enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
             return self._enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
         self._prepare_for_queue(job)  # what RQ's unique enqueue does, then its script
         ttl = job.ttl if job.ttl is not None else -1
         with self.connection.pipeline(transaction=False) as pipe:
-            self._register(pipe)
+            register_lines(pipe, registry, lines)  # ahead of its push
             # rq.scripts' own arguments (rq pinned to 2.12: workers.commits.rq_steps reads its steps too)
             args = [job.id, "L" if at_front else "R", ttl, *_build_hset_args(job)]  # type: ignore[no-untyped-call]
             RQ_UNIQUE_ENQUEUE(pipe, [job.key, self.key], args)
@@ -91,11 +98,6 @@ class LineQueue(Queue):
             raise DuplicateJobError(f"Job with ID '{job.id}' already exists")
         self.entered_new = bool(added)
         return job
-
-    def _register(self, client: Any) -> Any:
-        """The line in ``registry`` from now (before its push), on ``client`` (the queue's
-        connection or a pipeline on it); its answer is 1 when the line was not there."""
-        return client.zadd(self.registry, {self.line: time.time()})
 
 
 class Doorbell(LineQueue):
@@ -176,7 +178,7 @@ class CommitLines:
         lines = lines - {LEGACY_LINE}
         if not lines:
             return False
-        return bool(self.connection.zadd(self.keys.commit_lines(), dict.fromkeys(lines, time.time())))
+        return bool(register_lines(self.connection, self.keys.commit_lines(), lines))
 
     def ring(self) -> None:
         """After the first push onto a line new to the registry: every worker blocked on the

@@ -113,7 +113,7 @@ def run_commit(
     try:
         before = ov_steps.commit_count(ov, request)
         sent_at = outcome.ov_commits_before if outcome is not None else None
-        if sent_at is not None and before == sent_at and outcome is not None and outcome.phase1_sent_at:
+        if outcome is not None and outcome.phase1_sent_at and before == sent_at:
             # sent, unanswered as far as the record says: that send may still land
             before = ov_steps.count_after_earlier_send(
                 ov, request, before, outcome.phase1_sent_at, settings.ov_timeout_s
